@@ -1,0 +1,56 @@
+"""aotcheck: AOT-compile JAX programs for TPU topologies on a CPU, and gate their figures.
+
+Public surface::
+
+    from aotcheck import (
+        register, REGISTRY,                              # named configs
+        TrainerConfig, InferenceConfig, FunctionConfig, MeshSpec,
+        compile_trainer_programs, compile_inference_programs, compile_function,
+        get_devices_for_topology, parse_topology,
+        program_figures,                                 # memory / FLOP figures of a Compiled
+    )
+"""
+
+from aotcheck import _runtime  # noqa: F401  (sets libtpu's environment first)
+from aotcheck.compile import (
+    CompileError,
+    compile_function,
+    compile_inference_programs,
+    compile_trainer_programs,
+    default_compiler_options,
+    lower_inference_programs,
+    lower_trainer_programs,
+)
+from aotcheck.config import FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.figures import program_figures
+from aotcheck.mesh import MeshError, MeshSpec, build_mesh
+from aotcheck.partition import PartitionError
+from aotcheck.registry import REGISTRY, Registry, RegistryError, register
+from aotcheck.topology import TopologyError, get_devices_for_topology, parse_topology
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "REGISTRY",
+    "CompileError",
+    "FunctionConfig",
+    "InferenceConfig",
+    "MeshError",
+    "MeshSpec",
+    "PartitionError",
+    "Registry",
+    "RegistryError",
+    "TopologyError",
+    "TrainerConfig",
+    "build_mesh",
+    "compile_function",
+    "compile_inference_programs",
+    "compile_trainer_programs",
+    "default_compiler_options",
+    "get_devices_for_topology",
+    "lower_inference_programs",
+    "lower_trainer_programs",
+    "parse_topology",
+    "program_figures",
+    "register",
+]

@@ -1,0 +1,145 @@
+"""Meshes: axis names and shapes, per-topology overrides, multi-slice layout.
+
+A :class:`MeshSpec` is what a config declares; :func:`build_mesh` turns it into
+a :class:`jax.sharding.Mesh` over a topology's devices. Device order follows the
+physical topology through :mod:`jax.experimental.mesh_utils`; with several
+slices, the slices lie along the outermost (data) axis, so only that axis
+crosses the data-center network.
+
+Example:
+    >>> from aotcheck.mesh import MeshSpec, resolve_mesh_shape
+    >>> spec = MeshSpec(("data", "model"), (-1, 4), overrides={"v6e-*": (-1, 8)})
+    >>> spec.shape_for("v6e-16")
+    (-1, 8)
+    >>> resolve_mesh_shape((-1, 4), num_devices=32, num_slices=2)
+    (8, 4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from aotcheck.topology import Topology, parse_topology
+
+
+class MeshError(ValueError):
+    """A mesh shape that does not fit the devices it is asked to cover."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSpec:
+    """Mesh axis names and shape, with shapes per topology.
+
+    Attributes:
+        axis_names: Names of the mesh axes, outermost first. The first is the
+            data axis that slices are laid along.
+        shape: Size of each axis; one may be -1 (inferred). None puts every device
+            on the first axis.
+        overrides: Shapes by topology glob, e.g. ``{"v5e-*": (-1, 4)}``; the first
+            matching pattern wins.
+    """
+
+    axis_names: tuple[str, ...] = ("data",)
+    shape: tuple[int, ...] | None = None
+    overrides: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axis_names", tuple(self.axis_names))
+        if len(set(self.axis_names)) != len(self.axis_names) or not self.axis_names:
+            raise MeshError(f"Mesh axis names must be distinct and non-empty: {self.axis_names}")
+        for shape in ([self.shape] if self.shape is not None else []) + list(self.overrides.values()):
+            if len(shape) != len(self.axis_names):
+                raise MeshError(
+                    f"Mesh shape {tuple(shape)} has {len(shape)} axes but the axis names "
+                    f"{self.axis_names} have {len(self.axis_names)}."
+                )
+
+    def shape_for(self, topology: str | Topology) -> tuple[int, ...]:
+        """The (unresolved) shape for a topology: an override, or the default."""
+        name = parse_topology(topology).name
+        for pattern, shape in self.overrides.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                return tuple(shape)
+        if self.shape is not None:
+            return tuple(self.shape)
+        return (-1,) + (1,) * (len(self.axis_names) - 1)
+
+
+def resolve_mesh_shape(shape: Sequence[int], *, num_devices: int, num_slices: int = 1) -> tuple[int, ...]:
+    """Infers a -1 and checks the shape covers ``num_devices`` (all slices together).
+
+    Raises:
+        MeshError: The shape does not fit; the message shows both.
+    """
+    shape = tuple(int(s) for s in shape)
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    if len(unknown) > 1 or any(s == 0 or s < -1 for s in shape):
+        raise MeshError(f"Mesh shape {shape} may hold positive sizes and at most one -1.")
+    known = math.prod(s for s in shape if s != -1)
+    if unknown:
+        if num_devices % known:
+            raise MeshError(
+                f"Mesh shape {shape} does not fit {num_devices} devices: "
+                f"{num_devices} is not divisible by {known}."
+            )
+        shape = tuple(num_devices // known if s == -1 else s for s in shape)
+    if math.prod(shape) != num_devices:
+        raise MeshError(
+            f"Mesh shape {shape} covers {math.prod(shape)} devices but there are {num_devices}."
+        )
+    if shape[0] % num_slices:
+        raise MeshError(
+            f"Mesh shape {shape}: the first (data) axis, {shape[0]}, must be divisible by the "
+            f"{num_slices} slices laid along it."
+        )
+    return shape
+
+
+def split_ici_dcn(shape: Sequence[int], num_slices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Splits a resolved global shape into per-slice (ICI) and across-slice (DCN) shapes."""
+    ici = (shape[0] // num_slices,) + tuple(shape[1:])
+    dcn = (num_slices,) + (1,) * (len(shape) - 1)
+    return ici, dcn
+
+
+def build_mesh(
+    spec: MeshSpec, topology: str | Topology, devices: Sequence[Any], *, num_slices: int = 1
+) -> "jax.sharding.Mesh":  # noqa: F821
+    """Builds the mesh a config asks for over ``devices`` (all slices).
+
+    Args:
+        spec: The config's mesh.
+        topology: The topology the devices belong to (selects overrides).
+        devices: From :func:`aotcheck.topology.get_devices_for_topology`.
+        num_slices: How many slices ``devices`` span.
+    """
+    from jax.experimental import mesh_utils
+    from jax.sharding import Mesh
+
+    topo = parse_topology(topology)
+    shape = resolve_mesh_shape(spec.shape_for(topo), num_devices=len(devices), num_slices=num_slices)
+    ici, dcn = split_ici_dcn(shape, num_slices)
+    if not topo.is_tpu:
+        # Host devices have no physical layout to follow.
+        return Mesh(np.asarray(devices).reshape(shape), spec.axis_names)
+
+    def create(allow_split: bool) -> np.ndarray:
+        if num_slices > 1:
+            return mesh_utils.create_hybrid_device_mesh(
+                ici, dcn, devices=devices, allow_split_physical_axes=allow_split
+            )
+        return mesh_utils.create_device_mesh(ici, devices=devices, allow_split_physical_axes=allow_split)
+
+    try:
+        array = create(allow_split=False)
+    except (NotImplementedError, ValueError):
+        # The logical axes do not map onto whole physical axes (e.g. (8, 2) on a 4x4
+        # slice): let mesh_utils split physical axes rather than fall back to a reshape.
+        array = create(allow_split=True)
+    return Mesh(array, spec.axis_names)

@@ -1,0 +1,279 @@
+"""A decoder-only transformer LM in plain JAX + optax: aotcheck's reference model.
+
+Pre-norm blocks (RMSNorm, causal multi-head attention, GELU MLP), layers stacked
+on a leading axis and run with ``lax.scan`` (or a Python loop, for comparison)
+under ``jax.checkpoint``, bf16 compute over fp32 parameters, AdamW. Partition
+rules shard weights FSDP over ``data`` and tensor-parallel over ``model``.
+
+:func:`trainer_config` and :func:`inference_config` build the configs aotcheck
+compiles; the inference config offers ``prefill`` and ``sample_decode`` (prefill
+plus a ``lax.fori_loop`` of single-token steps over a KV cache).
+
+Example:
+    >>> from aotcheck.models.lm import LMConfig
+    >>> LMConfig(vocab=256, d_model=64, n_layers=2, n_heads=4, d_ff=256).num_params()
+    132288
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import PartitionSpec as P
+
+from aotcheck.config import InferenceConfig, TrainerConfig
+from aotcheck.mesh import MeshSpec
+
+Params = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class LMConfig:
+    """Model and workload sizes.
+
+    Attributes:
+        vocab: Vocabulary size.
+        d_model: Residual width.
+        n_layers: Transformer blocks.
+        n_heads: Attention heads (head width is ``d_model // n_heads``).
+        d_ff: MLP hidden width.
+        seq_len: Training sequence length.
+        batch: Global training batch (sequences).
+        prompt_len: Inference prompt length.
+        decode_len: Tokens ``sample_decode`` generates.
+        decode_batch: Global inference batch.
+        scan_layers: ``lax.scan`` over layers (else a Python loop, unrolled).
+        remat: Recompute each block in the backward pass.
+        mesh: Axes ``("data", "model")``: FSDP + data parallel, tensor parallel.
+    """
+
+    vocab: int = 32_000
+    d_model: int = 2048
+    n_layers: int = 16
+    n_heads: int = 16
+    d_ff: int = 8192
+    seq_len: int = 1024
+    batch: int = 64
+    prompt_len: int = 128
+    decode_len: int = 128
+    decode_batch: int = 32
+    scan_layers: bool = True
+    remat: bool = True
+    mesh: MeshSpec = MeshSpec(("data", "model"), (-1, 1))
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def num_params(self) -> int:
+        """Analytic parameter count (embedding and unembedding untied)."""
+        d, f, layers = self.d_model, self.d_ff, self.n_layers
+        per_layer = 4 * d * d + 2 * d * f + 2 * d  # qkvo, MLP in/out, two norms.
+        return 2 * self.vocab * d + layers * per_layer + d
+
+    def train_step_flops(self) -> float:
+        """Analytic FLOPs of one train step (PaLM appendix B): 6N per token for the
+        matmul parameters plus 12·L·S·d per token for attention, no remat recompute."""
+        n_matmul = self.num_params() - self.vocab * self.d_model - self.n_layers * 2 * self.d_model - self.d_model
+        tokens = self.batch * self.seq_len
+        return 6 * n_matmul * tokens + 12 * self.n_layers * self.seq_len * self.d_model * tokens
+
+
+def init_params(cfg: LMConfig, rng: jax.Array) -> Params:
+    """Parameters, fp32, layers stacked on a leading axis of size ``n_layers``."""
+    d, f, layers, v = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.vocab
+    keys = iter(jax.random.split(rng, 8))
+
+    def normal(shape: tuple[int, ...], fan_in: int) -> jax.Array:
+        return jax.random.normal(next(keys), shape, jnp.float32) * fan_in**-0.5
+
+    return {
+        "embed": normal((v, d), 1),
+        "layers": {
+            "attn": {
+                "wq": normal((layers, d, d), d),
+                "wk": normal((layers, d, d), d),
+                "wv": normal((layers, d, d), d),
+                "wo": normal((layers, d, d), d),
+            },
+            "mlp": {"wi": normal((layers, d, f), d), "wo": normal((layers, f, d), f)},
+            "ln1": jnp.ones((layers, d), jnp.float32),
+            "ln2": jnp.ones((layers, d), jnp.float32),
+        },
+        "final_ln": jnp.ones((d,), jnp.float32),
+        "unembed": normal((d, v), d),
+    }
+
+
+PARTITION_RULES = (
+    # FSDP over "data" on the model dimension, tensor parallel over "model".
+    (r"layers/attn/w[qkv]$", P(None, "data", "model")),
+    (r"layers/attn/wo$", P(None, "model", "data")),
+    (r"layers/mlp/wi$", P(None, "data", "model")),
+    (r"layers/mlp/wo$", P(None, "model", "data")),
+    (r"^embed$", P("model", "data")),
+    (r"^unembed$", P("data", "model")),
+    (r".*", P()),  # Norm scales: small, replicated.
+)
+
+_ACTIVATIONS = P("data", None, None)
+
+
+def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
+    return (normed * scale).astype(x.dtype)
+
+
+def _heads(cfg: LMConfig, x: jax.Array) -> jax.Array:
+    return x.reshape(*x.shape[:-1], cfg.n_heads, cfg.head_dim)
+
+
+def _attend(cfg: LMConfig, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    # q: [B, Sq, H, Dh]; k, v: [B, Sk, H, Dh]; mask: broadcastable to [B, H, Sq, Sk].
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * cfg.head_dim**-0.5
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
+    out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+    return out.reshape(*out.shape[:-2], cfg.d_model)
+
+
+def _mlp(layer: Params, x: jax.Array) -> jax.Array:
+    h = jax.nn.gelu(x @ layer["mlp"]["wi"].astype(x.dtype))
+    return h @ layer["mlp"]["wo"].astype(x.dtype)
+
+
+def _block(cfg: LMConfig, layer: Params, x: jax.Array, mask: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """One block over a full sequence; also returns its keys and values (for a cache)."""
+    x = jax.lax.with_sharding_constraint(x, _ACTIVATIONS)
+    h = _rms_norm(x, layer["ln1"])
+    attn = layer["attn"]
+    q, k, v = (_heads(cfg, h @ attn[w].astype(h.dtype)) for w in ("wq", "wk", "wv"))
+    x = x + _attend(cfg, q, k, v, mask) @ attn["wo"].astype(h.dtype)
+    x = x + _mlp(layer, _rms_norm(x, layer["ln2"]))
+    return x, (k, v)
+
+
+def _layer(params: Params, i: int) -> Params:
+    return jax.tree_util.tree_map(lambda w: w[i], params["layers"])
+
+
+def _run_layers(cfg: LMConfig, params: Params, x: jax.Array, mask: jax.Array) -> tuple[jax.Array, Any]:
+    def body(x: jax.Array, layer: Params) -> tuple[jax.Array, Any]:
+        return _block(cfg, layer, x, mask)
+
+    if cfg.remat:
+        body = jax.checkpoint(body, prevent_cse=not cfg.scan_layers)
+    if cfg.scan_layers:
+        return jax.lax.scan(body, x, params["layers"])
+    kvs = []
+    for i in range(cfg.n_layers):
+        x, kv = body(x, _layer(params, i))
+        kvs.append(kv)
+    return x, jax.tree_util.tree_map(lambda *a: jnp.stack(a), *kvs)
+
+
+def _logits(params: Params, x: jax.Array) -> jax.Array:
+    x = _rms_norm(x, params["final_ln"])
+    return (x @ params["unembed"].astype(x.dtype)).astype(jnp.float32)
+
+
+def forward(cfg: LMConfig, params: Params, tokens: jax.Array) -> tuple[jax.Array, Any]:
+    """Logits ``[B, S, V]`` (fp32) and per-layer keys/values ``[L, B, S, H, Dh]``."""
+    x = params["embed"].astype(jnp.bfloat16)[tokens]
+    s = tokens.shape[1]
+    mask = jnp.tril(jnp.ones((s, s), bool))[None, None]
+    x, kv = _run_layers(cfg, params, x, mask)
+    return _logits(params, x), kv
+
+
+def loss_fn(cfg: LMConfig, params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
+    """Mean next-token cross-entropy."""
+    logits, _ = forward(cfg, params, batch["tokens"])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
+
+
+def prefill(cfg: LMConfig, params: Params, batch: Mapping[str, jax.Array]) -> tuple[jax.Array, Any]:
+    """Runs the prompt; returns the last position's logits and a KV cache sized for decoding."""
+    logits, (k, v) = forward(cfg, params, batch["prompt"])
+    pad = ((0, 0), (0, 0), (0, cfg.decode_len), (0, 0), (0, 0))
+    cache = (jnp.pad(k, pad), jnp.pad(v, pad))
+    return logits[:, -1], cache
+
+
+def _decode_step(cfg: LMConfig, params: Params, cache: Any, token: jax.Array, pos: jax.Array) -> tuple[jax.Array, Any]:
+    """One token ``[B]`` at position ``pos`` through every layer, updating the cache."""
+    x = params["embed"].astype(jnp.bfloat16)[token][:, None]  # [B, 1, D]
+    total = cache[0].shape[2]
+    mask = (jnp.arange(total) <= pos)[None, None, None]
+
+    def body(x: jax.Array, layer_and_cache: Any) -> tuple[jax.Array, Any]:
+        layer, (k_cache, v_cache) = layer_and_cache
+        h = _rms_norm(x, layer["ln1"])
+        attn = layer["attn"]
+        q, k, v = (_heads(cfg, h @ attn[w].astype(h.dtype)) for w in ("wq", "wk", "wv"))
+        k_cache = jax.lax.dynamic_update_slice_in_dim(k_cache, k, pos, axis=1)
+        v_cache = jax.lax.dynamic_update_slice_in_dim(v_cache, v, pos, axis=1)
+        x = x + _attend(cfg, q, k_cache, v_cache, mask) @ attn["wo"].astype(h.dtype)
+        x = x + _mlp(layer, _rms_norm(x, layer["ln2"]))
+        return x, (k_cache, v_cache)
+
+    x, cache = jax.lax.scan(body, x, (params["layers"], cache))
+    return _logits(params, x)[:, 0], cache
+
+
+def sample_decode(cfg: LMConfig, params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
+    """Greedy decoding: prefill, then ``decode_len`` single-token steps. Returns ``[B, decode_len]``."""
+    logits, cache = prefill(cfg, params, batch)
+    prompt_len = batch["prompt"].shape[1]
+    out = jnp.zeros((logits.shape[0], cfg.decode_len), jnp.int32)
+
+    def step(i: jax.Array, carry: Any) -> Any:
+        logits, cache, out = carry
+        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        out = out.at[:, i].set(token)
+        logits, cache = _decode_step(cfg, params, cache, token, prompt_len + i)
+        return logits, cache, out
+
+    _, _, out = jax.lax.fori_loop(0, cfg.decode_len, step, (logits, cache, out))
+    return out
+
+
+def _abstract_init(cfg: LMConfig):
+    return lambda rng: init_params(cfg, rng)
+
+
+def trainer_config(cfg: LMConfig, **overrides: Any) -> TrainerConfig:
+    """The train step: AdamW with warmup-cosine schedule and global-norm clipping."""
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 3e-4, 2_000, 100_000)
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.1))
+    tokens = jax.ShapeDtypeStruct((cfg.batch, cfg.seq_len), jnp.int32)
+    return TrainerConfig(
+        init_fn=_abstract_init(cfg),
+        loss_fn=lambda params, batch: loss_fn(cfg, params, batch),
+        optimizer=optimizer,
+        batch_spec={"tokens": tokens, "targets": tokens},
+        partition_rules=PARTITION_RULES,
+        mesh=cfg.mesh,
+        **overrides,
+    )
+
+
+def inference_config(cfg: LMConfig, **overrides: Any) -> InferenceConfig:
+    """``prefill`` and ``sample_decode`` over a prompt batch."""
+    return InferenceConfig(
+        init_fn=_abstract_init(cfg),
+        methods={
+            "prefill": lambda params, batch: prefill(cfg, params, batch),
+            "sample_decode": lambda params, batch: sample_decode(cfg, params, batch),
+        },
+        input_batch_spec={"prompt": jax.ShapeDtypeStruct((cfg.decode_batch, cfg.prompt_len), jnp.int32)},
+        partition_rules=PARTITION_RULES,
+        mesh=cfg.mesh,
+        **overrides,
+    )

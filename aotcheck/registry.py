@@ -1,0 +1,119 @@
+"""Named configs: register them, list them, build them.
+
+Example:
+    >>> from aotcheck.registry import Registry
+    >>> registry = Registry()
+    >>> @registry.register("my-model")
+    ... def my_model():
+    ...     ...  # return a TrainerConfig, InferenceConfig or FunctionConfig
+    >>> registry.names()
+    ['my-model']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aotcheck.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
+
+Builder = Callable[[], Config | list[Config] | tuple[Config, ...]]
+
+
+class RegistryError(ValueError):
+    """A duplicate name, an unknown name, or a config whose builder failed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One registered name: a builder of one or more configs (e.g. trainer + inference)."""
+
+    name: str
+    build: Builder
+    description: str = ""
+
+    def configs(self) -> list[Config]:
+        """Builds the configs; any failure is re-raised naming this config."""
+        try:
+            built = self.build() if callable(self.build) else self.build
+        except Exception as e:
+            raise RegistryError(f"Building config {self.name!r} failed: {type(e).__name__}: {e}") from e
+        configs = list(built) if isinstance(built, (list, tuple)) else [built]
+        programs: dict[str, Config] = {}
+        for config in configs:
+            if not isinstance(config, (TrainerConfig, InferenceConfig, FunctionConfig)):
+                raise RegistryError(
+                    f"Config {self.name!r} built a {type(config).__name__}; expected a "
+                    "TrainerConfig, InferenceConfig or FunctionConfig (or a list of them)."
+                )
+            for program in config.programs:
+                if program in programs:
+                    raise RegistryError(f"Config {self.name!r} defines program {program!r} twice.")
+                programs[program] = config
+        return configs
+
+    def programs(self) -> dict[str, Config]:
+        """Program name -> the config that defines it."""
+        return {p: c for c in self.configs() for p in c.programs}
+
+
+class Registry:
+    """A set of named configs. ``aotcheck.REGISTRY`` is the one the plugin and CLI read."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str, build: Builder | Config | None = None, *, description: str = "") -> Any:
+        """Registers ``build`` (a config, or a function returning configs) under ``name``.
+
+        Use as a call, ``registry.register("lm", build_fn)``, or as a decorator,
+        ``@registry.register("lm")``. Returns the builder, so decorating keeps it.
+
+        Raises:
+            RegistryError: ``name`` is already registered.
+        """
+
+        def add(fn: Builder | Config) -> Any:
+            if not name or "/" in name or "@" in name or any(c.isspace() for c in name):
+                raise RegistryError(f"Config name {name!r} must be non-empty, without '/', '@' or spaces.")
+            if name in self._entries:
+                raise RegistryError(
+                    f"A config named {name!r} is already registered; pick another name "
+                    "or remove the first registration."
+                )
+            self._entries[name] = Entry(name, fn, description or (getattr(fn, "__doc__", "") or "").strip().split("\n")[0])
+            return fn
+
+        return add if build is None else add(build)
+
+    def unregister(self, name: str) -> None:
+        self._entries.pop(name, None)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def get(self, name: str) -> Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise RegistryError(f"No config named {name!r}; registered: {', '.join(self.names()) or 'none'}.") from None
+
+    def select(self, patterns: list[str] | None = None) -> list[Entry]:
+        """Entries whose names match any of the glob ``patterns`` (all if None), sorted."""
+        return [
+            self._entries[n]
+            for n in self.names()
+            if not patterns or any(fnmatch.fnmatchcase(n, p) for p in patterns)
+        ]
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.select())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+REGISTRY = Registry()
+register = REGISTRY.register

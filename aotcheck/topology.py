@@ -1,0 +1,309 @@
+"""The TPU topology table: user-facing names, libtpu names, chip figures, devices.
+
+A user names a slice the way Cloud TPU does (``v4-8``, ``v5e-16``, ``v5p-128``,
+``v6e-256``, ``7x-8``); libtpu wants a physical shape (``v5e:4x4``) plus a chip
+config. This module holds that mapping, the per-device datasheet figures used to
+judge a compiled program against its chip, and :func:`get_devices_for_topology`,
+which hands back deviceless TPU devices to compile for.
+
+Example:
+    >>> from aotcheck.topology import parse_topology
+    >>> t = parse_topology("v5litepod-16")
+    >>> t.name, t.libtpu_name, t.num_devices
+    ('v5e-16', 'v5e:4x4', 16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+from typing import Any, NamedTuple
+
+from aotcheck import _runtime
+
+GiB = 1 << 30
+_DATASHEETS = (
+    "Cloud TPU system architecture pages (cloud.google.com/tpu/docs/v4, /v5e, /v5p, "
+    "/v6e, /tpu7x): HBM capacity, HBM bandwidth and peak bf16 FLOP/s per chip"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """One TPU generation, with figures per JAX device (not per chip).
+
+    A v4 or v5p device is a whole (megacore) chip; a 7x device is half a chip.
+
+    Attributes:
+        family: User-facing prefix, e.g. ``"v5e"``.
+        libtpu_prefix: What libtpu calls it in a topology name, e.g. ``"v5"`` for v5p.
+        chip_config: libtpu's ``chip_config_name``.
+        devices_per_chip: JAX devices on one chip.
+        name_units_per_chip: How much one chip adds to the N of ``family-N``
+            (TensorCores for v4/v5p/7x, chips for v5e/v6e).
+        hbm_bytes: HBM capacity per device (datasheet).
+        hbm_limit_bytes: What XLA's TPU compiler lets one device use (measured
+            with this libtpu; a little below the capacity).
+        peak_bf16_flops: Peak bf16 FLOP/s per device (datasheet).
+        hbm_bandwidth: HBM bytes/s per device (datasheet).
+        source: Where the datasheet figures come from.
+    """
+
+    family: str
+    libtpu_prefix: str
+    chip_config: str
+    devices_per_chip: int
+    name_units_per_chip: int
+    hbm_bytes: int
+    hbm_limit_bytes: int
+    peak_bf16_flops: float
+    hbm_bandwidth: float
+    source: str = _DATASHEETS
+
+
+CHIPS: dict[str, Chip] = {
+    c.family: c
+    for c in (
+        Chip("v4", "v4", "megacore", 1, 2, 32 * GiB, int(30.75 * GiB), 275e12, 1200e9),
+        Chip("v5p", "v5", "megacore", 1, 2, 95 * GiB, int(95.74 * GiB), 459e12, 2765e9),
+        Chip("v5e", "v5e", "default", 1, 1, 16 * GiB, int(15.75 * GiB), 197e12, 819e9),
+        Chip("v6e", "v6e", "default", 1, 1, 32 * GiB, int(31.25 * GiB), 918e12, 1640e9),
+        # Ironwood: 192 GiB, 4614 TFLOP/s (bf16: 2307) and 7.37 TB/s per chip, 2 devices.
+        Chip("7x", "tpu7x", "default", 2, 2, 96 * GiB, int(94.75 * GiB), 1153.5e12, 3690e9),
+    )
+}
+
+# User-facing aliases of a family prefix.
+_ALIASES = {"v5litepod": "v5e", "tpu7x": "7x", "v5": "v5p"}
+
+# Physical shapes (chips) by family and N. Every row is checked against its own
+# name by the tests, and a sample against libtpu's device count.
+_SHAPES: dict[str, dict[int, tuple[int, ...]]] = {
+    "v4": {
+        8: (2, 2, 1), 16: (2, 2, 2), 32: (2, 2, 4), 64: (2, 4, 4), 128: (4, 4, 4),
+        256: (4, 4, 8), 512: (4, 8, 8), 1024: (8, 8, 8), 1536: (8, 8, 12),
+        2048: (8, 8, 16), 4096: (8, 16, 16),
+    },
+    "v5p": {
+        8: (2, 2, 1), 16: (2, 2, 2), 32: (2, 2, 4), 64: (2, 4, 4), 128: (4, 4, 4),
+        256: (4, 4, 8), 384: (4, 4, 12), 512: (4, 8, 8), 640: (4, 4, 20),
+        768: (4, 8, 12), 896: (4, 4, 28), 1024: (8, 8, 8), 1152: (4, 12, 12),
+        1280: (4, 8, 20), 1536: (8, 8, 12), 1792: (4, 8, 28), 2048: (8, 8, 16),
+        2560: (8, 8, 20), 3072: (8, 12, 16), 3584: (8, 8, 28), 4096: (8, 16, 16),
+        5120: (8, 16, 20), 6144: (12, 16, 16), 7168: (8, 16, 28), 8192: (16, 16, 16),
+        10240: (16, 16, 20), 12288: (16, 16, 24), 14336: (16, 16, 28),
+        17920: (16, 20, 28),
+    },
+    "v5e": {
+        1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8),
+        128: (8, 16), 256: (16, 16),
+    },
+    "v6e": {
+        1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8),
+        128: (8, 16), 256: (16, 16),
+    },
+    "7x": {
+        2: (1, 1, 1), 8: (2, 2, 1), 16: (2, 2, 2), 32: (2, 2, 4), 64: (2, 4, 4),
+        128: (4, 4, 4), 256: (4, 4, 8), 512: (4, 8, 8), 1024: (8, 8, 8),
+        2048: (8, 8, 16), 4096: (8, 16, 16),
+    },
+}
+
+
+class TopologyError(ValueError):
+    """A topology name or slice count that aotcheck cannot use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """One slice of TPU (or host CPU) devices, as a user names it.
+
+    Attributes:
+        name: Canonical user-facing name, e.g. ``"v5e-16"`` or ``"cpu-8"``.
+        chip: The chip generation; None for ``cpu-N``.
+        shape: Physical shape in chips (TPU) or ``(N,)`` (CPU).
+        num_devices: JAX devices in one slice.
+    """
+
+    name: str
+    chip: Chip | None
+    shape: tuple[int, ...]
+    num_devices: int
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.chip is not None
+
+    @property
+    def num_chips(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def libtpu_name(self) -> str:
+        """The ``topology_name`` libtpu takes, e.g. ``"v5e:4x4"``."""
+        if self.chip is None:
+            raise TopologyError(f"{self.name} is a host CPU topology; it has no libtpu name")
+        return f"{self.chip.libtpu_prefix}:{'x'.join(map(str, self.shape))}"
+
+    @property
+    def chips_per_host_bounds(self) -> tuple[int, int, int]:
+        """Chips per host: 2x2x1 except on single-chip slices."""
+        return (1, 1, 1) if self.num_chips == 1 else (2, 2, 1)
+
+
+def _tpu_topology(family: str, n: int) -> Topology:
+    chip = CHIPS[family]
+    shape = _SHAPES[family][n]
+    return Topology(f"{family}-{n}", chip, shape, math.prod(shape) * chip.devices_per_chip)
+
+
+def all_topologies() -> list[Topology]:
+    """Every TPU topology in the table, by family then size."""
+    return [_tpu_topology(f, n) for f in _SHAPES for n in sorted(_SHAPES[f])]
+
+
+def topology_names() -> list[str]:
+    """Every valid TPU topology name (``cpu-N`` for any N >= 1 is valid too)."""
+    return [t.name for t in all_topologies()]
+
+
+_NAME_RE = re.compile(r"^(?P<family>[a-z0-9]+?)-(?P<n>\d+)$")
+
+
+def parse_topology(name: str | Topology) -> Topology:
+    """Parses a user-facing topology name.
+
+    Args:
+        name: ``v4-8``, ``v5p-128``, ``v5e-16`` (or ``v5litepod-16``), ``v6e-8``,
+            ``7x-8`` (or ``tpu7x-8``), or ``cpu-N`` for N host CPU devices.
+
+    Returns:
+        The :class:`Topology`.
+
+    Raises:
+        TopologyError: The name is not in the table; the message lists the
+            closest valid names.
+    """
+    if isinstance(name, Topology):
+        return name
+    text = str(name).strip().lower()
+    match = _NAME_RE.match(text)
+    if match:
+        family = _ALIASES.get(match["family"], match["family"])
+        n = int(match["n"])
+        if family == "cpu" and n >= 1:
+            return Topology(f"cpu-{n}", None, (n,), n)
+        if family in _SHAPES and n in _SHAPES[family]:
+            return _tpu_topology(family, n)
+        if family in _SHAPES:
+            sizes = ", ".join(str(s) for s in sorted(_SHAPES[family]))
+            raise TopologyError(
+                f"Unknown topology {name!r}: {family} slices come in sizes {sizes} "
+                f"(write e.g. '{family}-{min(_SHAPES[family])}')."
+            )
+    close = difflib.get_close_matches(text, topology_names(), n=5, cutoff=0.5)
+    hint = f" Closest valid names: {', '.join(close)}." if close else ""
+    families = ", ".join(f"{f}-N" for f in _SHAPES)
+    raise TopologyError(
+        f"Unknown topology {name!r}.{hint} Valid families: {families} "
+        f"(aliases v5litepod-N, tpu7x-N) and cpu-N for host CPU devices; "
+        f"`python -m aotcheck topologies` lists every name."
+    )
+
+
+def check_num_slices(num_slices: Any) -> int:
+    """Returns ``num_slices`` as an int, or raises a clear error."""
+    if isinstance(num_slices, bool) or not isinstance(num_slices, int):
+        raise TopologyError(
+            f"The number of slices must be an integer >= 1, got {num_slices!r} "
+            f"({type(num_slices).__name__})."
+        )
+    if num_slices < 1:
+        raise TopologyError(f"The number of slices must be >= 1, got {num_slices}.")
+    return num_slices
+
+
+class TopologyDevices(NamedTuple):
+    """What :func:`get_devices_for_topology` returns."""
+
+    devices: list[Any]
+    devices_per_slice: int
+
+
+def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> TopologyDevices:
+    """Returns compile-only devices for ``num_slices`` slices of ``topology``.
+
+    TPU devices come from libtpu's deviceless topologies and need no TPU; with
+    more than one slice each carries ``slice_index``. ``cpu-N`` uses this host's
+    CPU devices (no libtpu needed), N per slice.
+
+    Args:
+        topology: A name accepted by :func:`parse_topology`.
+        num_slices: Slices connected over the data-center network (DCN).
+
+    Returns:
+        ``(devices, devices_per_slice)``.
+
+    Raises:
+        TopologyError: Unknown topology, a bad slice count, or libtpu missing.
+    """
+    topo = parse_topology(topology)
+    num_slices = check_num_slices(num_slices)
+    if not topo.is_tpu:
+        return TopologyDevices(_cpu_devices(topo.num_devices * num_slices), topo.num_devices)
+    if not _runtime.libtpu_available():
+        raise TopologyError(
+            f"Compiling for {topo.name} needs XLA's TPU compiler, which comes with the "
+            "'libtpu' package: pip install 'jax[tpu]' (at the version aotcheck pins). "
+            "Without it, use a host topology such as cpu-8."
+        )
+    devices = _tpu_devices(topo.libtpu_name, topo.chip.chip_config, topo.chips_per_host_bounds, num_slices)
+    expected = topo.num_devices * num_slices
+    if len(devices) != expected:  # The table and libtpu disagree: a bug in the table.
+        raise TopologyError(
+            f"libtpu gave {len(devices)} devices for {topo.name} x{num_slices} "
+            f"({topo.libtpu_name}); the topology table expects {expected}."
+        )
+    return TopologyDevices(devices, topo.num_devices)
+
+
+def _tpu_devices(
+    libtpu_name: str, chip_config: str, chips_per_host_bounds: tuple[int, ...], num_slices: int
+) -> list[Any]:
+    from jax.experimental import topologies  # Deferred: loads jax's backends.
+
+    with _runtime.quiet_libtpu_stderr():
+        desc = topologies.get_topology_desc(
+            platform="tpu",
+            topology_name=libtpu_name,
+            chip_config_name=chip_config,
+            chips_per_host_bounds=chips_per_host_bounds,
+            num_slices=num_slices,
+        )
+    return list(desc.devices)
+
+
+def _cpu_devices(count: int) -> list[Any]:
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        # Only possible before the first backend use; enough for every cpu-N asked.
+        jax.config.update("jax_num_cpu_devices", max(count, jax.config.jax_num_cpu_devices))
+    devices = jax.devices("cpu")
+    if len(devices) < count:
+        raise TopologyError(
+            f"cpu-{count} needs {count} host CPU devices but JAX already started with "
+            f"{len(devices)}. Set JAX_NUM_CPU_DEVICES={count} before JAX initializes."
+        )
+    return list(devices[:count])
+
+
+def parse_target(text: str) -> tuple[Topology, int | None]:
+    """Parses ``"v5e-16"`` or ``"v5e-16x2"`` (2 slices) into (topology, slices or None)."""
+    match = re.match(r"^(?P<topo>.+?)x(?P<slices>\d+)$", text.strip())
+    if match and match["topo"][-1].isdigit():
+        return parse_topology(match["topo"]), check_num_slices(int(match["slices"]))
+    return parse_topology(text), None
