@@ -198,10 +198,12 @@ def parse_topology(name: str | Topology) -> Topology:
         if family in _SHAPES and n in _SHAPES[family]:
             return _tpu_topology(family, n)
         if family in _SHAPES:
-            sizes = ", ".join(str(s) for s in sorted(_SHAPES[family]))
+            sizes = sorted(_SHAPES[family])
+            nearest = sorted(sizes, key=lambda s: (abs(s - n), s))[:3]
             raise TopologyError(
-                f"Unknown topology {name!r}: {family} slices come in sizes {sizes} "
-                f"(write e.g. '{family}-{min(_SHAPES[family])}')."
+                f"Unknown topology {name!r}. Closest valid names: "
+                f"{', '.join(f'{family}-{s}' for s in sorted(nearest))}. "
+                f"{family} slices come in sizes {', '.join(map(str, sizes))}."
             )
     close = difflib.get_close_matches(text, topology_names(), n=5, cutoff=0.5)
     hint = f" Closest valid names: {', '.join(close)}." if close else ""

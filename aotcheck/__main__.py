@@ -1,0 +1,5 @@
+import sys
+
+from aotcheck.cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""Running one case: build its config, compile its program, time it, take its figures.
+
+This is the library call under both the CLI and the pytest plugin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aotcheck.case import Case
+from aotcheck.compile import lower_config_programs, compile_lowered, resolve_compiler_options
+from aotcheck.config import Config
+from aotcheck.figures import program_figures
+from aotcheck.registry import REGISTRY, Registry
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """What compiling a case produced."""
+
+    case: Case
+    figures: dict[str, int | float]
+    compiler_options: dict[str, str]
+    lower_seconds: float
+    compile_seconds: float
+    compiled: Any = dataclasses.field(default=None, repr=False)
+
+
+def config_for(case: Case, registry: Registry = REGISTRY) -> Config:
+    """The config that defines ``case.program`` under ``case.config``."""
+    programs = registry.get(case.config).programs()
+    if case.program not in programs:
+        raise KeyError(
+            f"Config {case.config!r} has no program {case.program!r}; it has {', '.join(programs)}."
+        )
+    return programs[case.program]
+
+
+def unsupported_reason(config: Config, case: Case) -> str | None:
+    """Why ``config`` cannot run on the case's target, or None."""
+    from aotcheck.topology import parse_topology
+
+    devices = parse_topology(case.topology).num_devices * case.num_slices
+    if devices < config.min_devices:
+        return f"{case.config} needs at least {config.min_devices} devices; {case.topology}x{case.num_slices} has {devices}"
+    return None
+
+
+def run_case(
+    case: Case,
+    *,
+    registry: Registry = REGISTRY,
+    config: Config | None = None,
+    compiler_options: Mapping[str, Any] | None = None,
+) -> CaseResult:
+    """Lowers and compiles one case and returns its figures (raises CompileError on failure)."""
+    config = config or config_for(case, registry)
+    options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
+    start = time.perf_counter()
+    lowered = lower_config_programs(config, topology=case.topology, num_slices=case.num_slices, program=case.program)[
+        case.program
+    ]
+    lowered_at = time.perf_counter()
+    compiled = compile_lowered(lowered, options, what=case.id)
+    done = time.perf_counter()
+    return CaseResult(
+        case=case,
+        figures=program_figures(compiled, topology=case.topology),
+        compiler_options=options,
+        lower_seconds=lowered_at - start,
+        compile_seconds=done - lowered_at,
+        compiled=compiled,
+    )
