@@ -1,0 +1,1 @@
+"""pytest glue (see issue 3)."""

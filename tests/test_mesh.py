@@ -1,0 +1,85 @@
+"""Mesh shapes, overrides, and multi-slice layout over real libtpu devices."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from aotcheck.mesh import MeshError, MeshSpec, build_mesh, resolve_mesh_shape, split_ici_dcn
+from aotcheck.topology import get_devices_for_topology
+
+
+@given(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=4), st.data())
+def test_minus_one_is_inferred(sizes, data):
+    devices = math.prod(sizes)
+    i = data.draw(st.integers(0, len(sizes) - 1))
+    shape = list(sizes)
+    shape[i] = -1
+    slices = data.draw(st.sampled_from([d for d in (1, 2, 4) if sizes[0] % d == 0]))
+    resolved = resolve_mesh_shape(shape, num_devices=devices, num_slices=slices)
+    assert resolved == tuple(sizes)
+    ici, dcn = split_ici_dcn(resolved, slices)
+    assert tuple(a * b for a, b in zip(ici, dcn)) == resolved
+    assert math.prod(dcn) == slices
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.integers(1, 100))
+def test_shapes_that_do_not_fit_show_both(shape, devices):
+    if math.prod(shape) == devices:
+        return
+    with pytest.raises(MeshError) as e:
+        resolve_mesh_shape(shape, num_devices=devices)
+    assert str(tuple(shape)) in str(e.value) and str(devices) in str(e.value)
+
+
+def test_bad_shapes():
+    with pytest.raises(MeshError, match="at most one -1"):
+        resolve_mesh_shape((-1, -1), num_devices=4)
+    with pytest.raises(MeshError, match="not divisible by 3"):
+        resolve_mesh_shape((-1, 3), num_devices=16)
+    with pytest.raises(MeshError, match="divisible by the 2 slices"):
+        resolve_mesh_shape((1, -1), num_devices=16, num_slices=2)
+    with pytest.raises(MeshError, match="2 axes"):
+        MeshSpec(("data",), (2, 2))
+
+
+def test_default_puts_every_device_on_the_first_axis():
+    assert MeshSpec(("data", "model")).shape_for("v4-8") == (-1, 1)
+
+
+def test_overrides_by_topology_glob():
+    spec = MeshSpec(("data", "model"), (-1, 1), overrides={"v5e-*": (-1, 4), "v6e-8": (-1, 8)})
+    assert spec.shape_for("v5e-16") == (-1, 4)
+    assert spec.shape_for("v5litepod-16") == (-1, 4)
+    assert spec.shape_for("v6e-8") == (-1, 8)
+    assert spec.shape_for("v6e-16") == (-1, 1)
+
+
+def test_multi_slice_lays_slices_on_the_outer_data_axis():
+    devices, _ = get_devices_for_topology("v5e-16", 2)
+    mesh = build_mesh(MeshSpec(("data", "model"), (-1, 2)), "v5e-16", devices, num_slices=2)
+    assert mesh.devices.shape == (16, 2)
+    slice_of = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+    assert (slice_of[:8] == 0).all() and (slice_of[8:] == 1).all()
+    assert len({d.id for d in mesh.devices.flat}) == 32
+
+
+def test_physical_order_via_mesh_utils():
+    # (8, 2) on a 4x4 slice needs a split physical axis; still every device once.
+    devices, _ = get_devices_for_topology("v5e-16")
+    mesh = build_mesh(MeshSpec(("data", "model"), (8, 2)), "v5e-16", devices)
+    assert mesh.devices.shape == (8, 2)
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+
+
+def test_cpu_mesh():
+    devices, _ = get_devices_for_topology("cpu-4")
+    mesh = build_mesh(MeshSpec(("data", "model"), (-1, 2)), "cpu-4", devices)
+    assert mesh.devices.shape == (2, 2)
+
+
+def test_mesh_that_does_not_fit_the_topology():
+    devices, _ = get_devices_for_topology("v4-8")
+    with pytest.raises(MeshError, match=r"\(3, -1\).*4"):
+        build_mesh(MeshSpec(("data", "model"), (3, -1)), "v4-8", devices)

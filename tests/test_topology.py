@@ -1,0 +1,106 @@
+"""The topology table, checked row by row against its names and against libtpu."""
+
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from aotcheck import _runtime
+from aotcheck.topology import (
+    CHIPS,
+    TopologyError,
+    all_topologies,
+    check_num_slices,
+    get_devices_for_topology,
+    parse_target,
+    parse_topology,
+    topology_names,
+)
+
+
+@pytest.mark.parametrize("topo", all_topologies(), ids=lambda t: t.name)
+def test_every_row_agrees_with_its_name(topo):
+    family, n = topo.name.rsplit("-", 1)
+    chip = CHIPS[family]
+    assert topo.num_chips * chip.name_units_per_chip == int(n), "N counts cores (v4/v5p/7x) or chips"
+    assert topo.num_devices == topo.num_chips * chip.devices_per_chip
+    assert len(topo.shape) == (2 if family in ("v5e", "v6e") else 3)
+    assert topo.libtpu_name.startswith(chip.libtpu_prefix + ":")
+    assert chip.hbm_limit_bytes < chip.hbm_bytes
+
+
+# Across families and sizes: the smallest, a 1024-device one (v5p-2048), the
+# largest v4, v5p-3072 (a table once had 4x12x16 = 768 chips for it), 7x.
+@pytest.mark.parametrize(
+    "name,slices",
+    [("v4-8", 1), ("v4-4096", 1), ("v5p-8", 2), ("v5p-2048", 1), ("v5p-3072", 1), ("v5e-1", 1),
+     ("v5e-16", 2), ("v5litepod-256", 1), ("v6e-8", 1), ("v6e-256", 2), ("7x-2", 1), ("tpu7x-128", 1)],
+)
+def test_libtpu_device_count_matches_table(name, slices):
+    topo = parse_topology(name)
+    devices, per_slice = get_devices_for_topology(name, slices)
+    assert per_slice == topo.num_devices
+    assert len(devices) == topo.num_devices * slices
+    if slices > 1:
+        assert sorted({d.slice_index for d in devices}) == list(range(slices))
+
+
+def test_aliases_and_case():
+    assert parse_topology("v5litepod-16").name == "v5e-16"
+    assert parse_topology("TPU7x-8").name == "7x-8"
+    assert parse_topology("v5-8").name == "v5p-8"
+    assert parse_topology("cpu-4").num_devices == 4
+
+
+@given(st.sampled_from(topology_names()))
+def test_names_round_trip(name):
+    assert parse_topology(name).name == name
+    assert parse_topology(parse_topology(name)) == parse_topology(name)
+
+
+@given(st.text(max_size=20))
+def test_any_text_parses_or_raises_topology_error(text):
+    try:
+        parse_topology(text)
+    except TopologyError as e:
+        assert "topology" in str(e).lower()
+
+
+def test_unknown_size_lists_closest_names():
+    with pytest.raises(TopologyError, match=r"Closest valid names: v5e-8, v5e-16, v5e-32"):
+        parse_topology("v5e-17")
+
+
+def test_unknown_family_lists_closest_names_and_families():
+    with pytest.raises(TopologyError) as e:
+        parse_topology("v5f-16")
+    assert "v5e-16" in str(e.value) and "cpu-N" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None])
+def test_bad_slice_counts(bad):
+    with pytest.raises(TopologyError, match="slices"):
+        check_num_slices(bad)
+    with pytest.raises(TopologyError, match="slices"):
+        get_devices_for_topology("v4-8", bad)
+
+
+def test_missing_libtpu_says_what_to_install(monkeypatch):
+    # Pure logic: pretend the package is absent (it is installed in this environment).
+    monkeypatch.setattr(_runtime, "libtpu_available", lambda: False)
+    with pytest.raises(TopologyError, match=r"libtpu.*cpu-8"):
+        get_devices_for_topology("v5e-16")
+    assert len(get_devices_for_topology("cpu-2").devices) == 2  # cpu-N still works
+
+
+@given(st.sampled_from(topology_names()), st.integers(1, 64))
+def test_parse_target(name, slices):
+    topo, parsed = parse_target(f"{name}x{slices}")
+    assert (topo.name, parsed) == (name, slices)
+    assert parse_target(name) == (parse_topology(name), None)
+
+
+def test_per_device_figures_follow_devices_per_chip():
+    # A 7x device is half a chip: per-device figures are half the chip's.
+    assert CHIPS["7x"].peak_bf16_flops * 2 == pytest.approx(2307e12)
+    assert math.isclose(CHIPS["v5e"].peak_bf16_flops, 197e12)
