@@ -168,7 +168,7 @@ def make_train_step(config: TrainerConfig) -> Callable[[Any, Any], tuple[Any, An
         updates, opt_state = config.optimizer.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
-        return new_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+        return new_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     return train_step
 

@@ -10,9 +10,9 @@ compiles; the inference config offers ``prefill`` and ``sample_decode`` (prefill
 plus a ``lax.fori_loop`` of single-token steps over a KV cache).
 
 Example:
-    >>> from aotcheck.models.lm import LMConfig
-    >>> LMConfig(vocab=256, d_model=64, n_layers=2, n_heads=4, d_ff=256).num_params()
-    132288
+    >>> from aotcheck.models.lm import TINY
+    >>> TINY.num_params()
+    656000
 """
 
 from __future__ import annotations
@@ -277,3 +277,18 @@ def inference_config(cfg: LMConfig, **overrides: Any) -> InferenceConfig:
         mesh=cfg.mesh,
         **overrides,
     )
+
+
+# Presets. ``TINY`` compiles in seconds (tests, the default gate); ``ONE_B`` is
+# the realistic one for the main job (18 layers, d_model 2048, 1.04B params).
+TINY = LMConfig(
+    vocab=1024, d_model=128, n_layers=2, n_heads=4, d_ff=512,
+    seq_len=128, batch=32, prompt_len=32, decode_len=16, decode_batch=32,
+    mesh=MeshSpec(("data", "model"), (-1, 2)),
+)
+ONE_B = LMConfig(
+    vocab=32_000, d_model=2048, n_layers=18, n_heads=16, d_ff=8192,
+    seq_len=1024, batch=64, prompt_len=128, decode_len=128, decode_batch=32,
+    # Pure FSDP by default; tensor parallel on the 16-GiB v5e chips.
+    mesh=MeshSpec(("data", "model"), (-1, 1), overrides={"v5e-*": (-1, 2)}),
+)
