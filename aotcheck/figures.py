@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aotcheck.topology import Topology, parse_topology
 
 # (figure name, attribute of jax's CompiledMemoryStats)
 _MEMORY = (
@@ -52,18 +51,14 @@ def cost_figures(compiled: Any) -> dict[str, float]:
     return {name: float(cost.get(key, 0.0)) for name, key in _COST}
 
 
-def program_figures(compiled: Any, *, topology: str | Topology | None = None) -> dict[str, int | float]:
+def program_figures(compiled: Any) -> dict[str, int | float]:
     """All figures of one compiled program, as a flat dict.
 
     Example:
-        >>> figures = program_figures(compiled, topology="v5e-16")  # doctest: +SKIP
+        >>> figures = program_figures(compiled)  # doctest: +SKIP
         >>> figures["peak_bytes"], figures["flops_xla"]  # doctest: +SKIP
     """
     figures: dict[str, int | float] = {}
     figures.update(memory_figures(compiled))
     figures.update(cost_figures(compiled))
-    if topology is not None:
-        chip = parse_topology(topology).chip
-        if chip is not None:
-            figures["hbm_capacity_bytes"] = chip.hbm_bytes
     return figures

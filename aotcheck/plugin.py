@@ -1,1 +1,373 @@
-"""pytest glue (see issue 3)."""
+"""The pytest plugin: registered configs x topologies x slices as test items.
+
+Thin glue over :mod:`aotcheck.check`: options and ini values in, one item per
+case, each item's :class:`~aotcheck.check.Outcome` out through the report's
+``user_properties`` (so xdist carries it to the controller and JUnit XML
+records it), and a summary, a JSON report and stale-golden detection on the
+controller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aotcheck import _runtime
+from aotcheck.case import Case
+from aotcheck.compare import Tolerance, ToleranceError, parse_tolerances
+from aotcheck.golden import GoldenError, GoldenStore
+from aotcheck.loader import LoaderError, load_config_modules
+from aotcheck.registry import REGISTRY, RegistryError
+from aotcheck.topology import Topology, TopologyError, parse_target
+
+NODE_PREFIX = "aotcheck::"
+PROPERTY = "aotcheck"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("aotcheck", "aotcheck: AOT-compile registered configs for TPU topologies")
+    group.addoption("--aot-topologies", help="topologies to check, e.g. v4-8,v5e-16 (v5e-16x2: 2 slices only). "
+                    "Without any (here or in the ini), the plugin adds no tests.")
+    group.addoption("--aot-slices", help="slice counts for every topology, e.g. 1,2 (default 1)")
+    group.addoption("--aot-configs", help="glob(s) over config names, e.g. 'lm-*' (default all)")
+    group.addoption("--aot-golden-dir", help="golden directory (default golden/ at the rootdir)")
+    group.addoption("--update-golden", action="store_true", default=False,
+                    help="write the figures of the cases that run as their goldens (and pass them); "
+                    "cases that do not run are left alone")
+    group.addoption("--aot-strict", action="store_true", default=None,
+                    help="fail on improvements beyond tolerance too, to keep baselines tight")
+    group.addoption("--aot-report", metavar="PATH", help="write every case's figures, golden and verdict as JSON")
+    parser.addini("aot_topologies", "default --aot-topologies", type="args", default=[])
+    parser.addini("aot_slices", "default --aot-slices", type="args", default=[])
+    parser.addini("aot_configs", "default --aot-configs", type="args", default=[])
+    parser.addini("aot_golden_dir", "default --aot-golden-dir, relative to the rootdir", default="golden")
+    parser.addini("aot_strict", "default --aot-strict", type="bool", default=False)
+    parser.addini("aot_tolerances", "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
+                  type="linelist", default=[])
+    parser.addini("aot_config_modules", "modules or .py files (rootdir-relative) that register configs",
+                  type="linelist", default=[])
+
+
+def _split(value: str | None) -> list[str]:
+    return [v for v in re.split(r"[,\s]+", value or "") if v]
+
+
+@dataclasses.dataclass
+class Settings:
+    """The plugin's settings, parsed and checked."""
+
+    targets: list[tuple[Topology, int]]
+    config_globs: list[str]
+    store: GoldenStore
+    update: bool
+    strict: bool
+    tolerances: tuple[tuple[str, Tolerance], ...]
+    report_path: Path | None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "Settings":
+        def pick(option: str, ini: str) -> list[str]:
+            value = config.getoption(option)
+            return _split(value) if value is not None else list(config.getini(ini))
+
+        try:
+            slices = [_parse_slices(s) for s in pick("aot_slices", "aot_slices")] or [1]
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+        targets: list[tuple[Topology, int]] = []
+        for text in pick("aot_topologies", "aot_topologies"):
+            try:
+                topology, fixed = parse_target(text)
+            except TopologyError as e:
+                raise pytest.UsageError(f"--aot-topologies: {e}") from None
+            for n in [fixed] if fixed else slices:
+                if (topology, n) not in targets:
+                    targets.append((topology, n))
+        try:
+            tolerances = parse_tolerances(config.getini("aot_tolerances"))
+        except ToleranceError as e:
+            raise pytest.UsageError(f"aot_tolerances: {e}") from None
+        golden_dir = config.getoption("aot_golden_dir") or config.getini("aot_golden_dir")
+        strict = config.getoption("aot_strict")
+        report = config.getoption("aot_report")
+        return cls(
+            targets=targets,
+            config_globs=pick("aot_configs", "aot_configs"),
+            store=GoldenStore(config.rootpath / golden_dir),
+            update=config.getoption("update_golden"),
+            strict=config.getini("aot_strict") if strict is None else strict,
+            tolerances=tolerances,
+            report_path=Path(report) if report else None,
+        )
+
+
+def _parse_slices(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"--aot-slices: {text!r} is not a slice count; give integers >= 1, e.g. --aot-slices=1,2")
+    return int(text)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "aotcheck: an AOT compile case generated by aotcheck")
+    settings = Settings.from_config(config)
+    if not settings.targets:
+        return  # No topology asked for: stay out of ordinary test runs.
+    if settings.update:
+        try:
+            settings.store.check_writable()
+        except GoldenError as e:
+            raise pytest.UsageError(str(e)) from None
+    try:
+        load_config_modules(config.getini("aot_config_modules"), rootdir=config.rootpath)
+    except LoaderError as e:
+        raise pytest.UsageError(f"aot_config_modules: {e}") from None
+    _reserve_cpu_devices(settings.targets)
+    config.pluginmanager.register(AotSession(config, settings), "aotcheck-session")
+
+
+def _reserve_cpu_devices(targets: list[tuple[Topology, int]]) -> None:
+    # cpu-N needs N host devices, fixed when JAX's CPU backend starts.
+    needed = max((t.num_devices * n for t, n in targets if not t.is_tpu), default=0)
+    if needed:
+        import jax
+        from jax._src import xla_bridge
+
+        if not xla_bridge.backends_are_initialized():
+            jax.config.update("jax_num_cpu_devices", max(needed, jax.config.jax_num_cpu_devices))
+
+
+class AotFailure(Exception):
+    """A failed case; its message is the whole explanation (no traceback)."""
+
+
+class AotCollector(pytest.Collector):
+    """Parent of the generated items (they belong to no test file)."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
+class AotItem(pytest.Item):
+    """One case: compile, compare with golden, maybe accept."""
+
+    def __init__(self, *, case: Case, aot: "AotSession", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.aot = aot
+        self.add_marker("aotcheck")
+
+    def runtest(self) -> None:
+        from aotcheck.check import check_case  # Deferred: imports jax.
+
+        s = self.aot.settings
+        outcome = check_case(self.case, store=s.store, tolerances=s.tolerances, update=s.update)
+        self.user_properties.append((PROPERTY, json.dumps(outcome.to_json(), sort_keys=True)))
+        for name, value in sorted((outcome.figures or {}).items()):
+            self.user_properties.append((f"aotcheck.{name}", value))
+        if outcome.failed(strict=s.strict):
+            raise AotFailure(outcome.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, AotFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.case.id
+
+
+class AotBuildErrorItem(pytest.Item):
+    """Stands for a config whose builder failed, so the failure has a place to show."""
+
+    def __init__(self, *, error: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise AotFailure(self.error)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.name
+
+
+class AotSession:
+    """Per-session state: builds the items, gathers outcomes, reports."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self.empty_reason: str | None = None
+
+    # Collection -------------------------------------------------------------
+
+    def matrix(self) -> tuple[list[tuple[Case, str | None]], list[tuple[str, str]]]:
+        """All selected cases (with a skip reason or None), and configs that failed to build."""
+        from aotcheck.runner import unsupported_reason
+
+        cases, broken = [], []
+        entries = REGISTRY.select(self.settings.config_globs or None)
+        for entry in entries:
+            try:
+                programs = entry.programs()
+            except RegistryError as e:
+                broken.append((entry.name, str(e)))
+                continue
+            for program, cfg in programs.items():
+                for topology, slices in self.settings.targets:
+                    case = Case(entry.name, program, topology.name, slices)
+                    cases.append((case, unsupported_reason(cfg, case)))
+        if not entries:
+            globs = ", ".join(self.settings.config_globs)
+            self.empty_reason = (
+                f"no registered config matches --aot-configs={globs} (registered: {', '.join(REGISTRY.names())})"
+                if len(REGISTRY) else
+                "no configs are registered: call aotcheck.register(...) in the rootdir conftest.py "
+                "or in a module listed in the aot_config_modules ini option"
+            )
+        return cases, broken
+
+    @pytest.hookimpl(tryfirst=True)  # Before -k/-m deselection, so they select our items too.
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        parent = AotCollector.from_parent(session, name="aotcheck", nodeid="aotcheck")
+        cases, broken = self.matrix()
+        for name, error in broken:
+            items.append(AotBuildErrorItem.from_parent(parent, name=f"{name}/<build>", error=error))
+        for case, skip in cases:
+            item = AotItem.from_parent(parent, name=case.id, case=case, aot=self)
+            if skip:
+                item.add_marker(pytest.mark.skip(reason=skip))
+            items.append(item)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        s = self.settings
+        toolchain = ", ".join(f"{k} {v}" for k, v in _runtime.toolchain().items())
+        targets = ", ".join(f"{t.name}x{n}" for t, n in s.targets)
+        lines = [f"aotcheck: {targets}; goldens in {s.store.root}{' (updating)' if s.update else ''}; {toolchain}"]
+        foreign = self._foreign_toolchain_goldens()
+        if foreign:
+            lines.append(f"aotcheck: WARNING: {len(foreign)} golden file(s) were made with another toolchain "
+                         f"({foreign[0]}); their figures may differ for that reason alone")
+        return lines
+
+    def _foreign_toolchain_goldens(self) -> list[str]:
+        from aotcheck.golden import parse_document
+
+        now = _runtime.toolchain()
+        out = []
+        for rel, path in self.settings.store.cases().items():
+            try:
+                golden = parse_document(path.read_text(), path)
+            except (GoldenError, OSError):
+                continue
+            if any(golden.toolchain.get(k) != v for k, v in now.items()):
+                out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in now))
+        return out
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+        if self.empty_reason:
+            return [f"aotcheck: nothing to check: {self.empty_reason}"]
+        return []
+
+    # Results ----------------------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not report.nodeid.startswith(NODE_PREFIX):
+            return
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                outcome = json.loads(value)
+                outcome["failed"] = report.failed
+                self.outcomes[outcome["case"]] = outcome
+                return
+        if report.skipped or (report.failed and report.when != "teardown"):
+            case_id = report.nodeid[len(NODE_PREFIX):]
+            reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.outcomes.setdefault(case_id, {"case": case_id, "verdict": "skipped" if report.skipped else "error",
+                                               "message": reason, "failed": report.failed})
+
+    def _is_controller(self) -> bool:
+        return not hasattr(self.config, "workerinput")
+
+    def stale_goldens(self) -> list[str]:
+        """Golden files with no registered (config, program): judged on the whole registry,
+        so deselected, skipped and other-shard cases never count."""
+        known: set[tuple[str, str]] = set()
+        unbuildable: set[str] = set()
+        for entry in REGISTRY:
+            try:
+                known.update((entry.name, p) for p in entry.programs())
+            except RegistryError:
+                unbuildable.add(entry.name)
+        stale = []
+        for rel in self.settings.store.cases():
+            try:
+                case = Case.parse(rel.removesuffix(".json"))
+                parse_target(f"{case.topology}x{case.num_slices}")
+            except (ValueError, TopologyError):
+                stale.append(rel)
+                continue
+            if case.config in unbuildable or case.golden_relpath != rel:
+                continue
+            if (case.config, case.program) not in known:
+                stale.append(rel)
+        return stale
+
+    def _whole_matrix_ran(self) -> bool:
+        cases, broken = self.matrix()
+        if self.settings.config_globs or broken:
+            return False
+        return all(case.id in self.outcomes for case, _ in cases)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self._is_controller():
+            return
+        self.stale = self.stale_goldens()
+        self.removed: list[str] = []
+        if self.settings.update and self.stale and self._whole_matrix_ran():
+            for rel in self.stale:
+                (self.settings.store.root / rel).unlink(missing_ok=True)
+            self.removed, self.stale = self.stale, []
+        if self.settings.report_path:
+            from aotcheck.report import write_report
+
+            write_report(self.settings.report_path, list(self.outcomes.values()), stale=self.stale)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if not self._is_controller() or not (self.outcomes or getattr(self, "stale", None)):
+            return
+        from aotcheck.report import terminal_summary
+
+        tr = terminalreporter
+        tr.write_sep("=", "aotcheck summary")
+        tr.write_line(terminal_summary(list(self.outcomes.values())))
+        improved = [o for o in self.outcomes.values() if o["verdict"] == "improvement" and not o["failed"]]
+        for o in improved:
+            tr.write_line("")
+            tr.write_line(f"note: {o['message']}")
+        if self.settings.update:
+            actions = [o.get("golden_action") for o in self.outcomes.values()]
+            counts = {a: actions.count(a) for a in ("created", "changed", "unchanged")}
+            tr.write_line(
+                f"\naotcheck --update-golden: {counts['created']} created, {counts['changed']} changed, "
+                f"{counts['unchanged']} unchanged; golden files of cases that did not run were left alone."
+            )
+        for rel in getattr(self, "removed", []):
+            tr.write_line(f"aotcheck: removed stale golden {rel}")
+        stale = getattr(self, "stale", [])
+        if stale:
+            tr.write_line(
+                f"\naotcheck: WARNING: {len(stale)} stale golden file(s) with no registered case: "
+                + ", ".join(stale)
+                + ". Remove them, or run --update-golden over the whole matrix (no -k, no --aot-configs).",
+                yellow=True,
+            )

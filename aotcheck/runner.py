@@ -68,7 +68,7 @@ def run_case(
     done = time.perf_counter()
     return CaseResult(
         case=case,
-        figures=program_figures(compiled, topology=case.topology),
+        figures=program_figures(compiled),
         compiler_options=options,
         lower_seconds=lowered_at - start,
         compile_seconds=done - lowered_at,

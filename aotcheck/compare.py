@@ -1,0 +1,140 @@
+"""Comparing figures with their golden: per-metric tolerances with a direction.
+
+Every figure is a cost: growth beyond tolerance is a regression, a drop beyond
+tolerance an improvement (reported; a failure only in strict mode, so that
+baselines stay tight). A tolerance is relative with an absolute floor.
+
+Example:
+    >>> from aotcheck.compare import compare, parse_tolerances
+    >>> tol = parse_tolerances(["peak_bytes = 1% + 1KiB"])
+    >>> [r.status for r in compare({"peak_bytes": 100_000}, {"peak_bytes": 102_000}, tol)]
+    ['regression']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+
+class ToleranceError(ValueError):
+    """A tolerance line that does not parse."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Allowed change: ``max(rel * |golden|, abs)``."""
+
+    rel: float = 0.0
+    abs: float = 0.0
+
+    def allowed(self, golden: float) -> float:
+        return max(self.rel * abs(golden), self.abs)
+
+    def __str__(self) -> str:
+        parts = [f"{self.rel * 100:g}%"] if self.rel else []
+        if self.abs:
+            parts.append(f"{self.abs:g}")
+        return " + ".join(parts) or "exact"
+
+
+# Defaults, first match wins. Figures are bit-identical across runs on one
+# toolchain, so these only absorb deliberate small changes.
+DEFAULT_TOLERANCES: tuple[tuple[str, Tolerance], ...] = (
+    ("*_bytes", Tolerance(rel=0.01, abs=64 * 1024)),
+    ("*flops*", Tolerance(rel=0.01, abs=0)),
+    ("*", Tolerance(rel=0.02, abs=0)),
+)
+
+_UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_NUMBER = r"[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?"
+_LINE = re.compile(
+    rf"^\s*(?P<glob>[^=\s]+)\s*=\s*(?:(?P<rel>{_NUMBER})\s*%)?\s*(?:\+?\s*(?P<abs>{_NUMBER})\s*(?P<unit>[a-z]*))?\s*$",
+    re.IGNORECASE,
+)
+
+
+def parse_tolerance_line(line: str) -> tuple[str, Tolerance]:
+    """``"peak_bytes = 0.5% + 1MiB"`` -> ``("peak_bytes", Tolerance(0.005, 1048576))``."""
+    match = _LINE.match(line)
+    if not match or (match["rel"] is None and match["abs"] is None):
+        raise ToleranceError(
+            f"Cannot parse tolerance {line!r}; write METRIC_GLOB = REL% [+ ABS[unit]], "
+            "e.g. 'peak_bytes = 1% + 64KiB' or 'flops* = 0.5%'."
+        )
+    unit = (match["unit"] or "").lower()
+    if unit not in _UNITS:
+        raise ToleranceError(f"Unknown unit {match['unit']!r} in tolerance {line!r}; use one of KiB, MiB, GiB, K, M, G, T.")
+    rel = float(match["rel"]) / 100 if match["rel"] is not None else 0.0
+    absolute = float(match["abs"]) * _UNITS[unit] if match["abs"] is not None else 0.0
+    return match["glob"], Tolerance(rel, absolute)
+
+
+def parse_tolerances(lines: Iterable[str]) -> tuple[tuple[str, Tolerance], ...]:
+    """User lines first, then the defaults."""
+    user = tuple(parse_tolerance_line(line) for line in lines if line.strip())
+    return user + DEFAULT_TOLERANCES
+
+
+def tolerance_for(metric: str, tolerances: Sequence[tuple[str, Tolerance]]) -> Tolerance:
+    for glob, tol in tolerances:
+        if fnmatch.fnmatchcase(metric, glob):
+            return tol
+    return Tolerance()
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One metric's comparison."""
+
+    metric: str
+    golden: float | None
+    now: float | None
+    tolerance: Tolerance
+    status: str  # ok | regression | improvement | new | gone
+
+    @property
+    def delta(self) -> float | None:
+        if self.golden is None or self.now is None:
+            return None
+        return self.now - self.golden
+
+    @property
+    def ratio(self) -> float | None:
+        if self.delta is None or not self.golden:
+            return None
+        return self.delta / abs(self.golden)
+
+
+def compare_metric(metric: str, golden: float | None, now: float | None, tol: Tolerance) -> Row:
+    if golden is None:
+        return Row(metric, None, now, tol, "new")
+    if now is None:
+        return Row(metric, golden, None, tol, "gone")
+    delta = now - golden
+    allowed = tol.allowed(golden)
+    status = "regression" if delta > allowed else "improvement" if -delta > allowed else "ok"
+    return Row(metric, golden, now, tol, status)
+
+
+def compare(
+    golden: Mapping[str, float], now: Mapping[str, float], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES
+) -> list[Row]:
+    """Compares every metric present on either side, sorted by name."""
+    return [
+        compare_metric(m, golden.get(m), now.get(m), tolerance_for(m, tolerances))
+        for m in sorted(set(golden) | set(now))
+    ]
+
+
+def verdict(rows: Sequence[Row]) -> str:
+    """``"regression"``, ``"improvement"`` or ``"pass"``."""
+    statuses = {r.status for r in rows}
+    if "regression" in statuses:
+        return "regression"
+    if "improvement" in statuses:
+        return "improvement"
+    return "pass"

@@ -1,0 +1,160 @@
+"""The golden store: one JSON file per case, written atomically, read strictly.
+
+Layout: ``<golden dir>/<config>/<program>@<topology>x<slices>.json``, sorted
+keys, integer bytes, plus the toolchain and compiler options that produced the
+figures (figures are only comparable under the same compiler).
+
+Example:
+    >>> import tempfile
+    >>> from aotcheck.case import Case
+    >>> from aotcheck.golden import GoldenStore
+    >>> store = GoldenStore(tempfile.mkdtemp())
+    >>> case = Case("lm-tiny", "train_step", "v4-8", 1)
+    >>> store.write(case, {"peak_bytes": 1024}, toolchain={"jax": "0.10.2"}, compiler_options={})
+    'created'
+    >>> store.read(case).figures
+    {'peak_bytes': 1024}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from aotcheck.case import Case
+
+FORMAT = 1
+
+
+class GoldenError(ValueError):
+    """A golden file that cannot be read; the message names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Golden:
+    """What a golden file holds."""
+
+    figures: dict[str, int | float]
+    toolchain: dict[str, str | None]
+    compiler_options: dict[str, str]
+    path: Path
+
+
+def golden_document(
+    case: Case, figures: dict[str, int | float], *, toolchain: dict[str, Any], compiler_options: dict[str, str]
+) -> dict[str, Any]:
+    """The JSON document stored for ``case``."""
+    return {
+        "format": FORMAT,
+        "case": case.id,
+        "figures": {k: _plain(v) for k, v in figures.items()},
+        "toolchain": dict(toolchain),
+        "compiler_options": dict(compiler_options),
+    }
+
+
+def _plain(value: int | float) -> int | float:
+    # Integers stay integers (bytes); integral floats (FLOP counts) too, so the
+    # files read the same whatever produced them.
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+def dumps(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def parse_document(text: str, path: Path) -> Golden:
+    """Parses and validates a golden file's text; GoldenError names ``path``."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise GoldenError(f"Golden file {path} is not valid JSON ({e}). Fix it, or regenerate it with --update-golden.") from e
+    if not isinstance(doc, dict):
+        raise GoldenError(f"Golden file {path} must hold a JSON object, not {type(doc).__name__}.")
+    for key, kind in (("figures", dict), ("toolchain", dict), ("compiler_options", dict)):
+        if key not in doc:
+            raise GoldenError(f"Golden file {path} has no {key!r} key. Regenerate it with --update-golden.")
+        if not isinstance(doc[key], kind):
+            raise GoldenError(f"Golden file {path}: {key!r} must be an object, not {type(doc[key]).__name__}.")
+    for name, value in doc["figures"].items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise GoldenError(
+                f"Golden file {path}: figure {name!r} must be a number, not {value!r}. "
+                "Fix it, or regenerate it with --update-golden."
+            )
+    return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` via a temporary file and a rename: never half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class GoldenStore:
+    """Golden files under one directory."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def path(self, case: Case) -> Path:
+        return self.root / case.golden_relpath
+
+    def read(self, case: Case) -> Golden | None:
+        """The case's golden, None if it has none; GoldenError if it is corrupt."""
+        path = self.path(case)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        return parse_document(text, path)
+
+    def write(
+        self,
+        case: Case,
+        figures: dict[str, int | float],
+        *,
+        toolchain: dict[str, Any],
+        compiler_options: dict[str, str],
+    ) -> str:
+        """Writes the case's golden; returns ``"created"``, ``"changed"`` or ``"unchanged"``."""
+        path = self.path(case)
+        text = dumps(golden_document(case, figures, toolchain=toolchain, compiler_options=compiler_options))
+        try:
+            old = path.read_text()
+        except FileNotFoundError:
+            old = None
+        if old == text:
+            return "unchanged"
+        atomic_write_text(path, text)
+        return "created" if old is None else "changed"
+
+    def cases(self) -> dict[str, Path]:
+        """Every golden file present, by relative path (``config/program@topoxN.json``)."""
+        if not self.root.is_dir():
+            return {}
+        return {p.relative_to(self.root).as_posix(): p for p in sorted(self.root.rglob("*.json"))}
+
+    def check_writable(self) -> None:
+        """Raises GoldenError unless golden files can be written here."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=self.root, prefix=".aotcheck-probe-", delete=True)
+            probe.close()
+        except OSError as e:
+            raise GoldenError(f"The golden directory {self.root} is not writable ({e.strerror}); --update-golden needs it.") from e

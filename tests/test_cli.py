@@ -1,0 +1,59 @@
+"""``python -m aotcheck`` as a user runs it: a subprocess from the repository root."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "aotcheck", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_topologies_table_and_json():
+    out = run("topologies")
+    assert out.returncode == 0
+    assert "v5e-16" in out.stdout and "v5e:4x4" in out.stdout
+    rows = json.loads(run("topologies", "--json").stdout)
+    assert {"name": "v4-8", "devices": 4}.items() <= next(r for r in rows if r["name"] == "v4-8").items()
+
+
+def test_configs_lists_the_reference_configs():
+    out = run("configs")
+    assert out.returncode == 0
+    assert "lm-tiny" in out.stdout and "sample_decode" in out.stdout and "lm-1b" in out.stdout
+
+
+def test_configs_without_any_registered(tmp_path):
+    out = run("configs", cwd=tmp_path)
+    assert out.returncode == 1 and "No configs registered" in out.stdout
+
+
+def test_compile_json_and_dump_hlo(tmp_path):
+    out = run("compile", "lm-tiny", "--topology", "v4-8", "--method", "prefill", "--json",
+              "--dump-hlo", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)["prefill"]["figures"]
+    assert figures["peak_bytes"] > 0 and figures["flops_xla"] > 0
+    hlo = (tmp_path / "lm-tiny.prefill@v4-8x1.hlo.txt").read_text()
+    assert hlo.startswith("HloModule")
+    assert "TPU_WORKER_HOSTNAMES" not in out.stderr  # libtpu's start-up noise is kept out
+
+
+def test_compile_table():
+    out = run("compile", "lm-tiny", "--topology", "v5e-16", "--slices", "2", "--method", "train_step")
+    assert out.returncode == 0, out.stderr
+    assert "lm-tiny/train_step@v5e-16x2" in out.stdout and "peak/HBM" in out.stdout
+
+
+def test_bad_input_is_a_clear_error():
+    out = run("compile", "lm-tiny", "--topology", "v5e-17")
+    assert out.returncode == 2 and "Closest valid names: v5e-8, v5e-16, v5e-32" in out.stderr
+    out = run("compile", "lm-nope", "--topology", "v4-8")
+    assert out.returncode == 2 and "No config named 'lm-nope'" in out.stderr
+    out = run("compile", "lm-tiny", "--topology", "v4-8", "--slices", "0")
+    assert out.returncode == 2 and "slices must be >= 1" in out.stderr
+    out = run("compile", "lm-tiny", "--topology", "v4-8", "--method", "nope")
+    assert out.returncode == 2 and "no program 'nope'" in out.stderr
