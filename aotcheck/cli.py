@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aotcheck.case import Case
 from aotcheck.compile import CompileError
-from aotcheck.format import fmt_bytes, fmt_count, table
+from aotcheck.format import fmt_bytes, fmt_count, fmt_share, table
 from aotcheck.loader import LoaderError, load_config_modules
 from aotcheck.registry import REGISTRY, RegistryError
 from aotcheck.topology import CHIPS, TopologyError, all_topologies, check_num_slices, parse_topology
@@ -97,7 +97,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     rows = []
     for r in results:
         f = r.figures
-        pct = f"{f['peak_bytes'] / hbm * 100:.1f}%" if hbm else "-"
+        pct = fmt_share(f["peak_bytes"] / hbm) if hbm else "-"
         rows.append([r.case.id, f"{r.compile_seconds:.1f}s", fmt_bytes(f["argument_bytes"]),
                      fmt_bytes(f["output_bytes"]), fmt_bytes(f["alias_bytes"]), fmt_bytes(f["temp_bytes"]),
                      fmt_bytes(f["generated_code_bytes"]), fmt_bytes(f["peak_bytes"]), pct,

@@ -29,6 +29,13 @@ def fmt_count(n: float | int | None) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_share(x: float | None) -> str:
+    """A share of a capacity: ``0.4312 -> '43.1%'``, small ones still visible (``'0.012%'``)."""
+    if x is None:
+        return "-"
+    return f"{x * 100:.1f}%" if x >= 0.001 else f"{x * 100:.2g}%"
+
+
 def fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.1f}%"
 

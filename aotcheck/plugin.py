@@ -178,7 +178,7 @@ class AotItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.case.id
+        return self.path, 0, self.case.id
 
 
 class AotBuildErrorItem(pytest.Item):
@@ -195,7 +195,7 @@ class AotBuildErrorItem(pytest.Item):
         return str(excinfo.value)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.name
+        return self.path, 0, self.name
 
 
 class AotSession:

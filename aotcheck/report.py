@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.format import fmt_bytes, fmt_count, table
+from aotcheck.format import fmt_bytes, fmt_count, fmt_share, table
 from aotcheck.golden import atomic_write_text
 from aotcheck.topology import TopologyError, parse_topology
 
@@ -48,7 +48,7 @@ def summary_rows(outcomes: Sequence[dict[str, Any]]) -> list[list[str]]:
             o["case"],
             f"{seconds:.1f}s" if seconds is not None else "-",
             fmt_bytes(figures.get("peak_bytes")) if figures else "-",
-            f"{frac * 100:.1f}%" if frac is not None else "-",
+            fmt_share(frac),
             fmt_count(figures.get("flops_xla")) if figures else "-",
             o["verdict"] + (" (FAILED)" if o.get("failed") and o["verdict"] in ("improvement", "skipped") else ""),
         ])

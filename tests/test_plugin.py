@@ -1,0 +1,239 @@
+"""The plugin, run for real: pytest in a subprocess, real libtpu compiles of a toy config.
+
+The toy is a jitted ``tanh(x @ w)`` whose width comes from TOY_WIDTH, so a test
+can grow its memory between two runs the way an edited config would.
+"""
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+
+CONFTEST = '''
+import os
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import aotcheck
+
+WIDTH = int(os.environ.get("TOY_WIDTH", "256"))
+
+
+def make_args(mesh):
+    rows = NamedSharding(mesh, P("data"))
+    return (
+        jax.ShapeDtypeStruct((mesh.devices.size * 8, WIDTH), jnp.float32, sharding=rows),
+        jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32, sharding=NamedSharding(mesh, P())),
+    )
+
+
+aotcheck.register("toy", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args))
+
+if os.environ.get("TOY_EXTRAS"):
+    aotcheck.register("big", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args,
+                                                     min_devices=8))
+
+    @aotcheck.register("broken")
+    def broken():
+        raise RuntimeError("the builder fell over")
+
+    def huge(mesh):  # 24 GiB per device: more than any v5e has.
+        return (jax.ShapeDtypeStruct((mesh.devices.size * 6 * 2**30,), jnp.float32,
+                                     sharding=NamedSharding(mesh, P("data"))),)
+
+    aotcheck.register("oom", aotcheck.FunctionConfig(fn=lambda x: x * 2, make_args=huge))
+'''
+
+INI = """
+[pytest]
+aot_golden_dir = golden
+"""
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    monkeypatch.setenv("TOY_WIDTH", "256")
+    monkeypatch.delenv("TOY_EXTRAS", raising=False)
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini(INI)
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
+    return pytester
+
+
+def run(pytester, *args):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def golden(pytester, case="toy/step@v4-8x1.json"):
+    return pytester.path / "golden" / case
+
+
+def test_without_topologies_the_plugin_adds_nothing(project):
+    result = run(project)
+    result.assert_outcomes(passed=1)
+    assert "aotcheck:" not in result.stdout.str() and "aotcheck summary" not in result.stdout.str()
+
+
+def test_update_creates_then_passes_then_leaves_alone(project):
+    result = run(project, "--aot-topologies=v4-8", "--update-golden")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*1 created, 0 changed, 0 unchanged*"])
+    doc = json.loads(golden(project).read_text())
+    assert doc["case"] == "toy/step@v4-8x1" and isinstance(doc["figures"]["peak_bytes"], int)
+    assert doc["toolchain"]["libtpu"] and "xla_tpu_enable_latency_hiding_scheduler" in doc["compiler_options"]
+    before = golden(project).read_text()
+
+    result = run(project, "--aot-topologies=v4-8")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*toy/step@v4-8x1*pass*"])
+
+    result = run(project, "--aot-topologies=v4-8", "--update-golden")
+    result.stdout.fnmatch_lines(["*0 created, 0 changed, 1 unchanged*"])
+    assert golden(project).read_text() == before
+
+
+def test_growth_fails_with_a_table_and_the_accept_command(project, monkeypatch):
+    run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
+    before = golden(project).read_text()
+    monkeypatch.setenv("TOY_WIDTH", "1024")
+    result = run(project, "--aot-topologies=v4-8")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*toy/step@v4-8x1 regressed against*",
+        "*metric*golden*now*change*%*tolerance*status*",
+        "*argument_bytes*regression*",
+        "*To accept the new figures: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -k step*",
+    ])
+    assert golden(project).read_text() == before  # Never rewritten without --update-golden.
+    result = run(project, "--aot-topologies=v4-8", "--update-golden")
+    result.stdout.fnmatch_lines(["*0 created, 1 changed, 0 unchanged*"])
+    run(project, "--aot-topologies=v4-8").assert_outcomes(passed=2)
+
+
+def test_improvement_passes_with_a_note_and_fails_when_strict(project, monkeypatch):
+    monkeypatch.setenv("TOY_WIDTH", "1024")
+    run(project, "--aot-topologies=v4-8", "--update-golden")
+    monkeypatch.setenv("TOY_WIDTH", "256")
+    result = run(project, "--aot-topologies=v4-8")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["note: toy/step@v4-8x1 improved beyond tolerance*", "*improvement*"])
+    run(project, "--aot-topologies=v4-8", "--aot-strict").assert_outcomes(passed=1, failed=1)
+
+
+def test_missing_golden_says_how_to_create_it(project):
+    result = run(project, "--aot-topologies=v5e-16x2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*toy/step@v5e-16x2 has no golden file*",
+        "*To create it: pytest --update-golden --aot-configs=toy --aot-topologies=v5e-16x2 -k step*",
+    ])
+
+
+@pytest.mark.parametrize(
+    "text,complaint",
+    [("{not json", "is not valid JSON"), ('{"figures": {}, "toolchain": {}}', "has no 'compiler_options' key"),
+     ('{"figures": {"peak_bytes": "big"}, "toolchain": {}, "compiler_options": {}}', "figure 'peak_bytes' must be a number")],
+    ids=["invalid-json", "missing-key", "wrong-type"],
+)
+def test_corrupt_golden_fails_naming_the_file_and_is_kept(project, text, complaint):
+    path = golden(project)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    result = run(project, "--aot-topologies=v4-8")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"*Golden file {path}*{complaint}*"])
+    assert path.read_text() == text
+    run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
+    assert json.loads(path.read_text())["figures"]["peak_bytes"] > 0
+
+
+def test_stale_goldens_reported_not_when_deselected_and_removed_only_unfiltered(project):
+    run(project, "--aot-topologies=v4-8", "--update-golden")
+    stale = golden(project, "gone/step@v4-8x1.json")
+    stale.parent.mkdir()
+    shutil.copy(golden(project), stale)
+
+    result = run(project, "--aot-topologies=v4-8", "-k", "nothing_matches_this")
+    result.stdout.fnmatch_lines(["*1 stale golden file(s) with no registered case: gone/step@v4-8x1.json*"])
+    assert "toy/step" not in result.stdout.str().split("stale golden")[1]  # deselected is not stale
+
+    result = run(project, "--aot-topologies=v5e-16")  # v4-8's golden did not run: not stale either
+    assert "toy/step@v4-8x1.json" not in result.stdout.str().split("stale golden")[1]
+
+    run(project, "--aot-topologies=v4-8", "--update-golden", "-k", "plain")
+    assert stale.exists()  # A filtered update removes nothing.
+    result = run(project, "--aot-topologies=v4-8", "--update-golden")
+    result.stdout.fnmatch_lines(["*removed stale golden gone/step@v4-8x1.json*"])
+    assert not stale.exists() and golden(project).exists()
+
+
+def test_xdist_gives_the_same_verdicts_figures_and_files(project):
+    run(project, "--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2", "--update-golden", "-n", "2")
+    files = {p.name: p.read_text() for p in (project.path / "golden").rglob("*.json")}
+    assert len(files) == 4
+    shutil.rmtree(project.path / "golden")
+    run(project, "--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2", "--update-golden", "-n", "0")
+    assert files == {p.name: p.read_text() for p in (project.path / "golden").rglob("*.json")}
+
+    reports = {}
+    for n in ("0", "2"):
+        out = project.path / f"report-{n}.json"
+        result = run(project, "--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2", "-n", n, f"--aot-report={out}")
+        result.assert_outcomes(passed=5)
+        result.stdout.fnmatch_lines(["*aotcheck summary*", "*toy/step@v5e-16x2*pass*"])
+        reports[n] = {c["case"]: (c["verdict"], c["figures"]) for c in json.loads(out.read_text())["cases"]}
+    assert reports["0"] == reports["2"] and len(reports["0"]) == 4
+
+
+def test_ids_select_with_k(project):
+    result = run(project, "--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2", "--collect-only", "-q", "-k", "v5e")
+    result.stdout.fnmatch_lines(["aotcheck::toy/step@v5e-16x1", "aotcheck::toy/step@v5e-16x2"])
+    assert "v4-8" not in result.stdout.str()
+
+
+def test_usage_errors(project, tmp_path):
+    result = run(project, "--aot-topologies=v5e-17")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--aot-topologies: Unknown topology 'v5e-17'. Closest valid names: v5e-8, v5e-16*"])
+    result = run(project, "--aot-topologies=v4-8", "--aot-slices=1,two")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--aot-slices: 'two' is not a slice count*"])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = run(project, "--aot-topologies=v4-8", "--update-golden", f"--aot-golden-dir={blocker}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*golden directory {blocker} is not writable*"])
+
+
+def test_empty_selection_says_why(project):
+    result = run(project, "--aot-topologies=v4-8", "--aot-configs=nothing-*")
+    result.stdout.fnmatch_lines(["*nothing to check: no registered config matches --aot-configs=nothing-* (registered: toy)*"])
+
+
+def test_skips_compile_errors_builder_errors_and_junit(project, monkeypatch):
+    monkeypatch.setenv("TOY_EXTRAS", "1")
+    xml = project.path / "junit.xml"
+    result = run(project, "--aot-topologies=v5e-4", "--update-golden", f"--junitxml={xml}", "-rs")
+    result.assert_outcomes(passed=2, failed=2, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*Building config 'broken' failed: RuntimeError: the builder fell over*",
+        "*oom/step@v5e-4x1 does not compile:*",
+        "*RESOURCE_EXHAUSTED*",
+        "*big needs at least 8 devices; v5e-4x1 has 4*",
+    ])
+    assert not golden(project, "oom/step@v5e-4x1.json").exists()
+    properties = {p.get("name"): p.get("value") for p in ET.parse(xml).iter("property")}
+    assert int(properties["aotcheck.peak_bytes"]) > 0
+    assert json.loads(properties["aotcheck"])["case"] == "toy/step@v5e-4x1"
+
+
+def test_foreign_toolchain_is_named_in_the_header(project):
+    run(project, "--aot-topologies=v4-8", "--update-golden")
+    doc = json.loads(golden(project).read_text())
+    doc["toolchain"]["libtpu"] = "0.0.1"
+    golden(project).write_text(json.dumps(doc))
+    result = run(project, "--aot-topologies=v4-8")
+    result.stdout.fnmatch_lines(["*1 golden file(s) were made with another toolchain (toy/step@v4-8x1.json*libtpu 0.0.1*"])

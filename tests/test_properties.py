@@ -1,0 +1,100 @@
+"""Hypothesis properties of the pure pieces: tolerances, comparison, golden files, case ids."""
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from aotcheck.case import Case
+from aotcheck.compare import Tolerance, ToleranceError, compare, compare_metric, parse_tolerance_line, verdict
+from aotcheck.golden import GoldenError, GoldenStore, golden_document, dumps, parse_document
+from aotcheck.topology import topology_names
+
+values = st.integers(0, 2**50)
+tolerances = st.builds(Tolerance, rel=st.floats(0, 1), abs=st.integers(0, 2**20))
+
+
+@given(values, values, tolerances)
+def test_direction_growth_regresses_drop_improves(golden, now, tol):
+    row = compare_metric("peak_bytes", golden, now, tol)
+    allowed = tol.allowed(golden)
+    if now - golden > allowed:
+        assert row.status == "regression"
+    elif golden - now > allowed:
+        assert row.status == "improvement"
+    else:
+        assert row.status == "ok"
+    # Swapping golden and now swaps the direction.
+    flipped = compare_metric("peak_bytes", now, golden, tol).status
+    if row.status == "regression" and tol.rel == 0:
+        assert flipped == "improvement"
+
+
+@given(values, st.integers(0, 2**20))
+def test_absolute_floor_absorbs_small_changes(golden, floor):
+    tol = Tolerance(rel=0.0, abs=floor)
+    assert compare_metric("x", golden, golden + floor, tol).status == "ok"
+    assert compare_metric("x", golden, golden + floor + 1, tol).status == "regression"
+
+
+@given(st.dictionaries(st.sampled_from(["a_bytes", "flops", "b_bytes"]), values),
+       st.dictionaries(st.sampled_from(["a_bytes", "flops", "c"]), values))
+def test_every_metric_is_compared_once(golden, now):
+    rows = compare(golden, now)
+    assert [r.metric for r in rows] == sorted(set(golden) | set(now))
+    assert {r.metric for r in rows if r.status == "new"} == set(now) - set(golden)
+    assert {r.metric for r in rows if r.status == "gone"} == set(golden) - set(now)
+    assert verdict(rows) in ("pass", "regression", "improvement")
+    assert verdict(compare(now, now)) == "pass"
+
+
+@given(st.floats(0, 500, allow_nan=False).map(lambda x: round(x, 3)), st.integers(0, 10**6),
+       st.sampled_from(["", "B", "KiB", "MiB", "GiB", "K", "M", "G"]))
+def test_tolerance_lines_parse(rel, absolute, unit):
+    glob, tol = parse_tolerance_line(f"peak_* = {rel}% + {absolute}{unit}")
+    assert glob == "peak_*"
+    assert tol.rel == pytest.approx(rel / 100)
+    factor = {"": 1, "B": 1, "KiB": 1024, "MiB": 2**20, "GiB": 2**30, "K": 1e3, "M": 1e6, "G": 1e9}[unit]
+    assert tol.abs == pytest.approx(absolute * factor)
+
+
+@pytest.mark.parametrize("line", ["peak_bytes", "peak_bytes = ", "= 1%", "x = 1% + 3 parsecs", "x = lots"])
+def test_bad_tolerance_lines(line):
+    with pytest.raises(ToleranceError):
+        parse_tolerance_line(line)
+
+
+names = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789-_."), min_size=1, max_size=12)
+cases = st.builds(Case, names, names, st.sampled_from(topology_names() + ["cpu-8"]), st.integers(1, 64))
+
+
+@given(cases)
+def test_case_ids_round_trip_and_name_their_golden(case):
+    assert Case.parse(case.id) == case
+    assert case.golden_relpath == case.id + ".json"
+
+
+@given(cases, st.dictionaries(st.text(min_size=1, max_size=20), st.one_of(values, st.floats(0, 1e30))),
+       st.dictionaries(st.text(max_size=10), st.text(max_size=10)))
+def test_golden_round_trip(case, figures, options):
+    with tempfile.TemporaryDirectory() as root:
+        store = GoldenStore(root)
+        toolchain = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
+        assert store.write(case, figures, toolchain=toolchain, compiler_options=options) == "created"
+        golden = store.read(case)
+        assert golden.figures == pytest.approx(figures) and golden.compiler_options == options
+        assert store.write(case, figures, toolchain=toolchain, compiler_options=options) == "unchanged"
+        text = store.path(case).read_text()
+        assert text == dumps(json.loads(text))  # Sorted keys, stable bytes.
+        assert list(Path(root).rglob("*.tmp")) == []  # No temporary left behind.
+
+
+def test_corrupt_documents_name_their_file():
+    path = Path("golden/x/y@v4-8x1.json")
+    for text in ("[]", "{", '{"figures": [], "toolchain": {}, "compiler_options": {}}'):
+        with pytest.raises(GoldenError, match=str(path)):
+            parse_document(text, path)
+    doc = golden_document(Case("a", "b", "v4-8", 1), {"flops": 2.0**40}, toolchain={}, compiler_options={})
+    assert doc["figures"]["flops"] == 2**40 and isinstance(doc["figures"]["flops"], int)
