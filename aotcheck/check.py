@@ -17,11 +17,12 @@ from aotcheck.compare import DEFAULT_TOLERANCES, Row, Tolerance, compare, verdic
 from aotcheck.compile import CompileError
 from aotcheck.format import fmt_bytes, fmt_count, fmt_pct, table
 from aotcheck.golden import GoldenError, GoldenStore
+from aotcheck.memory import explain_oom, hbm_verdict
 from aotcheck.registry import REGISTRY, Registry
 from aotcheck.runner import CaseResult, run_case
 
 # Verdicts that fail the item (improvement only under strict).
-FAILING = {"regression", "missing-golden", "corrupt-golden", "compile-error", "error"}
+FAILING = {"regression", "missing-golden", "corrupt-golden", "compile-error", "out-of-memory", "over-hbm", "error"}
 
 
 @dataclasses.dataclass
@@ -104,6 +105,22 @@ def change_table(rows: Sequence[Row], *, only_changed: bool = True) -> str:
     )
 
 
+def comm_summary(rows: Sequence[Row]) -> list[str]:
+    """One line per collective kind that moved, e.g. ``all-gather bytes +300.0%: 3 new all-gathers``."""
+    by_metric = {r.metric: r for r in rows}
+    lines = []
+    for metric, row in by_metric.items():
+        if not (metric.startswith("comm_") and metric.endswith("_bytes")) or row.status == "ok":
+            continue
+        kind = metric.removeprefix("comm_").removesuffix("_bytes").replace("_", "-")
+        count = by_metric.get(metric.replace("_bytes", "_count"))
+        text = f"{kind} bytes {fmt_pct(row.ratio) if row.ratio is not None else row.status}"
+        if count is not None and count.delta:
+            text += f": {abs(int(count.delta))} {'new' if count.delta > 0 else 'fewer'} {kind}s"
+        lines.append(text)
+    return lines
+
+
 def trim_error(text: str, *, max_lines: int = 12) -> str:
     """The lines of an XLA error that matter: the status line(s), not the C++ trace."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -119,13 +136,17 @@ def check_case(
     store: GoldenStore,
     tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES,
     update: bool = False,
+    hbm_headroom: float = 1.0,
     registry: Registry = REGISTRY,
 ) -> Outcome:
-    """Compiles ``case``, compares it with its golden, and writes the golden if ``update``."""
+    """Compiles ``case``, checks it fits, compares it with its golden, writes the golden if ``update``."""
     golden_path = str(store.path(case))
     try:
         result: CaseResult = run_case(case, registry=registry)
     except CompileError as e:
+        oom = explain_oom(str(e), case.topology)
+        if oom:
+            return Outcome(case, "out-of-memory", f"{case.id} {oom}", golden_path=golden_path, detail=str(e))
         return Outcome(case, "compile-error", f"{case.id} does not compile:\n{trim_error(str(e))}",
                        golden_path=golden_path, detail=str(e))
     except (ValueError, KeyError) as e:  # Config, mesh or partition errors: they explain themselves.
@@ -133,6 +154,9 @@ def check_case(
         return Outcome(case, "error", f"{case.id}: {message}", golden_path=golden_path, detail=str(message))
     figures = result.figures
     base = dict(figures=figures, compile_seconds=result.compile_seconds, golden_path=golden_path)
+    over = hbm_verdict(int(figures["peak_bytes"]), case.topology, headroom=hbm_headroom)
+    if over:
+        return Outcome(case, "over-hbm", f"{case.id} does not fit: it {over}.", **base)
     if update:
         action = store.write(case, figures, toolchain=_runtime.toolchain(), compiler_options=result.compiler_options)
         return Outcome(case, action, f"golden {action}: {golden_path}", golden_action=action, **base)
@@ -151,6 +175,9 @@ def check_case(
     if outcome.verdict != "pass":
         what = {"regression": "regressed", "improvement": "improved beyond tolerance"}[outcome.verdict]
         lines = [f"{case.id} {what} against {golden_path}:", "", change_table(rows), ""]
+        moved = comm_summary(rows)
+        if moved:
+            lines += ["Collectives that moved: " + "; ".join(moved), ""]
         if outcome.toolchain_note:
             lines.append(f"Note: {outcome.toolchain_note}.")
         lines.append(f"To accept the new figures: {accept_command(case)}")

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from aotcheck.case import Case
 from aotcheck.compile import CompileError
-from aotcheck.format import fmt_bytes, fmt_count, fmt_share, table
+from aotcheck.figures import comm_bytes, roofline
+from aotcheck.format import fmt_bytes, fmt_count, fmt_seconds, fmt_share, table
 from aotcheck.loader import LoaderError, load_config_modules
 from aotcheck.registry import REGISTRY, RegistryError
 from aotcheck.topology import CHIPS, TopologyError, all_topologies, check_num_slices, parse_topology
@@ -97,15 +98,42 @@ def cmd_compile(args: argparse.Namespace) -> int:
     rows = []
     for r in results:
         f = r.figures
-        pct = fmt_share(f["peak_bytes"] / hbm) if hbm else "-"
+        bound = roofline(f, topology)
         rows.append([r.case.id, f"{r.compile_seconds:.1f}s", fmt_bytes(f["argument_bytes"]),
                      fmt_bytes(f["output_bytes"]), fmt_bytes(f["alias_bytes"]), fmt_bytes(f["temp_bytes"]),
-                     fmt_bytes(f["generated_code_bytes"]), fmt_bytes(f["peak_bytes"]), pct,
-                     fmt_count(f["flops_xla"])])
+                     fmt_bytes(f["generated_code_bytes"]), fmt_bytes(f["peak_bytes"]),
+                     fmt_share(f["peak_bytes"] / hbm) if hbm else "-", fmt_count(f["flops"]),
+                     fmt_count(f["flops_xla"]), fmt_bytes(comm_bytes(f)),
+                     fmt_seconds(bound["bound_seconds"]) if bound else "-"])
     print(table(["case", "compile", "argument", "output", "alias", "temp", "code", "peak", "peak/HBM",
-                 "FLOPs (XLA)"], rows))
-    print("\nMemory and FLOPs are per device.")
+                 "FLOPs", "FLOPs (XLA raw)", "collectives", "step >="], rows))
+    print("\nPer device. FLOPs count each loop body times its trip count (matmuls and convolutions);"
+          "\nXLA's raw figure counts a loop body once. 'step >=' is a roofline lower bound.")
+    if args.explain:
+        for r in results:
+            print("\n" + explain(r.compiled, r.figures))
     return 0
+
+
+def explain(compiled, figures: dict) -> str:
+    """Where the FLOPs and bytes come from: loops with their trip counts, top matmuls, collectives."""
+    from aotcheck.hlo import analyze_hlo, iter_loops
+
+    analysis = analyze_hlo(compiled.as_text())
+    lines = [f"FLOPs per device: {fmt_count(analysis.flops)} loop-aware vs {fmt_count(figures['flops_xla'])} XLA raw"]
+    loops = list(iter_loops(analysis))
+    if loops:
+        lines.append(table(
+            ["loop", "trips", "runs", "FLOPs/trip", "FLOPs in all", "op"],
+            [[l.name, l.trip_count if l.trip_count is not None else "unknown (counted once)", l.multiplier,
+              fmt_count(l.flops_per_trip), fmt_count(l.flops_per_trip * (l.trip_count or 1) * l.multiplier),
+              l.op_name[-60:]] for l in loops[:12]],
+        ))
+    lines.append(table(["top matmuls", "FLOPs in all", "times run"],
+                       [[name[-80:], fmt_count(f), m] for f, name, m in analysis.top_ops]))
+    lines.append(table(["collective", "count", "bytes/device"],
+                       [[k, v.count, fmt_bytes(v.bytes)] for k, v in analysis.collectives.items()]))
+    return "\n\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", help="one program (train_step, sample_decode, prefill, ...); default all")
     p.add_argument("--json", action="store_true", help="print figures as JSON")
     p.add_argument("--dump-hlo", metavar="DIR", help="write each program's optimized HLO text here")
+    p.add_argument("--explain", action="store_true", help="show where the FLOPs and bytes come from")
     p.add_argument("--module", action="append", help=module_help)
     p.set_defaults(func=cmd_compile)
     return parser

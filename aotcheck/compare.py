@@ -43,6 +43,8 @@ class Tolerance:
 # Defaults, first match wins. Figures are bit-identical across runs on one
 # toolchain, so these only absorb deliberate small changes.
 DEFAULT_TOLERANCES: tuple[tuple[str, Tolerance], ...] = (
+    ("comm_*_count", Tolerance(rel=0.0, abs=0)),  # A new collective is news.
+    ("comm_*_bytes", Tolerance(rel=0.01, abs=4 * 1024)),
     ("*_bytes", Tolerance(rel=0.01, abs=64 * 1024)),
     ("*flops*", Tolerance(rel=0.01, abs=0)),
     ("*", Tolerance(rel=0.02, abs=0)),

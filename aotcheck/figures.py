@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+
+from aotcheck.hlo import HloAnalysis, analyze_hlo
+from aotcheck.topology import Topology, parse_topology
+
 
 # (figure name, attribute of jax's CompiledMemoryStats)
 _MEMORY = (
@@ -51,14 +56,61 @@ def cost_figures(compiled: Any) -> dict[str, float]:
     return {name: float(cost.get(key, 0.0)) for name, key in _COST}
 
 
-def program_figures(compiled: Any) -> dict[str, int | float]:
+def loop_aware_figures(analysis: HloAnalysis, *, num_devices: int | None = None) -> dict[str, int | float]:
+    """Loop-aware matmul FLOPs and collectives (per device), from :mod:`aotcheck.hlo`."""
+    figures: dict[str, int | float] = {"flops": analysis.flops}
+    if num_devices:
+        figures["flops_program"] = analysis.flops * num_devices
+    for kind, stats in analysis.collectives.items():
+        key = "comm_" + kind.replace("-", "_")
+        figures[f"{key}_count"] = stats.count
+        figures[f"{key}_bytes"] = int(stats.bytes)
+    return figures
+
+
+def program_figures(compiled: Any, *, num_devices: int | None = None) -> dict[str, int | float]:
     """All figures of one compiled program, as a flat dict.
+
+    Memory (``*_bytes``) and ``flops``/``comm_*`` are per device; ``flops`` counts
+    each loop body times its trip count, ``flops_xla`` is XLA's raw figure
+    (a loop body once), ``flops_program`` is ``flops`` times ``num_devices``.
 
     Example:
         >>> figures = program_figures(compiled)  # doctest: +SKIP
-        >>> figures["peak_bytes"], figures["flops_xla"]  # doctest: +SKIP
+        >>> figures["peak_bytes"], figures["flops"], figures["flops_xla"]  # doctest: +SKIP
     """
+    if num_devices is None:
+        num_devices = _num_devices(compiled)
     figures: dict[str, int | float] = {}
     figures.update(memory_figures(compiled))
     figures.update(cost_figures(compiled))
+    figures.update(loop_aware_figures(analyze_hlo(compiled.as_text()), num_devices=num_devices))
     return figures
+
+
+def _num_devices(compiled: Any) -> int | None:
+    try:
+        leaves = [s for s in jax.tree_util.tree_leaves(compiled.input_shardings) if hasattr(s, "num_devices")]
+        return leaves[0].num_devices if leaves else None
+    except Exception:  # Executables without shardings (none in practice): leave it out.
+        return None
+
+
+def comm_bytes(figures: dict[str, int | float]) -> int:
+    """All collectives' bytes per device."""
+    return int(sum(v for k, v in figures.items() if k.startswith("comm_") and k.endswith("_bytes")))
+
+
+def roofline(figures: dict[str, int | float], topology: str | Topology) -> dict[str, float] | None:
+    """Lower bounds on step time from the chip's datasheet (not gated).
+
+    ``compute_seconds``: loop-aware FLOPs / peak bf16 FLOP/s. ``memory_seconds``:
+    XLA's bytes accessed / HBM bandwidth (XLA counts a loop body once, so this is
+    a lower bound too). ``bound_seconds``: the larger of the two.
+    """
+    chip = parse_topology(topology).chip
+    if chip is None or "flops" not in figures:
+        return None
+    compute = figures["flops"] / chip.peak_bf16_flops
+    memory = figures.get("bytes_accessed_xla", 0) / chip.hbm_bandwidth
+    return {"compute_seconds": compute, "memory_seconds": memory, "bound_seconds": max(compute, memory)}

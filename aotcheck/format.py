@@ -29,6 +29,16 @@ def fmt_count(n: float | int | None) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_seconds(x: float | None) -> str:
+    """``0.0123 -> '12.3 ms'``."""
+    if x is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if x >= scale or unit == "us":
+            return f"{x / scale:.3g} {unit}"
+    raise AssertionError("unreachable")
+
+
 def fmt_share(x: float | None) -> str:
     """A share of a capacity: ``0.4312 -> '43.1%'``, small ones still visible (``'0.012%'``)."""
     if x is None:

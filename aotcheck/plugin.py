@@ -47,6 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("aot_configs", "default --aot-configs", type="args", default=[])
     parser.addini("aot_golden_dir", "default --aot-golden-dir, relative to the rootdir", default="golden")
     parser.addini("aot_strict", "default --aot-strict", type="bool", default=False)
+    parser.addini("aot_hbm_headroom", "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
+                  default="1.0")
     parser.addini("aot_tolerances", "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
                   type="linelist", default=[])
     parser.addini("aot_config_modules", "modules or .py files (rootdir-relative) that register configs",
@@ -68,6 +70,7 @@ class Settings:
     strict: bool
     tolerances: tuple[tuple[str, Tolerance], ...]
     report_path: Path | None
+    hbm_headroom: float = 1.0
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Settings":
@@ -92,6 +95,14 @@ class Settings:
             tolerances = parse_tolerances(config.getini("aot_tolerances"))
         except ToleranceError as e:
             raise pytest.UsageError(f"aot_tolerances: {e}") from None
+        try:
+            headroom = float(config.getini("aot_hbm_headroom"))
+            if not 0 < headroom <= 1:
+                raise ValueError
+        except ValueError:
+            raise pytest.UsageError(
+                f"aot_hbm_headroom: {config.getini('aot_hbm_headroom')!r} must be a number in (0, 1], e.g. 0.95"
+            ) from None
         golden_dir = config.getoption("aot_golden_dir") or config.getini("aot_golden_dir")
         strict = config.getoption("aot_strict")
         report = config.getoption("aot_report")
@@ -103,6 +114,7 @@ class Settings:
             strict=config.getini("aot_strict") if strict is None else strict,
             tolerances=tolerances,
             report_path=Path(report) if report else None,
+            hbm_headroom=headroom,
         )
 
 
@@ -165,7 +177,9 @@ class AotItem(pytest.Item):
         from aotcheck.check import check_case  # Deferred: imports jax.
 
         s = self.aot.settings
-        outcome = check_case(self.case, store=s.store, tolerances=s.tolerances, update=s.update)
+        outcome = check_case(
+            self.case, store=s.store, tolerances=s.tolerances, update=s.update, hbm_headroom=s.hbm_headroom
+        )
         self.user_properties.append((PROPERTY, json.dumps(outcome.to_json(), sort_keys=True)))
         for name, value in sorted((outcome.figures or {}).items()):
             self.user_properties.append((f"aotcheck.{name}", value))

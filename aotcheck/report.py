@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.format import fmt_bytes, fmt_count, fmt_share, table
+from aotcheck.figures import comm_bytes, roofline
+from aotcheck.format import fmt_bytes, fmt_count, fmt_seconds, fmt_share, table
 from aotcheck.golden import atomic_write_text
 from aotcheck.topology import TopologyError, parse_topology
 
 REPORT_FORMAT = 1
 # Failures first, then what moved, then the rest.
-_ORDER = {"compile-error": 0, "error": 0, "corrupt-golden": 0, "regression": 1, "missing-golden": 2,
+_ORDER = {"compile-error": 0, "error": 0, "out-of-memory": 0, "over-hbm": 0, "corrupt-golden": 0, "regression": 1, "missing-golden": 2,
           "improvement": 3, "changed": 4, "created": 4, "pass": 5, "unchanged": 5, "skipped": 6}
 
 
@@ -49,13 +50,23 @@ def summary_rows(outcomes: Sequence[dict[str, Any]]) -> list[list[str]]:
             f"{seconds:.1f}s" if seconds is not None else "-",
             fmt_bytes(figures.get("peak_bytes")) if figures else "-",
             fmt_share(frac),
-            fmt_count(figures.get("flops_xla")) if figures else "-",
+            fmt_count(figures.get("flops", figures.get("flops_xla"))) if figures else "-",
+            fmt_bytes(comm_bytes(figures)) if figures else "-",
+            fmt_seconds(bound["bound_seconds"]) if (bound := _roofline(o)) else "-",
             o["verdict"] + (" (FAILED)" if o.get("failed") and o["verdict"] in ("improvement", "skipped") else ""),
         ])
     return rows
 
 
-SUMMARY_HEADERS = ["case", "compile", "peak/device", "of HBM", "FLOPs/device", "verdict"]
+SUMMARY_HEADERS = ["case", "compile", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=", "verdict"]
+
+
+
+def _roofline(outcome: dict[str, Any]) -> dict[str, float] | None:
+    try:
+        return roofline(outcome.get("figures") or {}, outcome["topology"])
+    except (TopologyError, KeyError):
+        return None
 
 
 def terminal_summary(outcomes: Sequence[dict[str, Any]]) -> str:

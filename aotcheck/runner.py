@@ -49,6 +49,12 @@ def unsupported_reason(config: Config, case: Case) -> str | None:
     return None
 
 
+def _num_devices(case: Case) -> int:
+    from aotcheck.topology import parse_topology
+
+    return parse_topology(case.topology).num_devices * case.num_slices
+
+
 def run_case(
     case: Case,
     *,
@@ -68,7 +74,7 @@ def run_case(
     done = time.perf_counter()
     return CaseResult(
         case=case,
-        figures=program_figures(compiled),
+        figures=program_figures(compiled, num_devices=_num_devices(case)),
         compiler_options=options,
         lower_seconds=lowered_at - start,
         compile_seconds=done - lowered_at,

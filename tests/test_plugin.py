@@ -45,6 +45,12 @@ if os.environ.get("TOY_EXTRAS"):
                                      sharding=NamedSharding(mesh, P("data"))),)
 
     aotcheck.register("oom", aotcheck.FunctionConfig(fn=lambda x: x * 2, make_args=huge))
+
+if os.environ.get("TOY_LM"):
+    from aotcheck.models import lm
+
+    rules = ((".*", P()),) if os.environ["TOY_LM"] == "replicated" else lm.PARTITION_RULES
+    aotcheck.register("lm", lambda: lm.trainer_config(lm.TINY, partition_rules=rules))
 '''
 
 INI = """
@@ -220,8 +226,7 @@ def test_skips_compile_errors_builder_errors_and_junit(project, monkeypatch):
     result.assert_outcomes(passed=2, failed=2, skipped=1)
     result.stdout.fnmatch_lines([
         "*Building config 'broken' failed: RuntimeError: the builder fell over*",
-        "*oom/step@v5e-4x1 does not compile:*",
-        "*RESOURCE_EXHAUSTED*",
+        "*oom/step@v5e-4x1 does not fit: XLA needs 48.00 GiB for HLO temporaries of the 15.75 GiB HBM a device can use on v5e-4: 305%*",
         "*big needs at least 8 devices; v5e-4x1 has 4*",
     ])
     assert not golden(project, "oom/step@v5e-4x1.json").exists()
@@ -237,3 +242,24 @@ def test_foreign_toolchain_is_named_in_the_header(project):
     golden(project).write_text(json.dumps(doc))
     result = run(project, "--aot-topologies=v4-8")
     result.stdout.fnmatch_lines(["*1 golden file(s) were made with another toolchain (toy/step@v4-8x1.json*libtpu 0.0.1*"])
+
+
+def test_a_partition_change_moves_the_collectives_and_is_caught(project, monkeypatch):
+    monkeypatch.setenv("TOY_LM", "fsdp")
+    run(project, "--aot-topologies=v4-8", "--aot-configs=lm", "--update-golden").assert_outcomes(passed=2)
+    monkeypatch.setenv("TOY_LM", "replicated")
+    result = run(project, "--aot-topologies=v4-8", "--aot-configs=lm")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*lm/train_step@v4-8x1 regressed*", "*argument_bytes*regression*",
+                                 "*Collectives that moved: *all-gather bytes -*: * fewer all-gathers*"])
+
+
+def test_over_the_hbm_headroom_fails_in_plain_words(project):
+    project.makeini(INI + "aot_hbm_headroom = 0.00001\n")
+    result = run(project, "--aot-topologies=v5e-4", "--update-golden")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*toy/step@v5e-4x1 does not fit: it needs * of 16.00 GiB HBM per device on v5e-4: 0%"
+                                 " (headroom 0% allows *)*"])
+    assert not golden(project, "toy/step@v5e-4x1.json").exists()
+    project.makeini(INI + "aot_hbm_headroom = 2\n")
+    assert run(project, "--aot-topologies=v5e-4").ret == pytest.ExitCode.USAGE_ERROR

@@ -249,24 +249,27 @@ def _abstract_init(cfg: LMConfig):
 
 
 def trainer_config(cfg: LMConfig, **overrides: Any) -> TrainerConfig:
-    """The train step: AdamW with warmup-cosine schedule and global-norm clipping."""
+    """The train step: AdamW with warmup-cosine schedule and global-norm clipping.
+
+    ``overrides`` replace any TrainerConfig field (e.g. ``partition_rules``).
+    """
     schedule = optax.warmup_cosine_decay_schedule(0.0, 3e-4, 2_000, 100_000)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.1))
     tokens = jax.ShapeDtypeStruct((cfg.batch, cfg.seq_len), jnp.int32)
-    return TrainerConfig(
+    fields = dict(
         init_fn=_abstract_init(cfg),
         loss_fn=lambda params, batch: loss_fn(cfg, params, batch),
         optimizer=optimizer,
         batch_spec={"tokens": tokens, "targets": tokens},
         partition_rules=PARTITION_RULES,
         mesh=cfg.mesh,
-        **overrides,
     )
+    return TrainerConfig(**{**fields, **overrides})
 
 
 def inference_config(cfg: LMConfig, **overrides: Any) -> InferenceConfig:
     """``prefill`` and ``sample_decode`` over a prompt batch."""
-    return InferenceConfig(
+    fields = dict(
         init_fn=_abstract_init(cfg),
         methods={
             "prefill": lambda params, batch: prefill(cfg, params, batch),
@@ -275,8 +278,8 @@ def inference_config(cfg: LMConfig, **overrides: Any) -> InferenceConfig:
         input_batch_spec={"prompt": jax.ShapeDtypeStruct((cfg.decode_batch, cfg.prompt_len), jnp.int32)},
         partition_rules=PARTITION_RULES,
         mesh=cfg.mesh,
-        **overrides,
     )
+    return InferenceConfig(**{**fields, **overrides})
 
 
 # Presets. ``TINY`` compiles in seconds (tests, the default gate); ``ONE_B`` is
