@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aotcheck import _runtime
+from aotcheck.cache import FiguresCache
 from aotcheck.case import Case
 from aotcheck.compare import DEFAULT_TOLERANCES, Row, Tolerance, compare, verdict
 from aotcheck.compile import CompileError
@@ -40,6 +41,7 @@ class Outcome:
     golden_action: str | None = None  # created | changed | unchanged, under --update-golden
     toolchain_note: str | None = None
     detail: str | None = None  # Full error text, for the report.
+    cached: bool = False  # Figures from the figures cache, no compile.
 
     def failed(self, *, strict: bool = False) -> bool:
         return self.verdict in FAILING or (strict and self.verdict == "improvement")
@@ -61,6 +63,7 @@ class Outcome:
                 if r.status != "ok"
             ],
             "compile_seconds": self.compile_seconds,
+            "cached": self.cached,
             "golden_path": self.golden_path,
             "golden_action": self.golden_action,
             "toolchain_note": self.toolchain_note,
@@ -138,11 +141,12 @@ def check_case(
     update: bool = False,
     hbm_headroom: float = 1.0,
     registry: Registry = REGISTRY,
+    cache: FiguresCache | None = None,
 ) -> Outcome:
     """Compiles ``case``, checks it fits, compares it with its golden, writes the golden if ``update``."""
     golden_path = str(store.path(case))
     try:
-        result: CaseResult = run_case(case, registry=registry)
+        result: CaseResult = run_case(case, registry=registry, cache=cache)
     except CompileError as e:
         oom = explain_oom(str(e), case.topology)
         if oom:
@@ -153,7 +157,8 @@ def check_case(
         message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         return Outcome(case, "error", f"{case.id}: {message}", golden_path=golden_path, detail=str(message))
     figures = result.figures
-    base = dict(figures=figures, compile_seconds=result.compile_seconds, golden_path=golden_path)
+    base = dict(figures=figures, compile_seconds=result.compile_seconds, golden_path=golden_path,
+                cached=result.cached)
     over = hbm_verdict(int(figures["peak_bytes"]), case.topology, headroom=hbm_headroom)
     if over:
         return Outcome(case, "over-hbm", f"{case.id} does not fit: it {over}.", **base)

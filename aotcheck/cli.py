@@ -136,6 +136,27 @@ def explain(compiled, figures: dict) -> str:
     return "\n\n".join(lines)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from aotcheck.chart import svg_chart
+    from aotcheck.report import merge_reports
+    from aotcheck.summary import annotations, render
+
+    merged = merge_reports([Path(p) for p in args.reports], expect_shards=args.expect_shards)
+    for problem in merged.problems:
+        print(f"aotcheck: {problem}", file=sys.stderr)
+    text = render(merged, args.format)
+    if args.output:
+        with open(args.output, "a") as f:  # Appends: $GITHUB_STEP_SUMMARY collects several steps.
+            f.write(text)
+    else:
+        print(text, end="")
+    if args.svg:
+        Path(args.svg).write_text(svg_chart(merged.outcomes))
+    for line in annotations(merged, limit=args.annotations):
+        print(line)
+    return 1 if merged.failed or merged.problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="show where the FLOPs and bytes come from")
     p.add_argument("--module", action="append", help=module_help)
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("report", help="render (and merge) JSON reports from --aot-report")
+    p.add_argument("reports", nargs="+", help="report files, e.g. one per CI shard")
+    p.add_argument("--format", choices=["markdown", "text"], default="text")
+    p.add_argument("--output", help="append the rendering here (e.g. $GITHUB_STEP_SUMMARY) instead of stdout")
+    p.add_argument("--svg", help="write the peak-HBM bar chart here")
+    p.add_argument("--expect-shards", type=int, help="the number of shards; name those with no report")
+    p.add_argument("--annotations", type=int, default=0, metavar="N",
+                   help="print up to N GitHub ::error annotations for failed cases")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

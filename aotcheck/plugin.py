@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from aotcheck import _runtime
+from aotcheck.cache import FiguresCache
 from aotcheck.case import Case
 from aotcheck.compare import Tolerance, ToleranceError, parse_tolerances
 from aotcheck.golden import GoldenError, GoldenStore
 from aotcheck.loader import LoaderError, load_config_modules
 from aotcheck.registry import REGISTRY, RegistryError
+from aotcheck.shard import ShardError, assign_shards, parse_shard
 from aotcheck.topology import Topology, TopologyError, parse_target
 
 NODE_PREFIX = "aotcheck::"
@@ -42,10 +44,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--aot-strict", action="store_true", default=None,
                     help="fail on improvements beyond tolerance too, to keep baselines tight")
     group.addoption("--aot-report", metavar="PATH", help="write every case's figures, golden and verdict as JSON")
+    group.addoption("--aot-cache-dir", help="figures cache directory (default .aotcheck-cache at the rootdir)")
+    group.addoption("--aot-no-cache", action="store_true", default=False,
+                    help="compile every case, neither reading nor writing the figures cache")
+    group.addoption("--aot-shard", metavar="K/N", help="run only shard K of N of the case matrix (for CI runners)")
     parser.addini("aot_topologies", "default --aot-topologies", type="args", default=[])
     parser.addini("aot_slices", "default --aot-slices", type="args", default=[])
     parser.addini("aot_configs", "default --aot-configs", type="args", default=[])
     parser.addini("aot_golden_dir", "default --aot-golden-dir, relative to the rootdir", default="golden")
+    parser.addini("aot_cache_dir", "default --aot-cache-dir, relative to the rootdir", default=".aotcheck-cache")
     parser.addini("aot_strict", "default --aot-strict", type="bool", default=False)
     parser.addini("aot_hbm_headroom", "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
                   default="1.0")
@@ -71,6 +78,8 @@ class Settings:
     tolerances: tuple[tuple[str, Tolerance], ...]
     report_path: Path | None
     hbm_headroom: float = 1.0
+    cache: FiguresCache | None = None
+    shard: tuple[int, int] | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Settings":
@@ -103,6 +112,12 @@ class Settings:
             raise pytest.UsageError(
                 f"aot_hbm_headroom: {config.getini('aot_hbm_headroom')!r} must be a number in (0, 1], e.g. 0.95"
             ) from None
+        try:
+            shard = parse_shard(config.getoption("aot_shard")) if config.getoption("aot_shard") else None
+        except ShardError as e:
+            raise pytest.UsageError(str(e)) from None
+        cache_dir = config.getoption("aot_cache_dir") or config.getini("aot_cache_dir")
+        cache = None if config.getoption("aot_no_cache") else FiguresCache(config.rootpath / cache_dir)
         golden_dir = config.getoption("aot_golden_dir") or config.getini("aot_golden_dir")
         strict = config.getoption("aot_strict")
         report = config.getoption("aot_report")
@@ -115,6 +130,8 @@ class Settings:
             tolerances=tolerances,
             report_path=Path(report) if report else None,
             hbm_headroom=headroom,
+            cache=cache,
+            shard=shard,
         )
 
 
@@ -138,6 +155,14 @@ def pytest_configure(config: pytest.Config) -> None:
         load_config_modules(config.getini("aot_config_modules"), rootdir=config.rootpath)
     except LoaderError as e:
         raise pytest.UsageError(f"aot_config_modules: {e}") from None
+    if settings.cache is not None and not settings.cache.usable():
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(
+                f"aotcheck: the figures cache {settings.cache.root} is not writable; running uncached."
+            ),
+            stacklevel=2,
+        )
+        settings.cache = None
     _reserve_cpu_devices(settings.targets)
     config.pluginmanager.register(AotSession(config, settings), "aotcheck-session")
 
@@ -178,7 +203,8 @@ class AotItem(pytest.Item):
 
         s = self.aot.settings
         outcome = check_case(
-            self.case, store=s.store, tolerances=s.tolerances, update=s.update, hbm_headroom=s.hbm_headroom
+            self.case, store=s.store, tolerances=s.tolerances, update=s.update, hbm_headroom=s.hbm_headroom,
+            cache=s.cache,
         )
         self.user_properties.append((PROPERTY, json.dumps(outcome.to_json(), sort_keys=True)))
         for name, value in sorted((outcome.figures or {}).items()):
@@ -220,6 +246,7 @@ class AotSession:
         self.settings = settings
         self.outcomes: dict[str, dict[str, Any]] = {}
         self.empty_reason: str | None = None
+        self.other_shards = 0
 
     # Collection -------------------------------------------------------------
 
@@ -253,6 +280,13 @@ class AotSession:
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         parent = AotCollector.from_parent(session, name="aotcheck", nodeid="aotcheck")
         cases, broken = self.matrix()
+        if self.settings.shard:
+            k, n = self.settings.shard
+            shard_of = assign_shards([c for c, _ in cases], n)
+            others = [c for c, _ in cases if shard_of[c.id] != k]
+            cases = [(c, skip) for c, skip in cases if shard_of[c.id] == k]
+            broken = broken if k == 1 else []  # A broken config fails once, in the first shard.
+            self.other_shards = len(others)
         for name, error in broken:
             items.append(AotBuildErrorItem.from_parent(parent, name=f"{name}/<build>", error=error))
         for case, skip in cases:
@@ -265,7 +299,10 @@ class AotSession:
         s = self.settings
         toolchain = ", ".join(f"{k} {v}" for k, v in _runtime.toolchain().items())
         targets = ", ".join(f"{t.name}x{n}" for t, n in s.targets)
-        lines = [f"aotcheck: {targets}; goldens in {s.store.root}{' (updating)' if s.update else ''}; {toolchain}"]
+        cache = f"figures cache {s.cache.root}" if s.cache else "no figures cache"
+        shard = f"; shard {s.shard[0]}/{s.shard[1]}" if s.shard else ""
+        lines = [f"aotcheck: {targets}; goldens in {s.store.root}{' (updating)' if s.update else ''}; "
+                 f"{cache}{shard}; {toolchain}"]
         foreign = self._foreign_toolchain_goldens()
         if foreign:
             lines.append(f"aotcheck: WARNING: {len(foreign)} golden file(s) were made with another toolchain "
@@ -337,8 +374,8 @@ class AotSession:
 
     def _whole_matrix_ran(self) -> bool:
         cases, broken = self.matrix()
-        if self.settings.config_globs or broken:
-            return False
+        if broken or len(REGISTRY.select(self.settings.config_globs or None)) != len(REGISTRY):
+            return False  # Some registered config was left out: its goldens' fate is not ours to judge.
         return all(case.id in self.outcomes for case, _ in cases)
 
     @pytest.hookimpl(trylast=True)
@@ -354,7 +391,8 @@ class AotSession:
         if self.settings.report_path:
             from aotcheck.report import write_report
 
-            write_report(self.settings.report_path, list(self.outcomes.values()), stale=self.stale)
+            write_report(self.settings.report_path, list(self.outcomes.values()), stale=self.stale,
+                         shard=self.settings.shard)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if not self._is_controller() or not (self.outcomes or getattr(self, "stale", None)):

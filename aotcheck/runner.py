@@ -10,6 +10,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from aotcheck import _runtime
+from aotcheck.cache import FiguresCache, cache_key
 from aotcheck.case import Case
 from aotcheck.compile import lower_config_programs, compile_lowered, resolve_compiler_options
 from aotcheck.config import Config
@@ -26,7 +28,8 @@ class CaseResult:
     compiler_options: dict[str, str]
     lower_seconds: float
     compile_seconds: float
-    compiled: Any = dataclasses.field(default=None, repr=False)
+    compiled: Any = dataclasses.field(default=None, repr=False)  # None when the figures came from the cache.
+    cached: bool = False
 
 
 def config_for(case: Case, registry: Registry = REGISTRY) -> Config:
@@ -61,8 +64,13 @@ def run_case(
     registry: Registry = REGISTRY,
     config: Config | None = None,
     compiler_options: Mapping[str, Any] | None = None,
+    cache: FiguresCache | None = None,
 ) -> CaseResult:
-    """Lowers and compiles one case and returns its figures (raises CompileError on failure)."""
+    """Lowers and compiles one case and returns its figures (raises CompileError on failure).
+
+    With a ``cache``, a case whose lowered program (and options, target and
+    toolchain) is unchanged takes its figures from there without compiling.
+    """
     config = config or config_for(case, registry)
     options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
     start = time.perf_counter()
@@ -70,13 +78,17 @@ def run_case(
         case.program
     ]
     lowered_at = time.perf_counter()
+    key = None
+    if cache is not None:
+        key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology,
+                        num_slices=case.num_slices, toolchain=_runtime.toolchain())
+        entry = cache.get(key)
+        if entry is not None:
+            return CaseResult(case, entry["figures"], options, lowered_at - start,
+                              float(entry.get("compile_seconds", 0.0)), cached=True)
     compiled = compile_lowered(lowered, options, what=case.id)
     done = time.perf_counter()
-    return CaseResult(
-        case=case,
-        figures=program_figures(compiled, num_devices=_num_devices(case)),
-        compiler_options=options,
-        lower_seconds=lowered_at - start,
-        compile_seconds=done - lowered_at,
-        compiled=compiled,
-    )
+    figures = program_figures(compiled, num_devices=_num_devices(case))
+    if cache is not None and key is not None:
+        cache.put(key, figures, compile_seconds=done - lowered_at)
+    return CaseResult(case, figures, options, lowered_at - start, done - lowered_at, compiled=compiled)

@@ -1,0 +1,111 @@
+"""The figures cache: compiled figures keyed by everything that determines them.
+
+JAX's persistent compilation cache cannot serve deviceless TPU compiles (it
+writes executables it cannot read back without a TPU client), and what aotcheck
+needs is the figures anyway. Lowering is cheap and compiling is not, so a case
+whose lowered program, compiler options, target and toolchain are unchanged
+reuses its figures without compiling.
+
+Example:
+    >>> import tempfile
+    >>> from aotcheck.cache import FiguresCache, cache_key
+    >>> cache = FiguresCache(tempfile.mkdtemp())
+    >>> key = cache_key(module_text="module @m {}", compiler_options={}, topology="v4-8",
+    ...                 num_slices=1, toolchain={"jax": "0.10.2"})
+    >>> cache.put(key, {"flops": 1.0}, compile_seconds=2.5)
+    >>> cache.get(key)["figures"]
+    {'flops': 1.0}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aotcheck.golden import atomic_write_text
+
+# Bump when the figures computed from the same executable change meaning or
+# gain names (e.g. a new loop-aware figure): old entries then miss.
+FIGURES_VERSION = 2
+
+
+def cache_key(
+    *,
+    module_text: str,
+    compiler_options: Mapping[str, str],
+    topology: str,
+    num_slices: int,
+    toolchain: Mapping[str, Any],
+    figures_version: int = FIGURES_VERSION,
+) -> str:
+    """A digest of everything that determines a program's figures."""
+    payload = json.dumps(
+        {
+            "module": hashlib.sha256(module_text.encode()).hexdigest(),
+            "options": dict(sorted(compiler_options.items())),
+            "topology": topology,
+            "slices": num_slices,
+            "toolchain": dict(sorted(toolchain.items())),
+            "figures_version": figures_version,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class FiguresCache:
+    """A directory of ``<key>.json`` entries; safe for concurrent xdist workers."""
+
+    _warned: set[str] = set()
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.enabled = True
+
+    def usable(self) -> bool:
+        """Whether entries can be written here (creates the directory)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.root / ".probe", "")
+            (self.root / ".probe").unlink()
+            return True
+        except OSError:
+            return False
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry (``{"figures": ..., "compile_seconds": ...}``), or None on a miss.
+
+        A corrupt entry is a miss (and is rewritten by the next :meth:`put`).
+        """
+        if not self.enabled:
+            return None
+        try:
+            entry = json.loads(self._path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(entry, dict) or not isinstance(entry.get("figures"), dict) or entry.get("key") != key:
+            return None
+        return entry
+
+    def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float) -> None:
+        if not self.enabled:
+            return
+        entry = {"key": key, "figures": dict(figures), "compile_seconds": compile_seconds}
+        try:
+            atomic_write_text(self._path(key), json.dumps(entry, sort_keys=True))
+        except OSError as e:
+            self.enabled = False
+            if str(self.root) not in self._warned:  # Once per directory and process.
+                self._warned.add(str(self.root))
+                warnings.warn(
+                    f"aotcheck: the figures cache {self.root} is not writable ({e.strerror}); running uncached.",
+                    stacklevel=2,
+                )
