@@ -1,0 +1,88 @@
+"""Speed of the gate, as ratios measured side by side in one run (not a timed test).
+
+    python benchmarks/bench.py                      # lm-tiny on v4-8 and v5e-16, 1 and 2 slices
+    python benchmarks/bench.py --configs lm-1b --topologies v5e-16 --slices 1
+
+Prints, each against its baseline:
+- the plugin (-n 0, no cache) against bare ``jax.jit(...).lower(...).compile()`` of the
+  same cases in one process (target: overhead under 10%);
+- a rerun with a warm figures cache against the cold run (target: under 15%);
+- ``-n 2`` against ``-n 0``.
+Both sides start a fresh Python process, so each pays the same jax/libtpu start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bare(configs: str, topologies: str, slices: str) -> None:
+    """Compiles every case with plain JAX calls (after aotcheck builds the abstract arguments)."""
+    import fnmatch
+
+    sys.path.insert(0, str(ROOT))
+    import conftest  # noqa: F401  (registers the reference configs)
+    from aotcheck.compile import lower_config_programs, resolve_compiler_options
+    from aotcheck.registry import REGISTRY
+
+    for entry in REGISTRY:
+        if not any(fnmatch.fnmatchcase(entry.name, g) for g in configs.split(",")):
+            continue
+        for program, config in entry.programs().items():
+            for topology in topologies.split(","):
+                for n in map(int, slices.split(",")):
+                    options = resolve_compiler_options(topology, n, config.compiler_options)
+                    lowered = lower_config_programs(config, topology=topology, num_slices=n, program=program)[program]
+                    lowered.compile(compiler_options=options)
+
+
+def timed(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", default="lm-tiny")
+    parser.add_argument("--topologies", default="v4-8,v5e-16")
+    parser.add_argument("--slices", default="1,2")
+    parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare:
+        bare(args.configs, args.topologies, args.slices)
+        return
+
+    py = sys.executable
+    select = [f"--aot-configs={args.configs}", f"--aot-topologies={args.topologies}", f"--aot-slices={args.slices}",
+              "-k", "aotcheck", "-q", "-p", "no:randomly"]
+    with tempfile.TemporaryDirectory() as cache:
+        bare_s = timed([py, __file__, "--bare", "--configs", args.configs, "--topologies", args.topologies,
+                        "--slices", args.slices])
+        plugin_s = timed([py, "-m", "pytest", *select, "--aot-no-cache", "-n", "0"])
+        cold_s = timed([py, "-m", "pytest", *select, f"--aot-cache-dir={cache}", "-n", "0"])
+        warm_s = timed([py, "-m", "pytest", *select, f"--aot-cache-dir={cache}", "-n", "0"])
+        parallel_s = timed([py, "-m", "pytest", *select, "--aot-no-cache", "-n", "2"])
+
+    rows = [
+        ("plugin -n 0 / bare lower+compile", plugin_s, bare_s, "< 1.10"),
+        ("warm figures cache / cold", warm_s, cold_s, "< 0.15"),
+        ("-n 2 / -n 0", parallel_s, plugin_s, "< 1 (2 cores)"),
+    ]
+    print(f"{'ratio':36} {'value':>7}  {'numerator':>10} {'denominator':>12}  target")
+    for name, num, den, target in rows:
+        print(f"{name:36} {num / den:7.3f}  {num:9.1f}s {den:11.1f}s  {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The CI gate: figures cache, shards, report merging and rendering, the workflow."""
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from aotcheck.cache import FiguresCache, cache_key
+from aotcheck.case import Case
+from aotcheck.models import lm
+from aotcheck.registry import Registry
+from aotcheck.runner import run_case
+from aotcheck.shard import ShardError, assign_shards, case_weight, parse_shard
+from aotcheck.topology import topology_names
+
+from test_plugin import CONFTEST, INI, golden, run  # noqa: F401  (the plugin tests' toy project)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KEY_INPUTS = dict(module_text="module @m {}", compiler_options={"a": "1"}, topology="v4-8", num_slices=1,
+                  toolchain={"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}, figures_version=2)
+
+
+@given(st.sampled_from(sorted(KEY_INPUTS)), st.data())
+def test_any_change_to_a_key_input_changes_the_key(name, data):
+    changed = dict(KEY_INPUTS)
+    value = KEY_INPUTS[name]
+    if isinstance(value, str):
+        changed[name] = data.draw(st.text(max_size=20).filter(lambda s: s != value))
+    elif isinstance(value, int):
+        changed[name] = data.draw(st.integers(0, 100).filter(lambda n: n != value))
+    else:
+        key = data.draw(st.sampled_from(sorted(value) + ["new"]))
+        changed[name] = {**value, key: data.draw(st.text(max_size=8).filter(lambda s: s != value.get(key)))}
+    assert cache_key(**changed) != cache_key(**KEY_INPUTS)
+    assert cache_key(**dict(KEY_INPUTS)) == cache_key(**KEY_INPUTS)
+
+
+def _registry(cfg):
+    registry = Registry()
+    registry.register("lm", lambda: lm.trainer_config(cfg))
+    return registry
+
+
+def test_unchanged_hits_with_identical_figures_edited_misses(tmp_path):
+    cache = FiguresCache(tmp_path)
+    case = Case("lm", "train_step", "v5e-16", 1)
+    cold = run_case(case, registry=_registry(lm.TINY), cache=cache)
+    warm = run_case(case, registry=_registry(lm.TINY), cache=cache)
+    assert not cold.cached and warm.cached and warm.compiled is None
+    assert warm.figures == cold.figures
+    deeper = run_case(case, registry=_registry(dataclasses.replace(lm.TINY, n_layers=3)), cache=cache)
+    assert not deeper.cached and deeper.figures["flops"] > cold.figures["flops"]
+
+
+def test_corrupt_entry_is_ignored_and_rewritten(tmp_path):
+    cache = FiguresCache(tmp_path)
+    key = cache_key(**KEY_INPUTS)
+    cache.put(key, {"flops": 1}, compile_seconds=1.0)
+    entry = next(tmp_path.rglob(f"{key}.json"))
+    for text in ("{oops", '{"key": "other", "figures": {}}', "[]"):
+        entry.write_text(text)
+        assert cache.get(key) is None
+    cache.put(key, {"flops": 2}, compile_seconds=1.0)
+    assert cache.get(key)["figures"] == {"flops": 2}
+
+
+cases = st.lists(
+    st.builds(Case, st.sampled_from(["a", "b", "lm-1b"]), st.sampled_from(["train_step", "prefill", "sample_decode"]),
+              st.sampled_from(topology_names()[:8]), st.integers(1, 3)),
+    max_size=40, unique=True,
+)
+
+
+@given(cases, st.integers(1, 7))
+def test_shards_cover_the_matrix_once_and_balance(matrix, n):
+    assignment = assign_shards(matrix, n)
+    assert set(assignment) == {c.id for c in matrix}
+    assert set(assignment.values()) <= set(range(1, n + 1))
+    assert assign_shards(list(reversed(matrix)), n) == assignment  # Order-independent: every runner agrees.
+    loads = [sum(case_weight(c) for c in matrix if assignment[c.id] == k) for k in range(1, n + 1)]
+    if matrix:
+        assert max(loads) - min(loads) <= max(case_weight(c) for c in matrix)
+
+
+@pytest.mark.parametrize("spec", ["3/2", "0/4", "1/0", "a/b", "1", ""])
+def test_bad_shard_specs(spec):
+    with pytest.raises(ShardError, match="--aot-shard"):
+        parse_shard(spec)
+
+
+@pytest.fixture
+def toy(pytester, monkeypatch):
+    monkeypatch.setenv("TOY_WIDTH", "256")
+    monkeypatch.delenv("TOY_EXTRAS", raising=False)
+    monkeypatch.setenv("TOY_LM", "fsdp")
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini(INI)
+    return pytester
+
+
+MATRIX = ("--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2")
+
+
+def test_shards_in_a_real_run_union_to_the_matrix(toy):
+    run(toy, *MATRIX, "--update-golden").assert_outcomes(passed=8)
+    stale = golden(toy, "gone/step@v4-8x1.json")
+    stale.parent.mkdir()
+    shutil.copy(golden(toy), stale)
+    seen = {}
+    for k in (1, 2):
+        report = toy.path / f"r{k}.json"
+        result = run(toy, *MATRIX, f"--aot-shard={k}/2", f"--aot-report={report}", "--update-golden")
+        assert result.ret == 0
+        seen[k] = {c["case"] for c in json.loads(report.read_text())["cases"]}
+        assert stale.exists()  # A shard never removes stale goldens...
+        result.stdout.fnmatch_lines(["*stale golden file(s) with no registered case: gone/step@v4-8x1.json*"])
+        assert "toy/step" not in result.stdout.str().split("stale golden")[1]  # ...nor calls other shards' stale.
+    assert seen[1].isdisjoint(seen[2]) and len(seen[1] | seen[2]) == 8
+
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "report", "r1.json", "r2.json", "--expect-shards", "2"],
+                         cwd=toy.path, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.count("@") == 8
+
+
+def test_cache_hits_are_shown_and_no_cache_bypasses(toy):
+    run(toy, "--aot-topologies=v4-8", "--update-golden")
+    result = run(toy, "--aot-topologies=v4-8")
+    result.stdout.fnmatch_lines(["*toy/step@v4-8x1*cached*pass*"])
+    result = run(toy, "--aot-topologies=v4-8", "--aot-no-cache")
+    assert "cached" not in result.stdout.str().split("aotcheck summary")[1]
+
+
+def test_unwritable_cache_warns_once_and_runs_uncached(toy, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    result = run(toy, "--aot-topologies=v4-8,v5e-16", "--update-golden", f"--aot-cache-dir={blocker}")
+    result.assert_outcomes(passed=3)
+    assert result.stdout.str().count("is not writable; running uncached") == 1
+
+
+def test_bad_shard_is_a_usage_error(toy):
+    result = run(toy, "--aot-topologies=v4-8", "--aot-shard=3/2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--aot-shard: '3/2': K must be between 1 and N*"])
+
+
+def _outcome(case, verdict, failed, peak=2**30, message=""):
+    topology = Case.parse(case).topology
+    return {"case": case, "topology": topology, "verdict": verdict, "failed": failed, "message": message,
+            "figures": {"peak_bytes": peak, "flops": 1e12, "comm_all_gather_bytes": 2**20},
+            "changes": [{"metric": "peak_bytes", "golden": peak / 2, "now": peak, "status": "regression",
+                         "tolerance": "1%"}] if verdict == "regression" else [],
+            "compile_seconds": 3.0, "cached": verdict == "pass", "golden_path": f"/w/repo/golden/{case}.json"}
+
+
+def _report(path, outcomes, shard):
+    path.write_text(json.dumps({"aotcheck_report": 1, "toolchain": {}, "shard": shard, "cases": outcomes,
+                                "stale_goldens": []}))
+
+
+def test_report_command_merges_renders_and_names_problems(tmp_path):
+    _report(tmp_path / "a.json", [_outcome("lm/train_step@v5e-16x1", "pass", False)], [1, 3])
+    _report(tmp_path / "b.json", [_outcome("lm/prefill@v4-8x1", "regression", True, message="grew\nmore")], [2, 3])
+    (tmp_path / "c.json").write_text("{broken")
+    (tmp_path / "d.json").write_text('{"aotcheck_report": 99, "cases": []}')
+    summary = tmp_path / "summary.md"
+    out = subprocess.run(
+        [sys.executable, "-m", "aotcheck", "report", "a.json", "b.json", "c.json", "d.json", "--format", "markdown",
+         "--output", str(summary), "--svg", "hbm.svg", "--expect-shards", "3", "--annotations", "5"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert out.returncode == 1
+    assert "c.json: not a readable JSON report" in out.stderr and "found 99" in out.stderr
+    assert "shard 3/3 has no report" in out.stderr
+    text = summary.read_text()
+    assert "## aotcheck: ❌ failed" in text
+    rows = [line for line in text.splitlines() if line.startswith("| lm/")]
+    assert rows[0].startswith("| lm/prefill@v4-8x1") and "peak_bytes +100.0%" in rows[0]  # Failures first.
+    assert "cached" in rows[1] and "6.2%" in rows[1]
+    assert "█" in text and "<details>" in text
+    assert out.stdout.splitlines()[0] == (
+        "::error file=golden/lm/prefill@v4-8x1.json,title=aotcheck lm/prefill@v4-8x1 regression::grew%0Amore"
+    )
+    svg = ET.parse(tmp_path / "hbm.svg").getroot()
+    assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}rect")) == 2
+
+
+def test_workflow_is_valid_and_calls_what_exists():
+    workflow = ROOT / ".github/workflows/aot-gate.yml"
+    lint = subprocess.run([shutil.which("actionlint") or "actionlint", str(workflow)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    text = workflow.read_text()
+    from aotcheck.cli import build_parser
+
+    build_parser().parse_args(["report", "x.json", "--format", "markdown", "--output", "s", "--svg", "h.svg",
+                               "--expect-shards", "2", "--annotations", "5"])
+    for flag in ("--aot-shard=", "--aot-report=", "--update-golden", "--aot-golden-dir=", "--expect-shards 2"):
+        assert flag in text
+    assert "shard: [1, 2]" in text and "fail-fast: false" in text and "GITHUB_STEP_SUMMARY" in text
