@@ -227,6 +227,7 @@ class AotBuildErrorItem(pytest.Item):
     def __init__(self, *, error: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.error = error
+        self.add_marker("aotcheck")
 
     def runtest(self) -> None:
         raise AotFailure(self.error)

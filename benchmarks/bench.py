@@ -65,7 +65,7 @@ def main() -> None:
 
     py = sys.executable
     select = [f"--aot-configs={args.configs}", f"--aot-topologies={args.topologies}", f"--aot-slices={args.slices}",
-              "-k", "aotcheck", "-q", "-p", "no:randomly"]
+              "-m", "aotcheck", "-q"]
     with tempfile.TemporaryDirectory() as cache:
         bare_s = timed([py, __file__, "--bare", "--configs", args.configs, "--topologies", args.topologies,
                         "--slices", args.slices])
