@@ -57,3 +57,13 @@ def test_bad_input_is_a_clear_error():
     assert out.returncode == 2 and "slices must be >= 1" in out.stderr
     out = run("compile", "lm-tiny", "--topology", "v4-8", "--method", "nope")
     assert out.returncode == 2 and "no program 'nope'" in out.stderr
+
+
+def test_compile_explain_shows_loops_with_trip_counts():
+    out = run("compile", "lm-tiny", "--topology", "v4-8", "--method", "train_step", "--explain")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "loop-aware vs" in text and "top matmuls" in text and "all-gather" in text
+    # Two scans over lm-tiny's 2 layers (forward, backward), each with its trip count.
+    loop_rows = [l for l in text.splitlines() if l.startswith("while")]
+    assert len(loop_rows) == 2 and all(l.split()[1] == "2" for l in loop_rows)

@@ -263,3 +263,14 @@ def test_over_the_hbm_headroom_fails_in_plain_words(project):
     assert not golden(project, "toy/step@v5e-4x1.json").exists()
     project.makeini(INI + "aot_hbm_headroom = 2\n")
     assert run(project, "--aot-topologies=v5e-4").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_configs_from_ini_modules(pytester):
+    pytester.makepyfile(**{"more_configs": CONFTEST.replace('"toy"', '"from-module"')})
+    pytester.makeini(INI + "aot_config_modules = more_configs\n")
+    result = run(pytester, "--aot-topologies=v4-8", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["aotcheck::from-module/step@v4-8x1"])
+    pytester.makeini(INI + "aot_config_modules = no_such_module\n")
+    result = run(pytester, "--aot-topologies=v4-8")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*aot_config_modules: Importing config module 'no_such_module' failed*"])
