@@ -398,7 +398,7 @@ def analyze_hlo(text: str) -> HloAnalysis:
         return result
     ops: dict[str, list] = defaultdict(lambda: [0.0, 0])
 
-    def walk(comp: Computation, multiplier: int, loop: Loop | None, depth: int = 0) -> float:
+    def walk(comp: Computation, multiplier: int, depth: int = 0) -> float:
         if depth > 64:
             return 0.0
         total = 0.0
@@ -426,23 +426,25 @@ def analyze_hlo(text: str) -> HloAnalysis:
                 result.loops.append(inner)
                 body = module.get((inst.called("body") or [""])[0])
                 if body is not None:
-                    per_trip = walk(body, multiplier * (count if count is not None else 1), inner, depth + 1)
+                    per_trip = walk(body, multiplier * (count if count is not None else 1), depth + 1)
                     inner.flops_per_trip = per_trip
                     total += per_trip * (count if count is not None else 1)
             elif inst.opcode in ("fusion", "call", "async-start", "custom-call"):
-                for name in inst.called("calls") + inst.called("to_apply") * (inst.opcode == "call"):
+                # A reducer's to_apply is scalar arithmetic; only a call's is a real body.
+                called = inst.called("calls") + (inst.called("to_apply") if inst.opcode == "call" else [])
+                for name in called:
                     if name in module:
-                        total += walk(module[name], multiplier, loop, depth + 1)
+                        total += walk(module[name], multiplier, depth + 1)
             elif inst.opcode == "conditional":
                 branches = inst.called("branch_computations") or (
                     inst.called("true_computation") + inst.called("false_computation")
                 )
-                # One branch runs; count the costliest, an upper bound.
-                costs = [walk(module[b], multiplier, loop, depth + 1) for b in branches if b in module]
+                # One branch runs: FLOPs of the costliest (an upper bound); collectives of all.
+                costs = [walk(module[b], multiplier, depth + 1) for b in branches if b in module]
                 total += max(costs, default=0.0)
         return total
 
-    result.flops = walk(entry, 1, None)
+    result.flops = walk(entry, 1)
     result.top_ops = sorted(((f, name, m) for name, (f, m) in ops.items()), reverse=True)[:10]
     return result
 
