@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aotcheck import _runtime
@@ -142,11 +142,16 @@ def check_case(
     hbm_headroom: float = 1.0,
     registry: Registry = REGISTRY,
     cache: FiguresCache | None = None,
+    runner: Callable[[Case], CaseResult] | None = None,
 ) -> Outcome:
-    """Compiles ``case``, checks it fits, compares it with its golden, writes the golden if ``update``."""
+    """Compiles ``case``, checks it fits, compares it with its golden, writes the golden if ``update``.
+
+    ``runner`` compiles the case (default: :func:`aotcheck.runner.run_case` here,
+    with ``registry`` and ``cache``); the plugin passes one that isolates chip families.
+    """
     golden_path = str(store.path(case))
     try:
-        result: CaseResult = run_case(case, registry=registry, cache=cache)
+        result = runner(case) if runner else run_case(case, registry=registry, cache=cache)
     except CompileError as e:
         oom = explain_oom(str(e), case.topology)
         if oom:

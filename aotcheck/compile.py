@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from aotcheck import _runtime
 from aotcheck.config import BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.isolation import note_family
 from aotcheck.mesh import build_mesh
 from aotcheck.partition import check_spec, match_partition_specs, named_shardings, with_shardings
 from aotcheck.topology import Topology, check_num_slices, get_devices_for_topology, parse_topology
@@ -232,9 +233,10 @@ def lower_function_programs(
 
 
 def compile_lowered(
-    lowered: jax.stages.Lowered, options: Mapping[str, str], *, what: str
+    lowered: jax.stages.Lowered, options: Mapping[str, str], *, what: str, topology: str | Topology
 ) -> jax.stages.Compiled:
-    """Runs XLA on ``lowered``; a rejected option or a compile failure names ``what``."""
+    """Runs XLA on ``lowered`` for ``topology``; a rejected option or a compile failure names ``what``."""
+    note_family(topology)  # libtpu state crosses chip families: see aotcheck.isolation.
     try:
         with _runtime.quiet_libtpu_stderr():
             return lowered.compile(compiler_options=dict(options))
@@ -251,9 +253,12 @@ def compile_lowered(
 
 
 def compile_programs(
-    lowered: Mapping[str, jax.stages.Lowered], options: Mapping[str, str], *, what: str
+    lowered: Mapping[str, jax.stages.Lowered], options: Mapping[str, str], *, what: str, topology: str | Topology
 ) -> dict[str, jax.stages.Compiled]:
-    return {name: compile_lowered(low, options, what=f"{name} of {what}") for name, low in lowered.items()}
+    return {
+        name: compile_lowered(low, options, what=f"{name} of {what}", topology=topology)
+        for name, low in lowered.items()
+    }
 
 
 def compile_trainer_programs(
@@ -281,7 +286,9 @@ def compile_trainer_programs(
         topology, topology_num_slices, trainer_config.compiler_options, compiler_options
     )
     lowered = lower_trainer_programs(trainer_config, topology=topology, topology_num_slices=topology_num_slices)
-    return compile_programs(lowered, options, what=f"the trainer on {_where(topology, topology_num_slices)}")
+    return compile_programs(
+        lowered, options, what=f"the trainer on {_where(topology, topology_num_slices)}", topology=topology
+    )
 
 
 def compile_inference_programs(
@@ -316,7 +323,9 @@ def compile_inference_programs(
         topology_num_slices=topology_num_slices,
         method=method,
     )
-    return compile_programs(lowered, options, what=f"{method} on {_where(topology, topology_num_slices)}")
+    return compile_programs(
+        lowered, options, what=f"{method} on {_where(topology, topology_num_slices)}", topology=topology
+    )
 
 
 def compile_function(
@@ -334,7 +343,7 @@ def compile_function(
     """
     options = resolve_compiler_options(topology, topology_num_slices, compiler_options)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, donate_argnums=tuple(donate_argnums))
-    return compile_lowered(jitted.lower(*args), options, what=getattr(fn, "__name__", "function"))
+    return compile_lowered(jitted.lower(*args), options, what=getattr(fn, "__name__", "function"), topology=topology)
 
 
 def lower_config_programs(
@@ -352,20 +361,6 @@ def lower_config_programs(
             )
         return out
     return lower_function_programs(config, topology=topology, topology_num_slices=num_slices)
-
-
-def compile_config_programs(
-    config: Config,
-    *,
-    topology: str | Topology,
-    num_slices: int = 1,
-    program: str | None = None,
-    compiler_options: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, jax.stages.Compiled], dict[str, str]]:
-    """Compiles one program (or all) of any config; also returns the options used."""
-    options = resolve_compiler_options(topology, num_slices, config.compiler_options, compiler_options)
-    lowered = lower_config_programs(config, topology=topology, num_slices=num_slices, program=program)
-    return compile_programs(lowered, options, what=_where(topology, num_slices)), options
 
 
 def _where(topology: str | Topology, num_slices: int) -> str:

@@ -200,11 +200,14 @@ class AotItem(pytest.Item):
 
     def runtest(self) -> None:
         from aotcheck.check import check_case  # Deferred: imports jax.
+        from aotcheck.isolation import run_case_isolated
 
         s = self.aot.settings
+        files = REGISTRY.source_files()
+        cache_dir = str(s.cache.root) if s.cache else None
         outcome = check_case(
             self.case, store=s.store, tolerances=s.tolerances, update=s.update, hbm_headroom=s.hbm_headroom,
-            cache=s.cache,
+            runner=lambda case: run_case_isolated(case, config_files=files, cache_dir=cache_dir),
         )
         self.user_properties.append((PROPERTY, json.dumps(outcome.to_json(), sort_keys=True)))
         for name, value in sorted((outcome.figures or {}).items()):
@@ -378,6 +381,11 @@ class AotSession:
         if broken or len(REGISTRY.select(self.settings.config_globs or None)) != len(REGISTRY):
             return False  # Some registered config was left out: its goldens' fate is not ours to judge.
         return all(case.id in self.outcomes for case, _ in cases)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        from aotcheck.isolation import close_workers
+
+        close_workers()
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +34,7 @@ class Entry:
     name: str
     build: Builder
     description: str = ""
+    source: str | None = None  # The file that registered it (a child process re-imports it).
 
     def configs(self) -> list[Config]:
         """Builds the configs; any failure is re-raised naming this config."""
@@ -75,6 +77,8 @@ class Registry:
             RegistryError: ``name`` is already registered.
         """
 
+        source = sys._getframe(1).f_code.co_filename  # Whoever called register().
+
         def add(fn: Builder | Config) -> Any:
             if not name or "/" in name or "@" in name or any(c.isspace() for c in name):
                 raise RegistryError(f"Config name {name!r} must be non-empty, without '/', '@' or spaces.")
@@ -83,13 +87,18 @@ class Registry:
                     f"A config named {name!r} is already registered; pick another name "
                     "or remove the first registration."
                 )
-            self._entries[name] = Entry(name, fn, description or (getattr(fn, "__doc__", "") or "").strip().split("\n")[0])
+            doc = description or (getattr(fn, "__doc__", "") or "").strip().split("\n")[0]
+            self._entries[name] = Entry(name, fn, doc, source)
             return fn
 
         return add if build is None else add(build)
 
     def unregister(self, name: str) -> None:
         self._entries.pop(name, None)
+
+    def source_files(self) -> list[str]:
+        """The Python files that registered these configs, for a process that needs them too."""
+        return sorted({e.source for e in self._entries.values() if e.source and e.source.endswith(".py")})
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -86,7 +86,7 @@ def run_case(
         if entry is not None:
             return CaseResult(case, entry["figures"], options, lowered_at - start,
                               float(entry.get("compile_seconds", 0.0)), cached=True)
-    compiled = compile_lowered(lowered, options, what=case.id)
+    compiled = compile_lowered(lowered, options, what=case.id, topology=case.topology)
     done = time.perf_counter()
     figures = program_figures(compiled, num_devices=_num_devices(case))
     if cache is not None and key is not None:

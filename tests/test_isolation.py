@@ -1,0 +1,65 @@
+"""Chip families are compiled in separate processes, because libtpu carries state across them."""
+
+import subprocess
+import sys
+
+import pytest
+
+from aotcheck import isolation
+
+WIDE = """
+import dataclasses
+import aotcheck
+from aotcheck.models import lm
+
+# lm-1b's widths, 2 layers: big enough for libtpu's cross-family state to show.
+WIDE = dataclasses.replace(lm.ONE_B, n_layers=2)
+aotcheck.register("wide", lambda: lm.inference_config(WIDE, methods={"prefill": lambda p, b: lm.prefill(WIDE, p, b)}))
+"""
+
+QUIRK = WIDE + """
+import sys
+if sys.argv[1] == "after-v5e":
+    aotcheck.compile_inference_programs(lm.inference_config(lm.TINY), input_batch_spec=None, topology="v5e-4",
+                                        method="prefill")
+out = aotcheck.compile_inference_programs(lm.inference_config(WIDE), input_batch_spec=None, topology="v4-8",
+                                          topology_num_slices=2, method="prefill")
+print(aotcheck.program_figures(out["prefill"])["comm_all_gather_count"])
+"""
+
+
+def test_libtpu_carries_state_across_chip_families(tmp_path):
+    # Why aotcheck isolates families: the same v4 x2 program compiles differently after a v5e
+    # compile in the same process. If libtpu stops doing this, isolation can go.
+    script = tmp_path / "quirk.py"
+    script.write_text(QUIRK)
+    counts = {}
+    for mode in ("fresh", "after-v5e"):
+        out = subprocess.run([sys.executable, "-W", "ignore", str(script), mode], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        counts[mode] = int(out.stdout.split()[-1])
+    assert counts["fresh"] != counts["after-v5e"]
+
+
+def test_plugin_runs_other_families_in_their_own_process(pytester):
+    pytester.makeconftest(WIDE)
+    pytester.makeini("[pytest]\naot_golden_dir = golden\n")
+    run = lambda *a: pytester.runpytest_subprocess("-p", "no:cacheprovider", "--aot-no-cache", *a)  # noqa: E731
+    # Goldens from processes that compile one family each: what a real job sees.
+    run("--aot-topologies=v4-8x2", "--update-golden").assert_outcomes(passed=1)
+    run("--aot-topologies=v5e-4", "--update-golden").assert_outcomes(passed=1)
+    # v5e first, then v4 x2 in the same session: still the fresh-process figures.
+    result = run("--aot-topologies=v5e-4,v4-8x2", "-p", "no:randomly", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*wide/prefill@v5e-4x1 PASSED*", "*wide/prefill@v4-8x2 PASSED*"])
+
+
+def test_note_family_warns_once_on_a_second_family(monkeypatch):
+    monkeypatch.setattr(isolation, "_compiled", set())
+    monkeypatch.setattr(isolation, "_warned", False)
+    isolation.note_family("v4-8")
+    isolation.note_family("v4-16")
+    assert isolation.is_clean_for("v4-32") and not isolation.is_clean_for("v5e-4")
+    with pytest.warns(RuntimeWarning, match="compiled for v4 and now compiles for v5e"):
+        isolation.note_family("v5e-4")
+    isolation.note_family("v6e-4")  # Once is enough.
