@@ -11,7 +11,7 @@ Example:
     >>> from aotcheck.partition import match_partition_specs
     >>> params = {"w": jax.ShapeDtypeStruct((8, 4), jnp.float32)}
     >>> match_partition_specs(params, [("w$", P("data", None))], axis_sizes={"data": 4})
-    {'w': PartitionSpec('data', None)}
+    {'w': P('data', None)}
 """
 
 from __future__ import annotations

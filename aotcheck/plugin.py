@@ -25,7 +25,7 @@ from aotcheck.golden import GoldenError, GoldenStore
 from aotcheck.loader import LoaderError, load_config_modules
 from aotcheck.registry import REGISTRY, RegistryError
 from aotcheck.shard import ShardError, assign_shards, parse_shard
-from aotcheck.topology import Topology, TopologyError, parse_target
+from aotcheck.topology import Topology, TopologyError, parse_target, reserve_cpu_devices
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"
@@ -163,19 +163,11 @@ def pytest_configure(config: pytest.Config) -> None:
             stacklevel=2,
         )
         settings.cache = None
-    _reserve_cpu_devices(settings.targets)
+    # cpu-N needs N host devices, fixed when JAX's CPU backend starts: ask now.
+    cpu_devices = max((t.num_devices * n for t, n in settings.targets if not t.is_tpu), default=0)
+    if cpu_devices:
+        reserve_cpu_devices(cpu_devices)
     config.pluginmanager.register(AotSession(config, settings), "aotcheck-session")
-
-
-def _reserve_cpu_devices(targets: list[tuple[Topology, int]]) -> None:
-    # cpu-N needs N host devices, fixed when JAX's CPU backend starts.
-    needed = max((t.num_devices * n for t, n in targets if not t.is_tpu), default=0)
-    if needed:
-        import jax
-        from jax._src import xla_bridge
-
-        if not xla_bridge.backends_are_initialized():
-            jax.config.update("jax_num_cpu_devices", max(needed, jax.config.jax_num_cpu_devices))
 
 
 class AotFailure(Exception):

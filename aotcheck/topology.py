@@ -288,14 +288,23 @@ def _tpu_devices(
     return list(desc.devices)
 
 
-def _cpu_devices(count: int) -> list[Any]:
+def reserve_cpu_devices(count: int) -> None:
+    """Asks JAX for at least ``count`` host CPU devices (and 8), if its CPU backend has not started.
+
+    The count is fixed when the backend starts, so later cpu-N requests in the
+    same process cannot grow it: ask early, with room to spare.
+    """
     import jax
     from jax._src import xla_bridge
 
     if not xla_bridge.backends_are_initialized():
-        # Only possible before the first backend use, so ask for room to spare: later
-        # cpu-N requests in the same process cannot grow the count.
         jax.config.update("jax_num_cpu_devices", max(count, 8, jax.config.jax_num_cpu_devices))
+
+
+def _cpu_devices(count: int) -> list[Any]:
+    import jax
+
+    reserve_cpu_devices(count)
     devices = jax.devices("cpu")
     if len(devices) < count:
         raise TopologyError(

@@ -279,3 +279,10 @@ def test_configs_from_ini_modules(pytester):
     result = run(pytester, "--aot-topologies=v4-8")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*aot_config_modules: Importing config module 'no_such_module' failed*"])
+
+
+def test_host_cpu_topologies_need_no_libtpu_and_no_hbm(project):
+    result = run(project, "--aot-topologies=cpu-4x2", "--update-golden")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*toy/step@cpu-4x2*-*created*"])
+    assert json.loads(golden(project, "toy/step@cpu-4x2.json").read_text())["figures"]["flops"] > 0
