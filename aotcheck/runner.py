@@ -13,10 +13,11 @@ from typing import Any
 from aotcheck import _runtime
 from aotcheck.cache import FiguresCache, cache_key
 from aotcheck.case import Case
-from aotcheck.compile import lower_config_programs, compile_lowered, resolve_compiler_options
+from aotcheck.compile import compile_lowered, lower_config_programs, resolve_compiler_options
 from aotcheck.config import Config
 from aotcheck.figures import program_figures
 from aotcheck.registry import REGISTRY, Registry
+from aotcheck.topology import parse_topology
 
 
 @dataclasses.dataclass
@@ -42,20 +43,17 @@ def config_for(case: Case, registry: Registry = REGISTRY) -> Config:
     return programs[case.program]
 
 
+def _num_devices(case: Case) -> int:
+    return parse_topology(case.topology).num_devices * case.num_slices
+
+
 def unsupported_reason(config: Config, case: Case) -> str | None:
     """Why ``config`` cannot run on the case's target, or None."""
-    from aotcheck.topology import parse_topology
-
-    devices = parse_topology(case.topology).num_devices * case.num_slices
+    devices = _num_devices(case)
     if devices < config.min_devices:
-        return f"{case.config} needs at least {config.min_devices} devices; {case.topology}x{case.num_slices} has {devices}"
+        return (f"{case.config} needs at least {config.min_devices} devices; "
+                f"{case.topology}x{case.num_slices} has {devices}")
     return None
-
-
-def _num_devices(case: Case) -> int:
-    from aotcheck.topology import parse_topology
-
-    return parse_topology(case.topology).num_devices * case.num_slices
 
 
 def run_case(
