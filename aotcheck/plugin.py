@@ -283,13 +283,17 @@ class AotSession:
             cases = [(c, skip) for c, skip in cases if shard_of[c.id] == k]
             broken = broken if k == 1 else []  # A broken config fails once, in the first shard.
             self.other_shards = len(others)
-        for name, error in broken:
-            items.append(AotBuildErrorItem.from_parent(parent, name=f"{name}/<build>", error=error))
+        new: list[pytest.Item] = [
+            AotBuildErrorItem.from_parent(parent, name=f"{name}/<build>", error=error) for name, error in broken
+        ]
         for case, skip in cases:
             item = AotItem.from_parent(parent, name=case.id, case=case, aot=self)
             if skip:
                 item.add_marker(pytest.mark.skip(reason=skip))
-            items.append(item)
+            new.append(item)
+        items.extend(new)
+        # Report them as collected, so "collected N items" and deselection counts include them.
+        self.config.hook.pytest_collectreport(report=pytest.CollectReport(parent.nodeid, "passed", None, new))
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
