@@ -93,9 +93,6 @@ class Registry:
 
         return add if build is None else add(build)
 
-    def unregister(self, name: str) -> None:
-        self._entries.pop(name, None)
-
     def source_files(self) -> list[str]:
         """The Python files that registered these configs, for a process that needs them too."""
         return sorted({e.source for e in self._entries.values() if e.source and e.source.endswith(".py")})
