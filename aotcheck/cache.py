@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aotcheck.golden import atomic_write_text
+from aotcheck.golden import atomic_write_text, probe_writable
 
 # Bump when the figures computed from the same executable change meaning or
 # gain names (e.g. a new loop-aware figure): old entries then miss.
@@ -70,9 +70,7 @@ class FiguresCache:
     def usable(self) -> bool:
         """Whether entries can be written here (creates the directory)."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.root / ".probe", "")
-            (self.root / ".probe").unlink()
+            probe_writable(self.root)
             return True
         except OSError:
             return False

@@ -102,10 +102,6 @@ class Target:
     num_slices: int
     mesh: jax.sharding.Mesh
 
-    @property
-    def num_devices(self) -> int:
-        return self.mesh.devices.size
-
 
 def make_target(config: Config, topology: str | Topology, num_slices: int = 1) -> Target:
     """Devices and mesh for ``config`` on ``num_slices`` x ``topology``."""

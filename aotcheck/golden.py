@@ -106,6 +106,13 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def probe_writable(root: Path) -> None:
+    """Creates ``root`` if needed and writes and removes a file there; raises OSError if it cannot."""
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=root, prefix=".aotcheck-probe-"):
+        pass
+
+
 class GoldenStore:
     """Golden files under one directory."""
 
@@ -153,8 +160,6 @@ class GoldenStore:
     def check_writable(self) -> None:
         """Raises GoldenError unless golden files can be written here."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe = tempfile.NamedTemporaryFile(dir=self.root, prefix=".aotcheck-probe-", delete=True)
-            probe.close()
+            probe_writable(self.root)
         except OSError as e:
             raise GoldenError(f"The golden directory {self.root} is not writable ({e.strerror}); --update-golden needs it.") from e

@@ -132,8 +132,8 @@ def run_case_isolated(case: Case, *, config_files: Sequence[str], cache_dir: str
     worker = _workers.get(family) or _workers.setdefault(family, FamilyWorker(family))
     reply = worker.request({"case": case.id, "config_files": list(config_files), "cache_dir": cache_dir})
     if reply["ok"]:
-        return CaseResult(case, reply["figures"], reply["compiler_options"], reply["lower_seconds"],
-                          reply["compile_seconds"], cached=reply["cached"])
+        return CaseResult(case, reply["figures"], reply["compiler_options"], reply["compile_seconds"],
+                          cached=reply["cached"])
     if reply["error"] == "compile":
         raise CompileError(reply["message"])
     if reply["error"] == "value":
@@ -159,7 +159,7 @@ def _serve(reply_fd: int) -> None:
             cache = FiguresCache(request["cache_dir"]) if request["cache_dir"] else None
             result = run_case(Case.parse(request["case"]), cache=cache)
             reply = {"ok": True, "figures": result.figures, "compiler_options": result.compiler_options,
-                     "lower_seconds": result.lower_seconds, "compile_seconds": result.compile_seconds,
+                     "compile_seconds": result.compile_seconds,
                      "cached": result.cached}
         except CompileError as e:
             reply = {"ok": False, "error": "compile", "message": str(e)}

@@ -242,7 +242,8 @@ class AotSession:
         self.settings = settings
         self.outcomes: dict[str, dict[str, Any]] = {}
         self.empty_reason: str | None = None
-        self.other_shards = 0
+        self.stale: list[str] = []  # Set by the controller at session end.
+        self.removed: list[str] = []
 
     # Collection -------------------------------------------------------------
 
@@ -279,10 +280,8 @@ class AotSession:
         if self.settings.shard:
             k, n = self.settings.shard
             shard_of = assign_shards([c for c, _ in cases], n)
-            others = [c for c, _ in cases if shard_of[c.id] != k]
             cases = [(c, skip) for c, skip in cases if shard_of[c.id] == k]
             broken = broken if k == 1 else []  # A broken config fails once, in the first shard.
-            self.other_shards = len(others)
         new: list[pytest.Item] = [
             AotBuildErrorItem.from_parent(parent, name=f"{name}/<build>", error=error) for name, error in broken
         ]
@@ -388,7 +387,6 @@ class AotSession:
         if not self._is_controller():
             return
         self.stale = self.stale_goldens()
-        self.removed: list[str] = []
         if self.settings.update and self.stale and self._whole_matrix_ran():
             for rel in self.stale:
                 (self.settings.store.root / rel).unlink(missing_ok=True)
@@ -400,7 +398,7 @@ class AotSession:
                          shard=self.settings.shard)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if not self._is_controller() or not (self.outcomes or getattr(self, "stale", None)):
+        if not self._is_controller() or not (self.outcomes or self.stale):
             return
         from aotcheck.report import terminal_summary
 
@@ -418,13 +416,12 @@ class AotSession:
                 f"\naotcheck --update-golden: {counts['created']} created, {counts['changed']} changed, "
                 f"{counts['unchanged']} unchanged; golden files of cases that did not run were left alone."
             )
-        for rel in getattr(self, "removed", []):
+        for rel in self.removed:
             tr.write_line(f"aotcheck: removed stale golden {rel}")
-        stale = getattr(self, "stale", [])
-        if stale:
+        if self.stale:
             tr.write_line(
-                f"\naotcheck: WARNING: {len(stale)} stale golden file(s) with no registered case: "
-                + ", ".join(stale)
+                f"\naotcheck: WARNING: {len(self.stale)} stale golden file(s) with no registered case: "
+                + ", ".join(self.stale)
                 + ". Remove them, or run --update-golden over the whole matrix (no -k, no --aot-configs).",
                 yellow=True,
             )

@@ -16,7 +16,7 @@ from aotcheck import _runtime
 from aotcheck.figures import comm_bytes, roofline
 from aotcheck.format import fmt_bytes, fmt_count, fmt_seconds, fmt_share, table
 from aotcheck.golden import atomic_write_text
-from aotcheck.topology import TopologyError, parse_topology
+from aotcheck.topology import parse_topology
 
 REPORT_FORMAT = 1
 # Failures first, then what moved, then the rest.
@@ -27,13 +27,10 @@ _ORDER = {"compile-error": 0, "error": 0, "out-of-memory": 0, "over-hbm": 0, "co
 def hbm_fraction(outcome: dict[str, Any]) -> float | None:
     """Peak bytes per device over the chip's HBM capacity."""
     figures = outcome.get("figures") or {}
-    try:
-        chip = parse_topology(outcome.get("topology") or outcome["case"].split("@")[1].rsplit("x", 1)[0]).chip
-    except (TopologyError, IndexError, KeyError):
+    if "peak_bytes" not in figures:  # Failed before figures (and maybe before a topology).
         return None
-    if chip is None or "peak_bytes" not in figures:
-        return None
-    return figures["peak_bytes"] / chip.hbm_bytes
+    chip = parse_topology(outcome["topology"]).chip
+    return figures["peak_bytes"] / chip.hbm_bytes if chip else None
 
 
 def sort_outcomes(outcomes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -64,10 +61,8 @@ SUMMARY_HEADERS = ["case", "compile", "peak/device", "of HBM", "FLOPs/device", "
 
 
 def _roofline(outcome: dict[str, Any]) -> dict[str, float] | None:
-    try:
-        return roofline(outcome.get("figures") or {}, outcome["topology"])
-    except (TopologyError, KeyError):
-        return None
+    figures = outcome.get("figures")
+    return roofline(figures, outcome["topology"]) if figures else None
 
 
 def terminal_summary(outcomes: Sequence[dict[str, Any]]) -> str:

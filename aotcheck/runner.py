@@ -27,7 +27,6 @@ class CaseResult:
     case: Case
     figures: dict[str, int | float]
     compiler_options: dict[str, str]
-    lower_seconds: float
     compile_seconds: float
     compiled: Any = dataclasses.field(default=None, repr=False)  # None when the figures came from the cache.
     cached: bool = False
@@ -71,22 +70,20 @@ def run_case(
     """
     config = config or config_for(case, registry)
     options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
-    start = time.perf_counter()
     lowered = lower_config_programs(config, topology=case.topology, num_slices=case.num_slices, program=case.program)[
         case.program
     ]
-    lowered_at = time.perf_counter()
     key = None
     if cache is not None:
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology,
                         num_slices=case.num_slices, toolchain=_runtime.toolchain())
         entry = cache.get(key)
         if entry is not None:
-            return CaseResult(case, entry["figures"], options, lowered_at - start,
-                              float(entry.get("compile_seconds", 0.0)), cached=True)
+            return CaseResult(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True)
+    start = time.perf_counter()
     compiled = compile_lowered(lowered, options, what=case.id, topology=case.topology)
-    done = time.perf_counter()
+    seconds = time.perf_counter() - start
     figures = program_figures(compiled, num_devices=_num_devices(case))
     if cache is not None and key is not None:
-        cache.put(key, figures, compile_seconds=done - lowered_at)
-    return CaseResult(case, figures, options, lowered_at - start, done - lowered_at, compiled=compiled)
+        cache.put(key, figures, compile_seconds=seconds)
+    return CaseResult(case, figures, options, seconds, compiled=compiled)
