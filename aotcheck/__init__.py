@@ -12,21 +12,21 @@ Public surface::
 """
 
 from aotcheck import _runtime  # noqa: F401  (sets libtpu's environment first)
-from aotcheck.compile import (
+from aotcheck.figures.program import program_figures
+from aotcheck.programs.compile import (
     CompileError,
     compile_function,
     compile_inference_programs,
     compile_trainer_programs,
-    default_compiler_options,
     lower_inference_programs,
     lower_trainer_programs,
 )
-from aotcheck.config import FunctionConfig, InferenceConfig, TrainerConfig
-from aotcheck.figures import program_figures
-from aotcheck.mesh import MeshError, MeshSpec, build_mesh
-from aotcheck.partition import PartitionError
-from aotcheck.registry import REGISTRY, Registry, RegistryError, register
-from aotcheck.topology import TopologyError, get_devices_for_topology, parse_topology
+from aotcheck.programs.config import FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.options import default_compiler_options
+from aotcheck.programs.registry import REGISTRY, Registry, RegistryError, register
+from aotcheck.targets.mesh import MeshError, MeshSpec, build_mesh
+from aotcheck.targets.partition import PartitionError
+from aotcheck.targets.topology import TopologyError, get_devices_for_topology, parse_topology
 
 __version__ = "0.1.0"
 

@@ -1,34 +1,93 @@
-"""``python -m aotcheck``: the topology table, the registry, one-off compiles.
+"""``python -m aotcheck``: the gate without pytest, the topology table, the registry, one-off compiles.
 
 Examples::
 
+    python -m aotcheck check --topologies v4-8,v5e-16 --slices 1,2 --configs 'lm-*'
+    python -m aotcheck check --update-golden --report aot-report.json --shard 1/2
     python -m aotcheck topologies
     python -m aotcheck configs
     python -m aotcheck compile lm-tiny --topology v5e-16 --slices 2
     python -m aotcheck compile lm-tiny --topology v4-8 --method sample_decode --json
-    python -m aotcheck compile lm-tiny --topology v4-8 --dump-hlo /tmp/hlo
+    python -m aotcheck report aot-report-*.json --format markdown --output summary.md
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aotcheck.case import Case
-from aotcheck.compile import CompileError
-from aotcheck.figures import comm_bytes, roofline
-from aotcheck.format import fmt_bytes, fmt_count, fmt_seconds, fmt_share, table
-from aotcheck.loader import LoaderError, load_config_modules
-from aotcheck.registry import REGISTRY, RegistryError
-from aotcheck.topology import CHIPS, TopologyError, all_topologies, check_num_slices, parse_topology
+from aotcheck.gate.case import Case
+from aotcheck.gate.measure import measure
+from aotcheck.gate.report import ReportError, merge_reports
+from aotcheck.ini import IniError, find_ini
+from aotcheck.programs.compile import CompileError
+from aotcheck.programs.loader import LoaderError, load_config_modules
+from aotcheck.programs.lowering import LoweringError
+from aotcheck.programs.registry import REGISTRY, RegistryError
+from aotcheck.render.chart import svg_chart
+from aotcheck.render.markdown import annotations, markdown
+from aotcheck.render.text import case_line, compile_table, explain, session_summary, summary_table, table
+from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, SettingsError, exit_status
+from aotcheck.targets.topology import CHIPS, Target, TopologyError, all_topologies
+from aotcheck.units import fmt_bytes, fmt_count
 
 
-def _load(args: argparse.Namespace) -> None:
-    modules = args.module or (["conftest.py"] if Path("conftest.py").is_file() else [])
-    load_config_modules(modules)
+def _load(modules: Sequence[str] | None, rootdir: Path) -> None:
+    """Registers configs as pytest would: the rootdir's conftest.py (module ``conftest``), then ``modules``."""
+    if (rootdir / "conftest.py").is_file():
+        if str(rootdir) not in sys.path:
+            sys.path.insert(0, str(rootdir))
+        try:
+            importlib.import_module("conftest")
+        except Exception as e:
+            raise LoaderError(f"Importing {rootdir / 'conftest.py'} failed: {type(e).__name__}: {e}") from e
+    load_config_modules(modules or [], rootdir=rootdir)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    ini = find_ini(Path.cwd())
+
+    def pick(value: str | None, key: str) -> list[str] | str:
+        return value if value is not None else ini.args(key)
+
+    settings = GateSettings.parse(
+        rootdir=ini.rootdir,
+        topologies=pick(args.topologies, "aot_topologies"),
+        slices=pick(args.slices, "aot_slices"),
+        configs=pick(args.configs, "aot_configs"),
+        golden_dir=args.golden_dir or ini.get("aot_golden_dir", "golden"),
+        golden_dir_option=args.golden_dir,
+        update=args.update_golden,
+        strict=args.strict or ini.flag("aot_strict"),
+        tolerances=ini.lines("aot_tolerances"),
+        report=args.report,
+        hbm_headroom=ini.get("aot_hbm_headroom", "1.0"),
+        cache_dir=None if args.no_cache else (args.cache_dir or ini.get("aot_cache_dir", ".aotcheck-cache")),
+        shard=args.shard,
+        config_modules=ini.lines("aot_config_modules") + list(args.module or []),
+        flags=CLI_FLAGS,
+    )
+    if not settings.targets:
+        raise SettingsError("no topologies to check: pass --topologies (e.g. --topologies v4-8,v5e-16) "
+                            "or set aot_topologies in the [pytest] section of your ini file")
+    _load([], settings.rootdir)
+    with GateSession(settings) as session:
+        for line in session.header():
+            print(line)
+        for warning in session.warnings:
+            print(warning, file=sys.stderr)
+        report = session.run(on_outcome=lambda o: print(case_line(o), flush=True))
+    plan_empty = session.plan().empty_reason
+    if plan_empty:
+        print(f"aotcheck: nothing to check: {plan_empty}")
+    print("\n".join(["", *session_summary(report, update=settings.update)]))
+    for outcome in report.failed:
+        print(f"\n{outcome.case.id} FAILED:\n{outcome.message}")
+    return exit_status(report)
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
@@ -45,7 +104,7 @@ def cmd_topologies(args: argparse.Namespace) -> int:
         return 0
     print(table(["name", "libtpu", "chip config", "chips/host", "chips", "devices",
                  "HBM/device", "bf16 FLOP/s/device", "HBM BW/device"], rows))
-    print(f"\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. cpu-N: N host CPU devices (no libtpu).")
+    print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. cpu-N: N host CPU devices (no libtpu).")
     print(f"Per-device figures: {next(iter(CHIPS.values())).source}.")
     return 0
 
@@ -55,7 +114,7 @@ _TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "chips", "
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
-    _load(args)
+    _load(args.module, Path.cwd())
     rows = []
     for entry in REGISTRY:
         try:
@@ -71,22 +130,16 @@ def cmd_configs(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from aotcheck.runner import config_for, run_case  # Deferred: loads jax.
-
-    _load(args)
-    topology = parse_topology(args.topology)
-    slices = check_num_slices(args.slices)
+    _load(args.module, Path.cwd())
+    target = Target.of(args.topology, args.slices)
     entry = REGISTRY.get(args.config)
     programs = [args.method] if args.method else list(entry.programs())
-    results = []
-    for program in programs:
-        case = Case(entry.name, program, topology.name, slices)
-        results.append(run_case(case, config=config_for(case)))
+    results = [measure(Case(entry.name, program, target), config=entry.program(program)) for program in programs]
     if args.dump_hlo:
         out = Path(args.dump_hlo)
         out.mkdir(parents=True, exist_ok=True)
         for r in results:
-            path = out / f"{r.case.config}.{r.case.program}@{r.case.topology}x{r.case.num_slices}.hlo.txt"
+            path = out / f"{r.case.config}.{r.case.program}@{r.case.target}.hlo.txt"
             path.write_text(r.compiled.as_text())
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
@@ -94,78 +147,59 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                            "figures": r.figures, "compiler_options": r.compiler_options}
                           for r in results}, indent=2, sort_keys=True))
         return 0
-    hbm = topology.chip.hbm_bytes if topology.chip else None
-    rows = []
-    for r in results:
-        f = r.figures
-        bound = roofline(f, topology)
-        rows.append([r.case.id, f"{r.compile_seconds:.1f}s", fmt_bytes(f["argument_bytes"]),
-                     fmt_bytes(f["output_bytes"]), fmt_bytes(f["alias_bytes"]), fmt_bytes(f["temp_bytes"]),
-                     fmt_bytes(f["generated_code_bytes"]), fmt_bytes(f["peak_bytes"]),
-                     fmt_share(f["peak_bytes"] / hbm) if hbm else "-", fmt_count(f["flops"]),
-                     fmt_count(f["flops_xla"]), fmt_bytes(comm_bytes(f)),
-                     fmt_seconds(bound["bound_seconds"]) if bound else "-"])
-    print(table(["case", "compile", "argument", "output", "alias", "temp", "code", "peak", "peak/HBM",
-                 "FLOPs", "FLOPs (XLA raw)", "collectives", "step >="], rows))
-    print("\nPer device. FLOPs count each loop body times its trip count (matmuls and convolutions);"
-          "\nXLA's raw figure counts a loop body once. 'step >=' is a roofline lower bound.")
+    print(compile_table(results, target.topology))
     if args.explain:
         for r in results:
             print("\n" + explain(r.compiled, r.figures))
     return 0
 
 
-def explain(compiled, figures: dict) -> str:
-    """Where the FLOPs and bytes come from: loops with their trip counts, top matmuls, collectives."""
-    from aotcheck.hlo import analyze_hlo, iter_loops
-
-    analysis = analyze_hlo(compiled.as_text())
-    lines = [f"FLOPs per device: {fmt_count(analysis.flops)} loop-aware vs {fmt_count(figures['flops_xla'])} XLA raw"]
-    loops = list(iter_loops(analysis))
-    if loops:
-        lines.append(table(
-            ["loop", "trips", "runs", "FLOPs/trip", "FLOPs in all", "op"],
-            [[l.name, l.trip_count if l.trip_count is not None else "unknown (counted once)", l.multiplier,
-              fmt_count(l.flops_per_trip), fmt_count(l.flops_per_trip * (l.trip_count or 1) * l.multiplier),
-              l.op_name[-60:]] for l in loops[:12]],
-        ))
-    lines.append(table(["top matmuls", "FLOPs in all", "times run"],
-                       [[name[-80:], fmt_count(f), m] for f, name, m in analysis.top_ops]))
-    lines.append(table(["collective", "count", "bytes/device"],
-                       [[k, v.count, fmt_bytes(v.bytes)] for k, v in analysis.collectives.items()]))
-    return "\n\n".join(lines)
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    from aotcheck.chart import svg_chart
-    from aotcheck.report import merge_reports
-    from aotcheck.summary import annotations, render
-
     merged = merge_reports([Path(p) for p in args.reports], expect_shards=args.expect_shards)
     for problem in merged.problems:
         print(f"aotcheck: {problem}", file=sys.stderr)
-    text = render(merged, args.format)
+    if args.format == "markdown":
+        text = markdown(merged)
+    else:
+        text = "\n".join([summary_table(merged.report.outcomes)]
+                         + [f"missing or unreadable: {p}" for p in merged.problems]) + "\n"
     if args.output:
         with open(args.output, "a") as f:  # Appends: $GITHUB_STEP_SUMMARY collects several steps.
             f.write(text)
     else:
         print(text, end="")
     if args.svg:
-        Path(args.svg).write_text(svg_chart(merged.outcomes))
+        Path(args.svg).write_text(svg_chart(merged.report.outcomes))
     for line in annotations(merged, limit=args.annotations):
         print(line)
-    return 1 if merged.failed or merged.problems else 0
+    return 1 if merged.failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    module_help = "module or .py file that registers configs (repeatable; the rootdir's conftest.py is always read)"
+
+    p = sub.add_parser("check", help="the gate without pytest: compile the matrix, compare with goldens",
+                       description="Reads the aot_* settings of the [pytest] section of your ini file, "
+                       "as the pytest plugin does; options override them.")
+    p.add_argument("--topologies", help="e.g. v4-8,v5e-16 (v5e-16x2: 2 slices only)")
+    p.add_argument("--slices", help="slice counts for every topology, e.g. 1,2")
+    p.add_argument("--configs", help="glob(s) over config names, e.g. 'lm-*'")
+    p.add_argument("--golden-dir", help="golden directory (default: aot_golden_dir, or golden/)")
+    p.add_argument("--update-golden", action="store_true", help="accept the figures of the cases that run")
+    p.add_argument("--strict", action="store_true", help="fail on improvements beyond tolerance too")
+    p.add_argument("--report", metavar="PATH", help="write the JSON report here")
+    p.add_argument("--shard", metavar="K/N", help="run only shard K of N of the matrix")
+    p.add_argument("--cache-dir", help="figures cache directory (default .aotcheck-cache)")
+    p.add_argument("--no-cache", action="store_true", help="compile every case; no figures cache")
+    p.add_argument("--module", action="append", help=module_help)
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("topologies", help="the topology table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_topologies)
 
-    module_help = "module or .py file that registers configs (repeatable; default ./conftest.py)"
     p = sub.add_parser("configs", help="the registered configs")
     p.add_argument("--module", action="append", help=module_help)
     p.set_defaults(func=cmd_configs)
@@ -193,11 +227,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Errors that explain themselves: printed as one line, exit status 2.
+USER_ERRORS = (TopologyError, RegistryError, LoaderError, CompileError, LoweringError, SettingsError, IniError,
+               ReportError, ValueError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TopologyError, RegistryError, LoaderError, CompileError, KeyError, ValueError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"aotcheck: error: {message}", file=sys.stderr)
+    except USER_ERRORS as e:
+        print(f"aotcheck: error: {e}", file=sys.stderr)
         return 2

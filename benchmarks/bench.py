@@ -7,7 +7,7 @@ Prints, each against its baseline:
 - the plugin (-n 0, no cache) against bare ``jax.jit(...).lower(...).compile()`` of the
   same cases: against the sum of the lower+compile times alone, and against the wall
   time of bare scripts (one fresh process per chip family, as correct figures need,
-  see aotcheck/isolation.py) that pay the same jax/libtpu start-up (target: under 10%);
+  see aotcheck/targets/families.py) that pay the same jax/libtpu start-up (target: under 10%);
 - a rerun with a warm figures cache against the cold run (target: under 15%);
 - ``-n 2`` against ``-n 0``.
 """
@@ -30,8 +30,10 @@ def bare(configs: str, topologies: str, slices: str) -> None:
 
     sys.path.insert(0, str(ROOT))
     import conftest  # noqa: F401  (registers the reference configs)
-    from aotcheck.compile import lower_config_programs, resolve_compiler_options
-    from aotcheck.registry import REGISTRY
+    from aotcheck.programs.lowering import lower_config
+    from aotcheck.programs.options import resolve_compiler_options
+    from aotcheck.programs.registry import REGISTRY
+    from aotcheck.targets.topology import Target
 
     total = 0.0
     for entry in REGISTRY:
@@ -42,7 +44,7 @@ def bare(configs: str, topologies: str, slices: str) -> None:
                 for n in map(int, slices.split(",")):
                     options = resolve_compiler_options(topology, n, config.compiler_options)
                     start = time.perf_counter()
-                    lowered = lower_config_programs(config, topology=topology, num_slices=n, program=program)[program]
+                    lowered = lower_config(config, Target.of(topology, n), program=program)[program]
                     lowered.compile(compiler_options=options)
                     total += time.perf_counter() - start
     print(total)
@@ -71,7 +73,7 @@ def main() -> None:
     py = sys.executable
     select = [f"--aot-configs={args.configs}", f"--aot-topologies={args.topologies}", f"--aot-slices={args.slices}",
               "-m", "aotcheck", "-q"]
-    from aotcheck.isolation import family_of
+    from aotcheck.targets.families import family_of
 
     by_family: dict[str, list[str]] = {}
     for topology in args.topologies.split(","):

@@ -9,9 +9,11 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import aotcheck
-from aotcheck.compile import CompileError, resolve_compiler_options
+from aotcheck.programs.compile import CompileError
+from aotcheck.programs.lowering import LoweringError
+from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.models import lm
-from aotcheck.topology import get_devices_for_topology
+from aotcheck.targets.topology import get_devices_for_topology
 
 
 @pytest.fixture(scope="module")

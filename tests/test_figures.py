@@ -6,11 +6,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import aotcheck
-from aotcheck.figures import roofline
-from aotcheck.hlo import analyze_hlo, trip_count, parse_module
-from aotcheck.memory import explain_oom, hbm_verdict
+from aotcheck.figures.program import roofline
+from aotcheck.figures.hlo import analyze_hlo, trip_count, parse_module
+from aotcheck.figures.hbm import explain_oom, hbm_verdict
 from aotcheck.models import lm
-from aotcheck.topology import CHIPS
+from aotcheck.targets.topology import CHIPS
 
 # Four layers, no remat: the PaLM appendix formula (6N per token + attention) is exact.
 NO_REMAT = dataclasses.replace(lm.TINY, n_layers=4, remat=False)
@@ -80,7 +80,9 @@ def test_hbm_verdict_in_plain_words():
     assert hbm_verdict(int(17.3 * 2**30), "v5e-16") == "needs 17.30 GiB of 16.00 GiB HBM per device on v5e-16: 108%"
     assert hbm_verdict(int(15.3 * 2**30), "v5e-16") is None
     assert "headroom 95%" in hbm_verdict(int(15.3 * 2**30), "v5e-16", headroom=0.95)
-    assert CHIPS["v4"].hbm_bytes == 32 * 2**30
+    # The boundary: exactly the capacity fits, one byte more does not.
+    assert hbm_verdict(CHIPS["v4"].hbm_bytes, "v4-8") is None
+    assert hbm_verdict(CHIPS["v4"].hbm_bytes + 1, "v4-8").endswith("on v4-8: 100%")
 
 
 def test_xla_out_of_memory_is_explained():

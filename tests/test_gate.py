@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from aotcheck.cache import FiguresCache, cache_key
-from aotcheck.case import Case
+from aotcheck.gate.cache import FiguresCache, cache_key
+from aotcheck.gate.case import Case
 from aotcheck.models import lm
-from aotcheck.registry import Registry
-from aotcheck.runner import run_case
-from aotcheck.shard import ShardError, assign_shards, case_weight, parse_shard
-from aotcheck.topology import topology_names
+from aotcheck.programs.registry import Registry
+from aotcheck.gate.measure import measure
+from aotcheck.gate.shard import ShardError, assign_shards, case_weight, parse_shard
+from aotcheck.targets.topology import topology_names
 
 from test_plugin import CONFTEST, INI, golden, run  # noqa: F401  (the plugin tests' toy project)
 
@@ -50,12 +50,12 @@ def _registry(cfg):
 
 def test_unchanged_hits_with_identical_figures_edited_misses(tmp_path):
     cache = FiguresCache(tmp_path)
-    case = Case("lm", "train_step", "v5e-16", 1)
-    cold = run_case(case, registry=_registry(lm.TINY), cache=cache)
-    warm = run_case(case, registry=_registry(lm.TINY), cache=cache)
+    case = Case.of("lm", "train_step", "v5e-16", 1)
+    cold = measure(case, registry=_registry(lm.TINY), cache=cache)
+    warm = measure(case, registry=_registry(lm.TINY), cache=cache)
     assert not cold.cached and warm.cached and warm.compiled is None
     assert warm.figures == cold.figures
-    deeper = run_case(case, registry=_registry(dataclasses.replace(lm.TINY, n_layers=3)), cache=cache)
+    deeper = measure(case, registry=_registry(dataclasses.replace(lm.TINY, n_layers=3)), cache=cache)
     assert not deeper.cached and deeper.figures["flops"] > cold.figures["flops"]
 
 
@@ -72,7 +72,7 @@ def test_corrupt_entry_is_ignored_and_rewritten(tmp_path):
 
 
 cases = st.lists(
-    st.builds(Case, st.sampled_from(["a", "b", "lm-1b"]), st.sampled_from(["train_step", "prefill", "sample_decode"]),
+    st.builds(Case.of, st.sampled_from(["a", "b", "lm-1b"]), st.sampled_from(["train_step", "prefill", "sample_decode"]),
               st.sampled_from(topology_names()[:8]), st.integers(1, 3)),
     max_size=40, unique=True,
 )

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from aotcheck.config import FunctionConfig
-from aotcheck.partition import PartitionError, match_partition_specs
-from aotcheck.registry import Registry, RegistryError
+from aotcheck.programs.config import FunctionConfig
+from aotcheck.targets.partition import PartitionError, match_partition_specs
+from aotcheck.programs.registry import Registry, RegistryError
 
 PARAMS = {
     "layers": {"wq": jax.ShapeDtypeStruct((2, 64, 32), jnp.float32)},

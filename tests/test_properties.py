@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from aotcheck.case import Case
-from aotcheck.compare import Tolerance, ToleranceError, compare, compare_metric, parse_tolerance_line, verdict
-from aotcheck.golden import GoldenError, GoldenStore, golden_document, dumps, parse_document
-from aotcheck.topology import topology_names
+from aotcheck.gate.case import Case
+from aotcheck.gate.compare import (Change, Row, Tolerance, ToleranceError, compare, compare_metric,
+                                   parse_tolerance_line, verdict)
+from aotcheck.gate.verdict import GoldenAction, Verdict
+from aotcheck.gate.golden import GoldenError, GoldenStore, golden_document, dumps, parse_document
+from aotcheck.targets.topology import topology_names
 
 values = st.integers(0, 2**50)
 tolerances = st.builds(Tolerance, rel=st.floats(0, 1), abs=st.integers(0, 2**20))
@@ -21,22 +23,22 @@ def test_direction_growth_regresses_drop_improves(golden, now, tol):
     row = compare_metric("peak_bytes", golden, now, tol)
     allowed = tol.allowed(golden)
     if now - golden > allowed:
-        assert row.status == "regression"
+        assert row.change is Change.REGRESSION
     elif golden - now > allowed:
-        assert row.status == "improvement"
+        assert row.change is Change.IMPROVEMENT
     else:
-        assert row.status == "ok"
+        assert row.change is Change.OK
     # Swapping golden and now swaps the direction.
-    flipped = compare_metric("peak_bytes", now, golden, tol).status
-    if row.status == "regression" and tol.rel == 0:
-        assert flipped == "improvement"
+    flipped = compare_metric("peak_bytes", now, golden, tol).change
+    if row.change is Change.REGRESSION and tol.rel == 0:
+        assert flipped is Change.IMPROVEMENT
 
 
 @given(values, st.integers(0, 2**20))
 def test_absolute_floor_absorbs_small_changes(golden, floor):
     tol = Tolerance(rel=0.0, abs=floor)
-    assert compare_metric("x", golden, golden + floor, tol).status == "ok"
-    assert compare_metric("x", golden, golden + floor + 1, tol).status == "regression"
+    assert compare_metric("x", golden, golden + floor, tol).change is Change.OK
+    assert compare_metric("x", golden, golden + floor + 1, tol).change is Change.REGRESSION
 
 
 @given(st.dictionaries(st.sampled_from(["a_bytes", "flops", "b_bytes"]), values),
@@ -44,10 +46,18 @@ def test_absolute_floor_absorbs_small_changes(golden, floor):
 def test_every_metric_is_compared_once(golden, now):
     rows = compare(golden, now)
     assert [r.metric for r in rows] == sorted(set(golden) | set(now))
-    assert {r.metric for r in rows if r.status == "new"} == set(now) - set(golden)
-    assert {r.metric for r in rows if r.status == "gone"} == set(golden) - set(now)
-    assert verdict(rows) in ("pass", "regression", "improvement")
-    assert verdict(compare(now, now)) == "pass"
+    assert {r.metric for r in rows if r.change is Change.NEW} == set(now) - set(golden)
+    assert {r.metric for r in rows if r.change is Change.GONE} == set(golden) - set(now)
+    assert verdict(compare(now, now)) is Verdict.PASS
+
+
+@given(st.lists(st.sampled_from(list(Change)), max_size=6))
+def test_the_verdict_is_the_worst_change(changes):
+    rows = [Row(f"m{i}", 1, 1, Tolerance(), c) for i, c in enumerate(changes)]
+    expected = (Verdict.REGRESSION if Change.REGRESSION in changes else
+                Verdict.IMPROVEMENT if Change.IMPROVEMENT in changes else Verdict.PASS)
+    assert verdict(rows) is expected
+    assert [Row.from_json(r.to_json()) for r in rows] == rows
 
 
 @given(st.floats(0, 500, allow_nan=False).map(lambda x: round(x, 3)), st.integers(0, 10**6),
@@ -67,7 +77,7 @@ def test_bad_tolerance_lines(line):
 
 
 names = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789-_."), min_size=1, max_size=12)
-cases = st.builds(Case, names, names, st.sampled_from(topology_names() + ["cpu-8"]), st.integers(1, 64))
+cases = st.builds(Case.of, names, names, st.sampled_from(topology_names() + ["cpu-8"]), st.integers(1, 64))
 
 
 @given(cases)
@@ -82,10 +92,10 @@ def test_golden_round_trip(case, figures, options):
     with tempfile.TemporaryDirectory() as root:
         store = GoldenStore(root)
         toolchain = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
-        assert store.write(case, figures, toolchain=toolchain, compiler_options=options) == "created"
+        assert store.write(case, figures, toolchain=toolchain, compiler_options=options) is GoldenAction.CREATED
         golden = store.read(case)
         assert golden.figures == pytest.approx(figures) and golden.compiler_options == options
-        assert store.write(case, figures, toolchain=toolchain, compiler_options=options) == "unchanged"
+        assert store.write(case, figures, toolchain=toolchain, compiler_options=options) is GoldenAction.UNCHANGED
         text = store.path(case).read_text()
         assert text == dumps(json.loads(text))  # Sorted keys, stable bytes.
         assert list(Path(root).rglob("*.tmp")) == []  # No temporary left behind.
@@ -96,5 +106,5 @@ def test_corrupt_documents_name_their_file():
     for text in ("[]", "{", '{"figures": [], "toolchain": {}, "compiler_options": {}}'):
         with pytest.raises(GoldenError, match=str(path)):
             parse_document(text, path)
-    doc = golden_document(Case("a", "b", "v4-8", 1), {"flops": 2.0**40}, toolchain={}, compiler_options={})
+    doc = golden_document(Case.of("a", "b", "v4-8", 1), {"flops": 2.0**40}, toolchain={}, compiler_options={})
     assert doc["figures"]["flops"] == 2**40 and isinstance(doc["figures"]["flops"], int)

@@ -1,18 +1,18 @@
 """The topology table, checked row by row against its names and against libtpu."""
 
-import math
 
 import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck import _runtime
-from aotcheck.topology import (
+from aotcheck.targets.topology import (
     CHIPS,
     TopologyError,
     all_topologies,
     check_num_slices,
     get_devices_for_topology,
-    parse_target,
+    Target,
+    split_target,
     parse_topology,
     topology_names,
 )
@@ -94,13 +94,26 @@ def test_missing_libtpu_says_what_to_install(monkeypatch):
 
 
 @given(st.sampled_from(topology_names()), st.integers(1, 64))
-def test_parse_target(name, slices):
-    topo, parsed = parse_target(f"{name}x{slices}")
+def test_targets_round_trip_through_their_names(name, slices):
+    topo, parsed = split_target(f"{name}x{slices}")
     assert (topo.name, parsed) == (name, slices)
-    assert parse_target(name) == (parse_topology(name), None)
+    assert split_target(name) == (parse_topology(name), None)
+    target = Target.parse(f"{name}x{slices}")
+    assert Target.parse(target.name) == target and target.num_devices == topo.num_devices * slices
+    with pytest.raises(TopologyError, match="names no slice count"):
+        Target.parse(name)
 
 
-def test_per_device_figures_follow_devices_per_chip():
-    # A 7x device is half a chip: per-device figures are half the chip's.
-    assert CHIPS["7x"].peak_bf16_flops * 2 == pytest.approx(2307e12)
-    assert math.isclose(CHIPS["v5e"].peak_bf16_flops, 197e12)
+# Per-chip datasheet figures (design notes; an independent source for the table's per-device figures).
+PER_CHIP = {"v4": (275e12, 32 * 2**30), "v5e": (197e12, 16 * 2**30), "v5p": (459e12, 96 * 2**30),
+            "v6e": (918e12, 32 * 2**30), "7x": (2307e12, 192 * 2**30)}
+
+
+@pytest.mark.parametrize("family", sorted(PER_CHIP))
+def test_per_device_figures_are_the_chip_figures_over_its_devices(family):
+    # A 7x device is half a chip; megacore v4/v5p devices are whole chips.
+    chip = CHIPS[family]
+    flops, hbm = PER_CHIP[family]
+    assert chip.peak_bf16_flops * chip.devices_per_chip == pytest.approx(flops)
+    assert chip.hbm_bytes * chip.devices_per_chip == hbm
+    assert chip.hbm_limit_bytes < chip.hbm_bytes  # XLA's limit sits below the capacity.

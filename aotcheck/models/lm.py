@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec as P
 
-from aotcheck.config import InferenceConfig, TrainerConfig
-from aotcheck.mesh import MeshSpec
+from aotcheck.programs.config import InferenceConfig, TrainerConfig
+from aotcheck.targets.mesh import MeshSpec
 
 Params = dict[str, Any]
 

@@ -8,7 +8,7 @@ matched, so a typo in a rule fails loudly instead of silently replicating.
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from jax.sharding import PartitionSpec as P
-    >>> from aotcheck.partition import match_partition_specs
+    >>> from aotcheck.targets.partition import match_partition_specs
     >>> params = {"w": jax.ShapeDtypeStruct((8, 4), jnp.float32)}
     >>> match_partition_specs(params, [("w$", P("data", None))], axis_sizes={"data": 4})
     {'w': P('data', None)}

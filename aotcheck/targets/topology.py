@@ -7,7 +7,7 @@ judge a compiled program against its chip, and :func:`get_devices_for_topology`,
 which hands back deviceless TPU devices to compile for.
 
 Example:
-    >>> from aotcheck.topology import parse_topology
+    >>> from aotcheck.targets.topology import parse_topology
     >>> t = parse_topology("v5litepod-16")
     >>> t.name, t.libtpu_name, t.num_devices
     ('v5e-16', 'v5e:4x4', 16)
@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import math
 import re
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from aotcheck import _runtime
@@ -314,9 +315,82 @@ def _cpu_devices(count: int) -> list[Any]:
     return list(devices[:count])
 
 
-def parse_target(text: str) -> tuple[Topology, int | None]:
-    """Parses ``"v5e-16"`` or ``"v5e-16x2"`` (2 slices) into (topology, slices or None)."""
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where a program compiles: ``num_slices`` slices of one topology.
+
+    Its text form, ``TOPOLOGYxSLICES``, names golden files and case ids; this
+    class is the one place that writes and reads it.
+
+    Example:
+        >>> from aotcheck.targets.topology import Target
+        >>> target = Target.parse("v5litepod-16x2")
+        >>> target.name, target.num_devices
+        ('v5e-16x2', 32)
+        >>> Target.parse(target.name) == target
+        True
+    """
+
+    topology: Topology
+    num_slices: int = 1
+
+    @classmethod
+    def of(cls, topology: str | Topology, num_slices: int = 1) -> "Target":
+        """A target from a topology (name) and a slice count, both checked."""
+        return cls(parse_topology(topology), check_num_slices(num_slices))
+
+    @property
+    def name(self) -> str:
+        return f"{self.topology.name}x{self.num_slices}"
+
+    @property
+    def num_devices(self) -> int:
+        """Devices over all slices."""
+        return self.topology.num_devices * self.num_slices
+
+    @classmethod
+    def parse(cls, text: str) -> "Target":
+        """Parses ``TOPOLOGYxSLICES`` (``"v5e-16x2"``); the slice count is required."""
+        topology, slices = split_target(text)
+        if slices is None:
+            raise TopologyError(f"{text!r} names no slice count; write TOPOLOGYxSLICES, e.g. {text}x1.")
+        return cls(topology, slices)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"Target.parse({self.name!r})"
+
+
+def split_target(text: str) -> tuple[Topology, int | None]:
+    """Parses ``"v5e-16"`` or ``"v5e-16x2"`` (2 slices) into (topology, slices or None).
+
+    Example:
+        >>> topology, slices = split_target("v4-8x2")
+        >>> topology.name, slices
+        ('v4-8', 2)
+        >>> split_target("v4-8")[1] is None
+        True
+    """
     match = re.match(r"^(?P<topo>.+?)x(?P<slices>\d+)$", text.strip())
     if match and match["topo"][-1].isdigit():
         return parse_topology(match["topo"]), check_num_slices(int(match["slices"]))
     return parse_topology(text), None
+
+
+def expand_targets(texts: Sequence[str], slices: Sequence[int] = (1,)) -> list[Target]:
+    """Targets for topology texts: ``v5e-16`` takes every count in ``slices``, ``v5e-16x2`` just 2.
+
+    Example:
+        >>> [t.name for t in expand_targets(["v4-8", "v5e-16x2", "v4-8x2"], [1, 2])]
+        ['v4-8x1', 'v4-8x2', 'v5e-16x2']
+    """
+    out: list[Target] = []
+    for text in texts:
+        topology, fixed = split_target(text)
+        for n in [fixed] if fixed else slices:
+            target = Target(topology, check_num_slices(n))
+            if target not in out:
+                out.append(target)
+    return out

@@ -1,4 +1,13 @@
-"""Human-readable numbers and plain-text tables, shared by the CLI and the reports."""
+"""How numbers read: binary bytes, SI counts, seconds, shares and changes.
+
+A leaf every layer may use (an HBM verdict needs bytes in words as much as a report does).
+
+Example:
+    >>> fmt_bytes(1536), fmt_bytes(17.3 * 2**30), fmt_count(4.3e13), fmt_seconds(0.0123)
+    ('1.50 KiB', '17.30 GiB', '43.00 T', '12.3 ms')
+    >>> fmt_share(0.4312), fmt_share(0.00012), fmt_pct(0.25), fmt_pct(None)
+    ('43.1%', '0.012%', '+25.0%', '-')
+"""
 
 from __future__ import annotations
 
@@ -6,7 +15,7 @@ from collections.abc import Sequence
 
 
 def fmt_bytes(n: float | int | None) -> str:
-    """``1536 -> '1.5 KiB'``; binary units, as HBM is sold and XLA reports."""
+    """Bytes in binary units, as HBM is sold and XLA reports."""
     if n is None:
         return "-"
     value = float(n)
@@ -18,7 +27,7 @@ def fmt_bytes(n: float | int | None) -> str:
 
 
 def fmt_count(n: float | int | None) -> str:
-    """``4.3e13 -> '43.00 T'``; decimal SI prefixes, for FLOPs."""
+    """A count with decimal SI prefixes, for FLOPs."""
     if n is None:
         return "-"
     value = float(n)
@@ -30,7 +39,7 @@ def fmt_count(n: float | int | None) -> str:
 
 
 def fmt_seconds(x: float | None) -> str:
-    """``0.0123 -> '12.3 ms'``."""
+    """Seconds, in s, ms or us."""
     if x is None:
         return "-"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
@@ -40,28 +49,12 @@ def fmt_seconds(x: float | None) -> str:
 
 
 def fmt_share(x: float | None) -> str:
-    """A share of a capacity: ``0.4312 -> '43.1%'``, small ones still visible (``'0.012%'``)."""
+    """A share of a capacity; small ones stay visible."""
     if x is None:
         return "-"
     return f"{x * 100:.1f}%" if x >= 0.001 else f"{x * 100:.2g}%"
 
 
 def fmt_pct(x: float | None) -> str:
+    """A signed relative change."""
     return "-" if x is None else f"{x * 100:+.1f}%"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Left-aligned text columns, a rule under the header."""
-    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub-flavoured Markdown table."""
-    esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
-    return "\n".join(lines)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from aotcheck.format import fmt_bytes
-from aotcheck.topology import Topology, parse_topology
+from aotcheck.units import fmt_bytes
+from aotcheck.targets.topology import Topology, parse_topology
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 

@@ -6,12 +6,12 @@ figures (figures are only comparable under the same compiler).
 
 Example:
     >>> import tempfile
-    >>> from aotcheck.case import Case
-    >>> from aotcheck.golden import GoldenStore
+    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.gate.golden import GoldenStore
     >>> store = GoldenStore(tempfile.mkdtemp())
-    >>> case = Case("lm-tiny", "train_step", "v4-8", 1)
+    >>> case = Case.of("lm-tiny", "train_step", "v4-8", 1)
     >>> store.write(case, {"peak_bytes": 1024}, toolchain={"jax": "0.10.2"}, compiler_options={})
-    'created'
+    <GoldenAction.CREATED: 'created'>
     >>> store.read(case).figures
     {'peak_bytes': 1024}
 """
@@ -25,7 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from aotcheck.case import Case
+from aotcheck import _runtime
+from aotcheck.gate.case import Case
+from aotcheck.gate.verdict import GoldenAction
 
 FORMAT = 1
 
@@ -42,6 +44,22 @@ class Golden:
     toolchain: dict[str, str | None]
     compiler_options: dict[str, str]
     path: Path
+
+
+def toolchain_note(golden_toolchain: dict[str, Any]) -> str | None:
+    """Says how a golden's toolchain differs from this process's, or None.
+
+    Example:
+        >>> toolchain_note(_runtime.toolchain()) is None
+        True
+        >>> toolchain_note({**_runtime.toolchain(), "libtpu": "0.0.1"})  # doctest: +ELLIPSIS
+        'golden made with another toolchain (libtpu 0.0.1 -> ...); figures may differ for that reason alone'
+    """
+    now = _runtime.toolchain()
+    diffs = [f"{k} {golden_toolchain.get(k)} -> {now[k]}" for k in now if golden_toolchain.get(k) != now[k]]
+    if not diffs:
+        return None
+    return "golden made with another toolchain (" + ", ".join(diffs) + "); figures may differ for that reason alone"
 
 
 def golden_document(
@@ -138,8 +156,8 @@ class GoldenStore:
         *,
         toolchain: dict[str, Any],
         compiler_options: dict[str, str],
-    ) -> str:
-        """Writes the case's golden; returns ``"created"``, ``"changed"`` or ``"unchanged"``."""
+    ) -> GoldenAction:
+        """Writes the case's golden (atomically) and says what that did."""
         path = self.path(case)
         text = dumps(golden_document(case, figures, toolchain=toolchain, compiler_options=compiler_options))
         try:
@@ -147,9 +165,9 @@ class GoldenStore:
         except FileNotFoundError:
             old = None
         if old == text:
-            return "unchanged"
+            return GoldenAction.UNCHANGED
         atomic_write_text(path, text)
-        return "created" if old is None else "changed"
+        return GoldenAction.CREATED if old is None else GoldenAction.CHANGED
 
     def cases(self) -> dict[str, Path]:
         """Every golden file present, by relative path (``config/program@topoxN.json``)."""

@@ -5,18 +5,25 @@ tolerance an improvement (reported; a failure only in strict mode, so that
 baselines stay tight). A tolerance is relative with an absolute floor.
 
 Example:
-    >>> from aotcheck.compare import compare, parse_tolerances
+    >>> from aotcheck.gate.compare import compare, parse_tolerances
     >>> tol = parse_tolerances(["peak_bytes = 1% + 1KiB"])
-    >>> [r.status for r in compare({"peak_bytes": 100_000}, {"peak_bytes": 102_000}, tol)]
-    ['regression']
+    >>> rows = compare({"peak_bytes": 100_000}, {"peak_bytes": 102_000}, tol)
+    >>> [(r.metric, r.change.value, r.ratio) for r in rows]
+    [('peak_bytes', 'regression', 0.02)]
+    >>> verdict(rows)
+    <Verdict.REGRESSION: 'regression'>
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from aotcheck.gate.verdict import Verdict
 
 
 class ToleranceError(ValueError):
@@ -38,6 +45,13 @@ class Tolerance:
         if self.abs:
             parts.append(f"{self.abs:g}")
         return " + ".join(parts) or "exact"
+
+    def to_json(self) -> dict[str, float]:
+        return {"rel": self.rel, "abs": self.abs}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Tolerance":
+        return cls(float(data["rel"]), float(data["abs"]))
 
 
 # Defaults, first match wins. Figures are bit-identical across runs on one
@@ -88,6 +102,16 @@ def tolerance_for(metric: str, tolerances: Sequence[tuple[str, Tolerance]]) -> T
     return Tolerance()
 
 
+class Change(enum.Enum):
+    """How one metric compares with its golden."""
+
+    OK = "ok"  # Within tolerance.
+    REGRESSION = "regression"  # Grew beyond tolerance.
+    IMPROVEMENT = "improvement"  # Dropped beyond tolerance.
+    NEW = "new"  # Produced now, not in the golden.
+    GONE = "gone"  # In the golden, not produced now.
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
     """One metric's comparison."""
@@ -96,7 +120,16 @@ class Row:
     golden: float | None
     now: float | None
     tolerance: Tolerance
-    status: str  # ok | regression | improvement | new | gone
+    change: Change
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "golden": self.golden, "now": self.now, "change": self.change.value,
+                "tolerance": self.tolerance.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Row":
+        return cls(data["metric"], data["golden"], data["now"], Tolerance.from_json(data["tolerance"]),
+                   Change(data["change"]))
 
     @property
     def delta(self) -> float | None:
@@ -113,13 +146,13 @@ class Row:
 
 def compare_metric(metric: str, golden: float | None, now: float | None, tol: Tolerance) -> Row:
     if golden is None:
-        return Row(metric, None, now, tol, "new")
+        return Row(metric, None, now, tol, Change.NEW)
     if now is None:
-        return Row(metric, golden, None, tol, "gone")
+        return Row(metric, golden, None, tol, Change.GONE)
     delta = now - golden
     allowed = tol.allowed(golden)
-    status = "regression" if delta > allowed else "improvement" if -delta > allowed else "ok"
-    return Row(metric, golden, now, tol, status)
+    change = Change.REGRESSION if delta > allowed else Change.IMPROVEMENT if -delta > allowed else Change.OK
+    return Row(metric, golden, now, tol, change)
 
 
 def compare(
@@ -132,11 +165,11 @@ def compare(
     ]
 
 
-def verdict(rows: Sequence[Row]) -> str:
-    """``"regression"``, ``"improvement"`` or ``"pass"``."""
-    statuses = {r.status for r in rows}
-    if "regression" in statuses:
-        return "regression"
-    if "improvement" in statuses:
-        return "improvement"
-    return "pass"
+def verdict(rows: Sequence[Row]) -> Verdict:
+    """REGRESSION if any metric grew beyond tolerance, else IMPROVEMENT if any dropped, else PASS."""
+    changes = {r.change for r in rows}
+    if Change.REGRESSION in changes:
+        return Verdict.REGRESSION
+    if Change.IMPROVEMENT in changes:
+        return Verdict.IMPROVEMENT
+    return Verdict.PASS

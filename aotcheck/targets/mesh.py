@@ -7,7 +7,7 @@ slices, the slices lie along the outermost (data) axis, so only that axis
 crosses the data-center network.
 
 Example:
-    >>> from aotcheck.mesh import MeshSpec, resolve_mesh_shape
+    >>> from aotcheck.targets.mesh import MeshSpec, resolve_mesh_shape
     >>> spec = MeshSpec(("data", "model"), (-1, 4), overrides={"v6e-*": (-1, 8)})
     >>> spec.shape_for("v6e-16")
     (-1, 8)
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from aotcheck.topology import Topology, parse_topology
+from aotcheck.targets.topology import Topology, parse_topology
 
 
 class MeshError(ValueError):
@@ -116,7 +116,7 @@ def build_mesh(
     Args:
         spec: The config's mesh.
         topology: The topology the devices belong to (selects overrides).
-        devices: From :func:`aotcheck.topology.get_devices_for_topology`.
+        devices: From :func:`aotcheck.targets.topology.get_devices_for_topology`.
         num_slices: How many slices ``devices`` span.
     """
     from jax.experimental import mesh_utils

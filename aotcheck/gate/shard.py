@@ -6,11 +6,11 @@ lightest shard, ties by id, so every runner computes the same split from the
 same matrix and every case lands in exactly one shard.
 
 Example:
-    >>> from aotcheck.case import Case
-    >>> from aotcheck.shard import assign_shards, parse_shard
+    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.gate.shard import assign_shards, parse_shard
     >>> parse_shard("2/3")
     (2, 3)
-    >>> cases = [Case("lm", p, "v4-8", 1) for p in ("train_step", "prefill", "sample_decode")]
+    >>> cases = [Case.of("lm", p, "v4-8", 1) for p in ("train_step", "prefill", "sample_decode")]
     >>> sorted(assign_shards(cases, 2).items())
     [('lm/prefill@v4-8x1', 2), ('lm/sample_decode@v4-8x1', 2), ('lm/train_step@v4-8x1', 1)]
 """
@@ -21,7 +21,7 @@ import heapq
 import re
 from collections.abc import Iterable
 
-from aotcheck.case import Case
+from aotcheck.gate.case import Case
 
 
 class ShardError(ValueError):

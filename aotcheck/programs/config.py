@@ -14,14 +14,14 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from aotcheck.mesh import MeshSpec
-from aotcheck.partition import Rules
+from aotcheck.targets.mesh import MeshSpec
+from aotcheck.targets.partition import Rules
 
 BatchSpec = Mapping[str, jax.ShapeDtypeStruct]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Target:
+class _Common:
     """Where and how any config compiles (fields shared by every config kind).
 
     Attributes:
@@ -37,7 +37,7 @@ class _Target:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Model(_Target):
+class _Model(_Common):
     """A model with abstract parameters sharded by partition rules.
 
     Attributes:
@@ -93,7 +93,7 @@ class InferenceConfig(_Model):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FunctionConfig(_Target):
+class FunctionConfig(_Common):
     """The escape hatch: any function and the abstract, sharded arguments it takes.
 
     Besides ``mesh``, ``compiler_options`` and ``min_devices``:

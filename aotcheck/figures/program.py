@@ -10,8 +10,11 @@ from typing import Any
 
 import jax
 
-from aotcheck.hlo import HloAnalysis, analyze_hlo
-from aotcheck.topology import Topology, parse_topology
+from aotcheck.figures.hlo import HloAnalysis, analyze_hlo
+from aotcheck.targets.topology import Topology, parse_topology
+
+Figures = dict[str, int | float]
+"""Figure name -> value: integer bytes, float FLOPs; names are stable (goldens key on them)."""
 
 
 # (figure name, attribute of jax's CompiledMemoryStats)
@@ -57,7 +60,7 @@ def cost_figures(compiled: Any) -> dict[str, float]:
 
 
 def loop_aware_figures(analysis: HloAnalysis, *, num_devices: int | None = None) -> dict[str, int | float]:
-    """Loop-aware matmul FLOPs and collectives (per device), from :mod:`aotcheck.hlo`."""
+    """Loop-aware matmul FLOPs and collectives (per device), from :mod:`aotcheck.figures.hlo`."""
     figures: dict[str, int | float] = {"flops": analysis.flops}
     if num_devices:
         figures["flops_program"] = analysis.flops * num_devices
@@ -75,9 +78,14 @@ def program_figures(compiled: Any, *, num_devices: int | None = None) -> dict[st
     each loop body times its trip count, ``flops_xla`` is XLA's raw figure
     (a loop body once), ``flops_program`` is ``flops`` times ``num_devices``.
 
-    Example:
-        >>> figures = program_figures(compiled)  # doctest: +SKIP
-        >>> figures["peak_bytes"], figures["flops"], figures["flops_xla"]  # doctest: +SKIP
+    Example (on host CPU devices, no libtpu needed):
+        >>> import jax, jax.numpy as jnp
+        >>> from aotcheck import compile_function
+        >>> x = jax.ShapeDtypeStruct((256, 256), jnp.float32)
+        >>> compiled = compile_function(lambda a, b: a @ b, x, x, topology="cpu-1")
+        >>> figures = program_figures(compiled)
+        >>> figures["flops"], figures["flops_program"], figures["argument_bytes"]
+        (33554432.0, 33554432.0, 524288)
     """
     if num_devices is None:
         num_devices = _num_devices(compiled)

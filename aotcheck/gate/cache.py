@@ -8,7 +8,7 @@ reuses its figures without compiling.
 
 Example:
     >>> import tempfile
-    >>> from aotcheck.cache import FiguresCache, cache_key
+    >>> from aotcheck.gate.cache import FiguresCache, cache_key
     >>> cache = FiguresCache(tempfile.mkdtemp())
     >>> key = cache_key(module_text="module @m {}", compiler_options={}, topology="v4-8",
     ...                 num_slices=1, toolchain={"jax": "0.10.2"})
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aotcheck.golden import atomic_write_text, probe_writable
+from aotcheck.gate.golden import atomic_write_text, probe_writable
 
 # Bump when the figures computed from the same executable change meaning or
 # gain names (e.g. a new loop-aware figure): old entries then miss.

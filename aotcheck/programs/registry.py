@@ -1,7 +1,7 @@
 """Named configs: register them, list them, build them.
 
 Example:
-    >>> from aotcheck.registry import Registry
+    >>> from aotcheck.programs.registry import Registry
     >>> registry = Registry()
     >>> @registry.register("my-model")
     ... def my_model():
@@ -18,13 +18,21 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from aotcheck.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
 
 Builder = Callable[[], Config | list[Config] | tuple[Config, ...]]
 
 
 class RegistryError(ValueError):
     """A duplicate name, an unknown name, or a config whose builder failed."""
+
+
+class ConfigNotFound(RegistryError):
+    """No config is registered under the name asked for; the message lists those that are."""
+
+
+class ProgramNotFound(RegistryError):
+    """The config exists but defines no such program; the message lists the ones it has."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +42,8 @@ class Entry:
     name: str
     build: Builder
     description: str = ""
-    source: str | None = None  # The file that registered it (a child process re-imports it).
+    module: str | None = None  # The module that registered it (a child process imports it the same way)...
+    source: str | None = None  # ...and its file, for modules that have no importable name.
 
     def configs(self) -> list[Config]:
         """Builds the configs; any failure is re-raised naming this config."""
@@ -60,6 +69,13 @@ class Entry:
         """Program name -> the config that defines it."""
         return {p: c for c in self.configs() for p in c.programs}
 
+    def program(self, program: str) -> Config:
+        """The config that defines ``program``; ProgramNotFound names the ones there are."""
+        programs = self.programs()
+        if program not in programs:
+            raise ProgramNotFound(f"Config {self.name!r} has no program {program!r}; it has {', '.join(programs)}.")
+        return programs[program]
+
 
 class Registry:
     """A set of named configs. ``aotcheck.REGISTRY`` is the one the plugin and CLI read."""
@@ -77,7 +93,8 @@ class Registry:
             RegistryError: ``name`` is already registered.
         """
 
-        source = sys._getframe(1).f_code.co_filename  # Whoever called register().
+        caller = sys._getframe(1)  # Whoever called register().
+        module, source = caller.f_globals.get("__name__"), caller.f_code.co_filename
 
         def add(fn: Builder | Config) -> Any:
             if not name or "/" in name or "@" in name or any(c.isspace() for c in name):
@@ -88,14 +105,15 @@ class Registry:
                     "or remove the first registration."
                 )
             doc = description or (getattr(fn, "__doc__", "") or "").strip().split("\n")[0]
-            self._entries[name] = Entry(name, fn, doc, source)
+            self._entries[name] = Entry(name, fn, doc, module, source)
             return fn
 
         return add if build is None else add(build)
 
-    def source_files(self) -> list[str]:
-        """The Python files that registered these configs, for a process that needs them too."""
-        return sorted({e.source for e in self._entries.values() if e.source and e.source.endswith(".py")})
+    def sources(self) -> list[tuple[str, str]]:
+        """``(module name, file)`` of every module that registered configs, for a process that needs them too."""
+        return sorted({(e.module, e.source) for e in self._entries.values()
+                       if e.module and e.source and e.source.endswith(".py")})
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -104,7 +122,7 @@ class Registry:
         try:
             return self._entries[name]
         except KeyError:
-            raise RegistryError(f"No config named {name!r}; registered: {', '.join(self.names()) or 'none'}.") from None
+            raise ConfigNotFound(f"No config named {name!r}; registered: {', '.join(self.names()) or 'none'}.") from None
 
     def select(self, patterns: list[str] | None = None) -> list[Entry]:
         """Entries whose names match any of the glob ``patterns`` (all if None), sorted."""

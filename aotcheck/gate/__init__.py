@@ -1,0 +1,1 @@
+"""Judging cases: measure (here or in a family's process, cached), compare with golden, decide, report."""

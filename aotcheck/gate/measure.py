@@ -1,0 +1,75 @@
+"""Measuring one case in this process: build its config, lower, compile, take its figures.
+
+With a figures cache, a case whose lowered program (and options, target and
+toolchain) is unchanged takes its figures from there without compiling.
+Which *process* measures a case is :mod:`aotcheck.gate.isolation`'s business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aotcheck import _runtime
+from aotcheck.figures.program import Figures, program_figures
+from aotcheck.gate.cache import FiguresCache, cache_key
+from aotcheck.gate.case import Case
+from aotcheck.programs.compile import compile_lowered
+from aotcheck.programs.config import Config
+from aotcheck.programs.lowering import lower_config
+from aotcheck.programs.options import resolve_compiler_options
+from aotcheck.programs.registry import REGISTRY, Registry
+
+
+@dataclasses.dataclass
+class Measurement:
+    """What measuring a case produced."""
+
+    case: Case
+    figures: Figures
+    compiler_options: dict[str, str]
+    compile_seconds: float
+    compiled: Any = dataclasses.field(default=None, repr=False)  # None when the figures came from the cache.
+    cached: bool = False
+
+
+def unsupported_reason(config: Config, case: Case) -> str | None:
+    """Why ``config`` cannot run on the case's target, or None."""
+    devices = case.target.num_devices
+    if devices < config.min_devices:
+        return f"{case.config} needs at least {config.min_devices} devices; {case.target} has {devices}"
+    return None
+
+
+def measure(
+    case: Case,
+    *,
+    registry: Registry = REGISTRY,
+    config: Config | None = None,
+    compiler_options: Mapping[str, Any] | None = None,
+    cache: FiguresCache | None = None,
+) -> Measurement:
+    """Lowers and compiles one case here and returns its figures.
+
+    Raises what lowering and compiling raise: CompileError when XLA refuses,
+    the registry's, mesh's and partitioning's own errors when the config is wrong.
+    """
+    config = config or registry.get(case.config).program(case.program)
+    options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
+    lowered = lower_config(config, case.target, program=case.program)[case.program]
+    key = None
+    if cache is not None:
+        key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology.name,
+                        num_slices=case.num_slices, toolchain=_runtime.toolchain())
+        entry = cache.get(key)
+        if entry is not None:
+            return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True)
+    start = time.perf_counter()
+    compiled = compile_lowered(lowered, options, what=case.id, topology=case.topology)
+    seconds = time.perf_counter() - start
+    figures = program_figures(compiled, num_devices=case.target.num_devices)
+    if cache is not None and key is not None:
+        cache.put(key, figures, compile_seconds=seconds)
+    return Measurement(case, figures, options, seconds, compiled=compiled)

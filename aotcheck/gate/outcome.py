@@ -1,0 +1,123 @@
+"""The result of checking one case, as plain typed data that round-trips through JSON.
+
+An :class:`Outcome` crosses every boundary with its type: from the check to the
+pytest item, through pytest-xdist (as JSON in the report's ``user_properties``),
+into the JSON report, and back out of it for the Markdown summary and the chart.
+
+Example:
+    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.gate.outcome import Outcome
+    >>> from aotcheck.gate.verdict import Verdict
+    >>> outcome = Outcome(Case.of("lm-tiny", "prefill", "v4-8"), Verdict.PASS, figures={"peak_bytes": 1024})
+    >>> Outcome.from_json(outcome.to_json()) == outcome
+    True
+    >>> outcome.to_json()["verdict"], outcome.golden_path
+    ('pass', 'lm-tiny/prefill@v4-8x1.json')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from aotcheck.figures.program import Figures
+from aotcheck.gate.case import Case
+from aotcheck.gate.compare import Change, Row
+from aotcheck.gate.verdict import GoldenAction, Verdict
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What checking one case found.
+
+    Attributes:
+        case: The case.
+        verdict: What was found.
+        message: One paragraph for the user (a table for regressions), with the fix.
+        failed: Whether the case failed, as judged by its session (strict or not).
+        figures: The figures measured (None if it did not compile).
+        golden: The golden's figures, when one was compared.
+        changes: The metrics that are not within tolerance.
+        compile_seconds: Compile time (from the cache entry when ``cached``).
+        cached: Figures came from the figures cache: nothing was compiled.
+        golden_action: What ``--update-golden`` did, when it ran.
+        toolchain_note: How the golden's toolchain differs from this one.
+        detail: The full error text, for the report.
+    """
+
+    case: Case
+    verdict: Verdict
+    message: str = ""
+    failed: bool = False
+    figures: Figures | None = None
+    golden: Figures | None = None
+    changes: list[Row] = dataclasses.field(default_factory=list)
+    compile_seconds: float | None = None
+    cached: bool = False
+    golden_action: GoldenAction | None = None
+    toolchain_note: str | None = None
+    detail: str | None = None
+
+    @classmethod
+    def skip(cls, case: Case, reason: str) -> "Outcome":
+        """A case not run, with the reason."""
+        return cls(case, Verdict.SKIPPED, message=reason)
+
+    @classmethod
+    def internal_error(cls, case: Case, message: str) -> "Outcome":
+        """A case that failed outside the check, so that it is not lost from the report."""
+        return cls(case, Verdict.ERROR, message=message, failed=True, detail=message)
+
+    @property
+    def golden_path(self) -> str:
+        """The golden file, relative to the golden directory."""
+        return self.case.golden_relpath
+
+    def moved(self) -> list[Row]:
+        """Metrics that grew or dropped beyond tolerance."""
+        return [r for r in self.changes if r.change in (Change.REGRESSION, Change.IMPROVEMENT)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case.id,
+            "config": self.case.config,
+            "program": self.case.program,
+            "topology": self.case.topology.name,
+            "num_slices": self.case.num_slices,
+            "verdict": self.verdict.value,
+            "failed": self.failed,
+            "message": self.message,
+            "figures": self.figures,
+            "golden": self.golden,
+            "changes": [r.to_json() for r in self.changes],
+            "compile_seconds": self.compile_seconds,
+            "cached": self.cached,
+            "golden_path": self.golden_path,
+            "golden_action": self.golden_action.value if self.golden_action else None,
+            "toolchain_note": self.toolchain_note,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Outcome":
+        """The inverse of :meth:`to_json`; KeyError/ValueError on a document that is not one."""
+        return cls(
+            case=Case.parse(data["case"]),
+            verdict=Verdict(data["verdict"]),
+            message=data.get("message") or "",
+            failed=bool(data.get("failed")),
+            figures=data.get("figures"),
+            golden=data.get("golden"),
+            changes=[Row.from_json(r) for r in data.get("changes") or []],
+            compile_seconds=data.get("compile_seconds"),
+            cached=bool(data.get("cached")),
+            golden_action=GoldenAction(data["golden_action"]) if data.get("golden_action") else None,
+            toolchain_note=data.get("toolchain_note"),
+            detail=data.get("detail"),
+        )
+
+
+def sort_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
+    """Failures first, then by verdict rank, then by id: the order every report shows."""
+    return sorted(outcomes, key=lambda o: (not o.failed, o.verdict.rank(), o.case.id))

@@ -1,0 +1,163 @@
+"""The JSON report: every case's outcome, stale goldens and broken configs, typed both ways.
+
+A session writes one (``--aot-report=PATH``, ``aotcheck check --report PATH``);
+CI shards each write theirs and :func:`merge_reports` joins them. Golden paths
+are relative to ``golden_dir``, itself relative to the directory the run
+started from when it lies inside it.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.gate.outcome import Outcome
+    >>> from aotcheck.gate.verdict import Verdict
+    >>> report = Report([Outcome(Case.of("lm", "prefill", "v4-8"), Verdict.PASS)], golden_dir="golden")
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "report.json"
+    >>> write_report(path, report)
+    >>> load_report(path) == report
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aotcheck import _runtime
+from aotcheck.gate.golden import atomic_write_text
+from aotcheck.gate.outcome import Outcome, sort_outcomes
+
+REPORT_FORMAT = 2  # 2: typed outcomes (changes with their tolerance), relative golden paths, broken configs.
+
+
+class ReportError(ValueError):
+    """A report file that cannot be read or comes from another report format."""
+
+
+@dataclasses.dataclass
+class Report:
+    """What one session (or several merged shards) found.
+
+    Attributes:
+        outcomes: Every case's outcome, failures first.
+        golden_dir: Where the golden files are (golden paths are relative to it).
+        stale: Golden files with no registered case (relative paths).
+        removed: Stale golden files a full ``--update-golden`` removed.
+        broken: Config name -> why building it failed.
+        shard: ``(K, N)`` when the session ran shard K of N.
+        toolchain: jax, jaxlib and libtpu versions.
+    """
+
+    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+    golden_dir: str = "golden"
+    stale: list[str] = dataclasses.field(default_factory=list)
+    removed: list[str] = dataclasses.field(default_factory=list)
+    broken: dict[str, str] = dataclasses.field(default_factory=dict)
+    shard: tuple[int, int] | None = None
+    toolchain: dict[str, str | None] = dataclasses.field(default_factory=_runtime.toolchain)
+
+    def __post_init__(self) -> None:
+        self.outcomes = sort_outcomes(list(self.outcomes))
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.failed]
+
+    @property
+    def passed(self) -> bool:
+        """No case failed and every config built."""
+        return not self.failed and not self.broken
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "aotcheck_report": REPORT_FORMAT,
+            "toolchain": dict(self.toolchain),
+            "shard": list(self.shard) if self.shard else None,
+            "golden_dir": self.golden_dir,
+            "cases": [o.to_json() for o in self.outcomes],
+            "stale_goldens": list(self.stale),
+            "removed_goldens": list(self.removed),
+            "broken_configs": dict(self.broken),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Report":
+        shard = doc.get("shard")
+        return cls(
+            outcomes=[Outcome.from_json(c) for c in doc["cases"]],
+            golden_dir=doc.get("golden_dir") or "golden",
+            stale=list(doc.get("stale_goldens") or []),
+            removed=list(doc.get("removed_goldens") or []),
+            broken=dict(doc.get("broken_configs") or {}),
+            shard=(int(shard[0]), int(shard[1])) if shard else None,
+            toolchain=dict(doc.get("toolchain") or {}),
+        )
+
+
+def dumps_report(report: Report) -> str:
+    return json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def write_report(path: Path, report: Report) -> None:
+    """Writes ``report`` atomically (never a half-written file)."""
+    atomic_write_text(Path(path), dumps_report(report))
+
+
+def load_report(path: Path) -> Report:
+    """Reads a report; ReportError names the file and what is wrong with it."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path}: not a readable JSON report ({e})") from e
+    if not isinstance(doc, dict) or doc.get("aotcheck_report") != REPORT_FORMAT or not isinstance(doc.get("cases"), list):
+        found = doc.get("aotcheck_report") if isinstance(doc, dict) else None
+        raise ReportError(f"{path}: not an aotcheck report of format {REPORT_FORMAT} (found {found!r}); "
+                          "write it again with this aotcheck (--aot-report=PATH)")
+    try:
+        return Report.from_json(doc)
+    except (KeyError, ValueError, TypeError, IndexError) as e:
+        raise ReportError(f"{path}: a case in this report is malformed ({type(e).__name__}: {e})") from e
+
+
+@dataclasses.dataclass
+class Merged:
+    """Reports of several shards, merged, and what was wrong with the set."""
+
+    report: Report
+    problems: list[str]  # Unreadable reports, missing shards.
+
+    @property
+    def failed(self) -> bool:
+        return not self.report.passed or bool(self.problems)
+
+
+def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) -> Merged:
+    """Merges shard reports; names unreadable ones and shards with no report, and goes on."""
+    outcomes: dict[str, Outcome] = {}
+    stale: set[str] = set()
+    removed: set[str] = set()
+    broken: dict[str, str] = {}
+    golden_dir = "golden"
+    problems: list[str] = []
+    seen_shards: set[int] = set()
+    for path in paths:
+        try:
+            report = load_report(path)
+        except ReportError as e:
+            problems.append(str(e))
+            continue
+        outcomes.update((o.case.id, o) for o in report.outcomes)
+        stale.update(report.stale)  # Every shard sees the same registry, so the same stale files.
+        removed.update(report.removed)
+        broken.update(report.broken)
+        golden_dir = report.golden_dir
+        if report.shard:
+            seen_shards.add(report.shard[0])
+    if expect_shards:
+        missing = sorted(set(range(1, expect_shards + 1)) - seen_shards)
+        problems += [f"shard {k}/{expect_shards} has no report: its runner crashed or was cancelled" for k in missing]
+    merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
+                    broken=broken)
+    return Merged(merged, problems)

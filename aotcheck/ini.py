@@ -1,0 +1,83 @@
+"""Reading the ``aot_*`` settings from a project's pytest configuration, without running pytest.
+
+``python -m aotcheck check`` uses the same defaults as the plugin when run in a
+repository: it finds the configuration file the way pytest does (from the
+current directory upwards: ``pytest.ini``, ``.pytest.ini``, ``pyproject.toml``
+with ``[tool.pytest.ini_options]``, ``tox.ini`` with ``[pytest]``, ``setup.cfg``
+with ``[tool:pytest]``), and its directory is the rootdir.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (root / "tox.ini").write_text("[pytest]\\naot_topologies = v4-8 v5e-16\\naot_tolerances =\\n    flops = 2%\\n")
+    >>> ini = find_ini(root)
+    >>> ini.rootdir == root, ini.args("aot_topologies"), ini.lines("aot_tolerances")
+    (True, ['v4-8', 'v5e-16'], ['flops = 2%'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import iniconfig
+
+_CANDIDATES = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", None),
+               ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
+
+
+class IniError(ValueError):
+    """A configuration file that cannot be read."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ini:
+    """The ``[pytest]`` values of one file (empty when none was found) and its rootdir."""
+
+    rootdir: Path
+    values: dict[str, Any]
+    path: Path | None = None
+
+    def get(self, key: str, default: str = "") -> str:
+        value = self.values.get(key, default)
+        return " ".join(value) if isinstance(value, list) else str(value)
+
+    def args(self, key: str) -> list[str]:
+        value = self.values.get(key, [])
+        return [str(v) for v in value] if isinstance(value, list) else shlex.split(str(value))
+
+    def lines(self, key: str) -> list[str]:
+        value = self.values.get(key, [])
+        items = value if isinstance(value, list) else str(value).splitlines()
+        return [str(line).strip() for line in items if str(line).strip()]
+
+    def flag(self, key: str) -> bool:
+        value = self.values.get(key, False)
+        return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def find_ini(start: str | Path) -> Ini:
+    """The pytest configuration that governs ``start`` (a directory), as pytest would find it."""
+    start = Path(start).resolve()
+    for directory in (start, *start.parents):
+        for name, section in _CANDIDATES:
+            path = directory / name
+            if not path.is_file():
+                continue
+            try:
+                if name == "pyproject.toml":
+                    table = tomllib.loads(path.read_text()).get("tool", {}).get("pytest", {}).get("ini_options")
+                    if table is not None:
+                        return Ini(directory, dict(table), path)
+                    continue
+                ini = iniconfig.IniConfig(str(path))
+            except (OSError, ValueError, iniconfig.ParseError) as e:
+                raise IniError(f"{path}: cannot read it as a pytest configuration ({e})") from e
+            if section in ini:
+                return Ini(directory, dict(ini[section].items()), path)
+            if name in ("pytest.ini", ".pytest.ini"):
+                return Ini(directory, {}, path)  # pytest takes these even without the section.
+    return Ini(start, {}, None)

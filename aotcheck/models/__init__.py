@@ -1,0 +1,1 @@
+"""Reference models aotcheck ships (and tests itself with)."""

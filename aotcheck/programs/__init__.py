@@ -1,0 +1,1 @@
+"""What compiles: configs and their registry, compiler options, lowering and the compile API."""

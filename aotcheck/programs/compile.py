@@ -1,0 +1,167 @@
+"""The public compile API: lowered programs -> compiled executables, for TPU topologies on a CPU.
+
+The entry points mirror axlearn's ``aot_compilation`` module::
+
+    compile_trainer_programs(cfg, topology="v5e-16")            # {"train_step": Compiled}
+    compile_inference_programs(cfg, input_batch_spec=None, topology="v4-8")  # {"sample_decode": ...}
+
+and :func:`compile_function` takes any function with abstract sharded
+arguments. Each has a ``lower_*`` twin that stops before XLA, which is cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from aotcheck import _runtime
+from aotcheck.programs.config import BatchSpec, TrainerConfig, InferenceConfig
+from aotcheck.programs.lowering import lower_inference, lower_trainer
+from aotcheck.programs.options import resolve_compiler_options
+from aotcheck.targets.families import note_family
+from aotcheck.targets.topology import Target, Topology
+
+
+class CompileError(RuntimeError):
+    """XLA refused to compile a program; the message says which and why."""
+
+
+def lower_trainer_programs(
+    trainer_config: TrainerConfig, *, topology: str | Topology, topology_num_slices: int = 1
+) -> dict[str, jax.stages.Lowered]:
+    """Lowers the train step (no XLA compile). See :func:`compile_trainer_programs`."""
+    return lower_trainer(trainer_config, Target.of(topology, topology_num_slices))
+
+
+def lower_inference_programs(
+    inferencer_config: InferenceConfig,
+    *,
+    input_batch_spec: BatchSpec | None = None,
+    topology: str | Topology,
+    topology_num_slices: int = 1,
+    method: str = "sample_decode",
+) -> dict[str, jax.stages.Lowered]:
+    """Lowers one inference method (no XLA compile). See :func:`compile_inference_programs`."""
+    return lower_inference(inferencer_config, Target.of(topology, topology_num_slices), method=method,
+                           input_batch_spec=input_batch_spec)
+
+
+def compile_lowered(
+    lowered: jax.stages.Lowered, options: Mapping[str, str], *, what: str, topology: str | Topology
+) -> jax.stages.Compiled:
+    """Runs XLA on ``lowered`` for ``topology``; a rejected option or a compile failure names ``what``."""
+    note_family(topology)  # libtpu state crosses chip families: see aotcheck.targets.families.
+    try:
+        with _runtime.quiet_libtpu_stderr():
+            return lowered.compile(compiler_options=dict(options))
+    except Exception as e:  # jax raises JaxRuntimeError; its message is what matters.
+        message = str(e)
+        option = re.search(r"No such compile option: '([^']+)'", message)
+        if option:
+            raise CompileError(
+                f"XLA rejected compiler option {option[1]!r} while compiling {what}: this "
+                f"libtpu does not know it. Remove it from the config's or the caller's "
+                f"compiler_options."
+            ) from e
+        raise CompileError(f"Compiling {what} failed: {message}") from e
+
+
+def compile_programs(
+    lowered: Mapping[str, jax.stages.Lowered], options: Mapping[str, str], *, what: str, topology: str | Topology
+) -> dict[str, jax.stages.Compiled]:
+    """Compiles each lowered program, naming it in any error."""
+    return {
+        name: compile_lowered(low, options, what=f"{name} of {what}", topology=topology)
+        for name, low in lowered.items()
+    }
+
+
+def compile_trainer_programs(
+    trainer_config: TrainerConfig,
+    *,
+    topology: str | Topology,
+    topology_num_slices: int = 1,
+    compiler_options: Mapping[str, Any] | None = None,
+) -> dict[str, jax.stages.Compiled]:
+    """AOT-compiles the train step of ``trainer_config`` for a TPU topology.
+
+    The state (params, optimizer state, step) is donated; state and batch
+    shardings are explicit, from the config's partition rules.
+
+    Args:
+        trainer_config: The trainer.
+        topology: e.g. ``"v5e-16"``.
+        topology_num_slices: Slices over DCN.
+        compiler_options: XLA options over the defaults and the config's.
+
+    Returns:
+        ``{"train_step": jax.stages.Compiled}``.
+    """
+    options = resolve_compiler_options(
+        topology, topology_num_slices, trainer_config.compiler_options, compiler_options
+    )
+    target = Target.of(topology, topology_num_slices)
+    return compile_programs(lower_trainer(trainer_config, target), options, what=f"the trainer on {target}",
+                            topology=target.topology)
+
+
+def compile_inference_programs(
+    inferencer_config: InferenceConfig,
+    *,
+    input_batch_spec: BatchSpec | None,
+    topology: str | Topology,
+    topology_num_slices: int = 1,
+    compiler_options: Mapping[str, Any] | None = None,
+    method: str = "sample_decode",
+) -> dict[str, jax.stages.Compiled]:
+    """AOT-compiles one inference method (default ``sample_decode``).
+
+    Args:
+        inferencer_config: The model and its methods.
+        input_batch_spec: Global input shapes; None takes the config's.
+        topology: e.g. ``"v4-8"``.
+        topology_num_slices: Slices over DCN.
+        compiler_options: XLA options over the defaults and the config's.
+        method: Which method to compile.
+
+    Returns:
+        ``{method: jax.stages.Compiled}``.
+    """
+    options = resolve_compiler_options(
+        topology, topology_num_slices, inferencer_config.compiler_options, compiler_options
+    )
+    target = Target.of(topology, topology_num_slices)
+    lowered = lower_inference(inferencer_config, target, method=method, input_batch_spec=input_batch_spec)
+    return compile_programs(lowered, options, what=f"{method} on {target}", topology=target.topology)
+
+
+def compile_function(
+    fn: Callable[..., Any],
+    *args: Any,
+    topology: str | Topology,
+    topology_num_slices: int = 1,
+    donate_argnums: Sequence[int] = (),
+    compiler_options: Mapping[str, Any] | None = None,
+) -> jax.stages.Compiled:
+    """AOT-compiles any function for abstract sharded ``args`` (built on that topology's mesh).
+
+    ``topology`` selects the default compiler options; the devices come from
+    the shardings already on ``args``.
+    """
+    options = resolve_compiler_options(topology, topology_num_slices, compiler_options)
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn, donate_argnums=tuple(donate_argnums))
+    return compile_lowered(jitted.lower(*args), options, what=getattr(fn, "__name__", "function"), topology=topology)
+
+
+__all__ = [
+    "CompileError",
+    "compile_function",
+    "compile_inference_programs",
+    "compile_lowered",
+    "compile_trainer_programs",
+    "lower_inference_programs",
+    "lower_trainer_programs",
+]

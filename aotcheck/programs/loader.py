@@ -1,0 +1,90 @@
+"""Finding registered configs: importing the modules (or files) that register them.
+
+A compile worker process (see :mod:`aotcheck.gate.isolation`) must see the same
+registry as its parent, so :func:`import_sources` imports each registering
+module under the name the parent imported it by: a config module inside a
+package keeps its package, and its relative imports work.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class LoaderError(ImportError):
+    """A config module that could not be imported."""
+
+
+def load_config_modules(specs: Iterable[str], *, rootdir: Path | None = None) -> None:
+    """Imports each spec: a dotted module name, or a ``.py`` path (relative to ``rootdir``).
+
+    Importing is what registers: modules call :func:`aotcheck.register`.
+    """
+    rootdir = Path(rootdir or Path.cwd())
+    for spec in specs:
+        spec = spec.strip()
+        if not spec:
+            continue
+        try:
+            if spec.endswith(".py") or "/" in spec:
+                path = (rootdir / spec).resolve()
+                if not path.is_file():
+                    raise LoaderError(f"Config module file {path} does not exist.")
+                _exec_file(f"aotcheck_configs_{path.stem}_{abs(hash(str(path)))}", path)
+            else:
+                if str(rootdir) not in sys.path:
+                    sys.path.insert(0, str(rootdir))
+                importlib.import_module(spec)
+        except LoaderError:
+            raise
+        except Exception as e:
+            raise LoaderError(f"Importing config module {spec!r} failed: {type(e).__name__}: {e}") from e
+
+
+def _exec_file(name: str, path: Path) -> None:
+    if name in sys.modules:
+        return
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise LoaderError(f"{path} is not an importable Python file.")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
+def _same_file(a: str | None, b: str) -> bool:
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def import_sources(sources: Iterable[tuple[str, str]]) -> None:
+    """Imports each ``(module name, file)`` as the parent did: by name when that finds the same file
+    (packages and relative imports intact), else the file itself under that name."""
+    for name, path in sources:
+        module = sys.modules.get(name)
+        if module is not None and _same_file(getattr(module, "__file__", None), path):
+            continue
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        try:
+            if found is not None and _same_file(found.origin, path):
+                importlib.import_module(name)
+            else:  # A module pytest or the loader made from a file (e.g. importmode=importlib).
+                _exec_file(name, Path(path))
+        except LoaderError:
+            raise
+        except Exception as e:
+            raise LoaderError(f"Importing config module {name!r} ({path}) failed: {type(e).__name__}: {e}") from e

@@ -1,0 +1,158 @@
+"""Building abstract, sharded programs: placement (devices and mesh), train state and batch,
+the train step, and lowering for each config kind. Nothing here runs XLA's compiler.
+
+The trainer owns *what* (the step, built from the config's loss and optimizer);
+:mod:`aotcheck.targets` owns *where* (devices, mesh); lowering joins the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from aotcheck.programs.config import BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.targets.mesh import build_mesh
+from aotcheck.targets.partition import check_spec, match_partition_specs, named_shardings, with_shardings
+from aotcheck.targets.topology import Target, Topology, get_devices_for_topology
+
+
+class LoweringError(ValueError):
+    """A config that cannot be lowered as asked (e.g. an inference method it does not define)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a program is laid out: its target and the mesh over the target's devices."""
+
+    target: Target
+    mesh: jax.sharding.Mesh
+
+
+def place(config: Config, topology: str | Topology | Target, num_slices: int = 1) -> Placement:
+    """Devices and mesh for ``config`` on ``num_slices`` x ``topology`` (or a :class:`Target`)."""
+    target = topology if isinstance(topology, Target) else Target.of(topology, num_slices)
+    devices, _ = get_devices_for_topology(target.topology, target.num_slices)
+    return Placement(target, build_mesh(config.mesh, target.topology, devices, num_slices=target.num_slices))
+
+def _axis_sizes(mesh: jax.sharding.Mesh) -> dict[str, int]:
+    return dict(zip(mesh.axis_names, mesh.devices.shape))
+
+
+def _batch_args(
+    batch_spec: BatchSpec, partition: PartitionSpec | None, mesh: jax.sharding.Mesh
+) -> dict[str, jax.ShapeDtypeStruct]:
+    spec = partition if partition is not None else PartitionSpec(mesh.axis_names[0])
+    out = {}
+    for name, leaf in batch_spec.items():
+        check_spec(f"batch/{name}", leaf.shape, spec, _axis_sizes(mesh))
+        out[name] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, spec))
+    return out
+
+
+def _abstract_params(config: TrainerConfig | InferenceConfig) -> Any:
+    # Traced, never run: a 100B-parameter init costs nothing here.
+    return jax.eval_shape(config.init_fn, jax.ShapeDtypeStruct((2,), jax.numpy.uint32))
+
+
+def _param_shardings(config: TrainerConfig | InferenceConfig, params: Any, mesh: jax.sharding.Mesh) -> Any:
+    specs = match_partition_specs(params, config.partition_rules, axis_sizes=_axis_sizes(mesh))
+    return named_shardings(specs, mesh)
+
+
+def trainer_state_specs(config: TrainerConfig, placement: Placement) -> tuple[Any, Any]:
+    """Abstract, sharded train state and batch for ``config`` on ``placement``."""
+    mesh = placement.mesh
+    params = _abstract_params(config)
+    param_shardings = _param_shardings(config, params, mesh)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    opt_state = jax.eval_shape(config.optimizer.init, params)
+    # Optimizer moments follow their parameters; counts and the like replicate.
+    opt_shardings = optax.tree_map_params(
+        config.optimizer,
+        lambda _, sharding: sharding,
+        opt_state,
+        param_shardings,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, NamedSharding),
+    )
+    state = {"params": params, "opt_state": opt_state, "step": jax.ShapeDtypeStruct((), jax.numpy.int32)}
+    shardings = {"params": param_shardings, "opt_state": opt_shardings, "step": replicated}
+    return with_shardings(state, shardings), _batch_args(config.batch_spec, config.batch_partition, mesh)
+
+
+def make_train_step(config: TrainerConfig) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """The train step aotcheck compiles: loss, gradients, one optimizer update."""
+
+    def train_step(state: Any, batch: Any) -> tuple[Any, Any]:
+        loss, grads = jax.value_and_grad(config.loss_fn)(state["params"], batch)
+        updates, opt_state = config.optimizer.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
+        return new_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+
+    return train_step
+
+
+def lower_trainer(config: TrainerConfig, target: Target) -> dict[str, jax.stages.Lowered]:
+    """``{"train_step": Lowered}``: the state donated, state and batch shardings explicit."""
+    placement = place(config, target)
+    state, batch = trainer_state_specs(config, placement)
+    state_shardings = jax.tree_util.tree_map(lambda s: s.sharding, state)
+    replicated = NamedSharding(placement.mesh, PartitionSpec())
+    step = jax.jit(
+        make_train_step(config),
+        in_shardings=(state_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=(0,),
+    )
+    with jax.set_mesh(placement.mesh):
+        return {"train_step": step.lower(state, batch)}
+
+
+def lower_inference(
+    config: InferenceConfig, target: Target, *, method: str, input_batch_spec: BatchSpec | None = None
+) -> dict[str, jax.stages.Lowered]:
+    """``{method: Lowered}`` for one inference method."""
+    if method not in config.methods:
+        raise LoweringError(
+            f"Inference method {method!r} is not defined; this config offers {', '.join(config.methods)}."
+        )
+    placement = place(config, target)
+    params = _abstract_params(config)
+    param_shardings = _param_shardings(config, params, placement.mesh)
+    batch = _batch_args(
+        input_batch_spec if input_batch_spec is not None else config.input_batch_spec,
+        config.batch_partition,
+        placement.mesh,
+    )
+    fn = jax.jit(
+        config.methods[method],
+        in_shardings=(param_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
+    )
+    with jax.set_mesh(placement.mesh):
+        return {method: fn.lower(with_shardings(params, param_shardings), batch)}
+
+
+def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stages.Lowered]:
+    """``{config.program: Lowered}`` for the escape hatch, its arguments made on the target's mesh."""
+    placement = place(config, target)
+    fn = config.fn if hasattr(config.fn, "lower") else jax.jit(config.fn, donate_argnums=config.donate_argnums)
+    with jax.set_mesh(placement.mesh):
+        return {config.program: fn.lower(*config.make_args(placement.mesh))}
+
+
+def lower_config(config: Config, target: Target, *, program: str | None = None) -> dict[str, jax.stages.Lowered]:
+    """Lowers one program (or all) of any config kind."""
+    if isinstance(config, TrainerConfig):
+        return lower_trainer(config, target)
+    if isinstance(config, InferenceConfig):
+        out: dict[str, jax.stages.Lowered] = {}
+        for method in [program] if program else list(config.methods):
+            out.update(lower_inference(config, target, method=method))
+        return out
+    return lower_function(config, target)

@@ -1,0 +1,1 @@
+"""How outcomes read: terminal text, the Markdown job summary, the HBM chart."""

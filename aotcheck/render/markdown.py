@@ -1,0 +1,80 @@
+"""The pull-request view: a Markdown job summary and GitHub annotations from merged reports.
+
+Example:
+    >>> from aotcheck.gate.report import Merged, Report
+    >>> print(markdown(Merged(Report(), problems=[])).splitlines()[0])
+    ## aotcheck: ✅ passed
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Merged
+from aotcheck.render.chart import text_bars
+from aotcheck.render.text import SUMMARY_HEADERS, summary_row
+from aotcheck.units import fmt_pct
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+
+    def esc(cell: object) -> str:
+        return str(cell).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _changes(outcome: Outcome, limit: int = 3) -> str:
+    moved = outcome.moved()
+    out = [f"{r.metric} {fmt_pct(r.ratio)}" for r in moved[:limit]]
+    if len(moved) > limit:
+        out.append(f"+{len(moved) - limit} more")
+    return ", ".join(out)
+
+
+def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
+    """The job summary: counts, problems, the case table (failures first), details, HBM bars."""
+    report = merged.report
+    outcomes = report.outcomes
+    verdicts = [o.verdict.value for o in outcomes]
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts), key=verdicts.index))
+    cached = sum(1 for o in outcomes if o.cached)
+    status = "❌ failed" if merged.failed else "✅ passed"
+    lines = [f"## {title}: {status}", "", f"{len(outcomes)} cases: {counts or 'none'}; {cached} from the figures cache.", ""]
+    for problem in merged.problems:
+        lines.append(f"> **Missing or unreadable:** {problem}")
+    for name, error in sorted(report.broken.items()):
+        lines.append(f"> **Config `{name}` could not be built:** {error}")
+    if merged.problems or report.broken:
+        lines.append("")
+    if outcomes:
+        rows = [summary_row(o) + [_changes(o)] for o in outcomes]
+        lines.append(markdown_table(SUMMARY_HEADERS + ["change vs golden"], rows))
+    if report.failed:
+        lines += ["", "### What failed", ""]
+        for o in report.failed:
+            lines += [f"<details><summary><code>{o.case.id}</code>: {o.verdict.value}</summary>", "",
+                      "```", o.message, "```", "</details>", ""]
+    if report.stale:
+        lines += ["", f"**Stale golden files** (no registered case): {', '.join(report.stale)}"]
+    bars = text_bars(outcomes)
+    if bars:
+        lines += ["", "### Peak HBM per device (full bar = the chip's HBM)", "", "```", bars, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def annotations(merged: Merged, *, limit: int = 5) -> list[str]:
+    """At most ``limit`` ``::error`` workflow commands, pointing at the golden files that moved."""
+    out = []
+    for o in merged.report.failed[:limit]:
+        message = (o.message or o.verdict.value).replace("%", "%25").replace("\r", "").replace("\n", "%0A")
+        path = posixpath.join(merged.report.golden_dir, o.golden_path)
+        out.append(f"::error file={path},title=aotcheck {o.case.id} {o.verdict.value}::{message}")
+    for problem in merged.problems[: max(0, limit - len(out))]:
+        out.append(f"::error title=aotcheck report::{problem}")
+    return out

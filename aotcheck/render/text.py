@@ -1,0 +1,241 @@
+"""Terminal text: a case's message, the session summary, the compile table and ``--explain``.
+
+Everything a user reads in a terminal is worded here, from typed data
+(:class:`~aotcheck.gate.outcome.Outcome`, :class:`~aotcheck.gate.report.Report`,
+measurements), so the pytest plugin and the CLI print the same lines.
+
+Example:
+    >>> print(table(["metric", "now"], [["peak_bytes", "1.50 KiB"]]))
+    metric      now
+    ----------  --------
+    peak_bytes  1.50 KiB
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aotcheck.figures.hbm import explain_oom
+from aotcheck.figures.hlo import analyze_hlo, iter_loops
+from aotcheck.figures.program import Figures, comm_bytes, roofline
+from aotcheck.gate.compare import Change, Row
+from aotcheck.gate.measure import Measurement
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Report
+from aotcheck.gate.verdict import GoldenAction, Verdict
+from aotcheck.targets.topology import Topology
+from aotcheck.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, fmt_share
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned text columns, a rule under the header."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def fmt_value(metric: str, value: float | None) -> str:
+    """A figure's value in its unit: bytes for ``*_bytes``, counts otherwise."""
+    if value is None:
+        return "-"
+    return fmt_bytes(value) if metric.endswith("_bytes") else fmt_count(value)
+
+
+def change_table(rows: Sequence[Row]) -> str:
+    """metric / golden / now / change / % / tolerance / status, one line per metric."""
+    return table(
+        ["metric", "golden", "now", "change", "%", "tolerance", "status"],
+        [
+            [r.metric, fmt_value(r.metric, r.golden), fmt_value(r.metric, r.now),
+             ("+" if (r.delta or 0) > 0 else "") + fmt_value(r.metric, r.delta) if r.delta is not None else "-",
+             fmt_pct(r.ratio), str(r.tolerance), r.change.value]
+            for r in rows
+        ],
+    )
+
+
+def comm_summary(rows: Sequence[Row]) -> list[str]:
+    """One line per collective kind that moved, e.g. ``all-gather bytes +300.0%: 3 new all-gathers``."""
+    by_metric = {r.metric: r for r in rows}
+    lines = []
+    for metric, row in by_metric.items():
+        if not (metric.startswith("comm_") and metric.endswith("_bytes")) or row.change is Change.OK:
+            continue
+        kind = metric.removeprefix("comm_").removesuffix("_bytes").replace("_", "-")
+        count = by_metric.get(metric.replace("_bytes", "_count"))
+        text = f"{kind} bytes {fmt_pct(row.ratio) if row.ratio is not None else row.change.value}"
+        if count is not None and count.delta:
+            text += f": {abs(int(count.delta))} {'new' if count.delta > 0 else 'fewer'} {kind}s"
+        lines.append(text)
+    return lines
+
+
+def trim_error(text: str, *, max_lines: int = 12) -> str:
+    """The lines of an XLA error that matter: the status line(s), not the C++ trace."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    keep = [line for line in lines if not line.lstrip().startswith(("File ", "@", "*** Begin", "---"))]
+    if len(keep) > max_lines:
+        keep = keep[:max_lines] + [f"... ({len(lines) - max_lines} more lines in the report)"]
+    return "\n".join(keep)
+
+
+def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
+    """What a case's verdict means for the user, with the fix.
+
+    ``golden_file`` is the golden's path as the user should see it; ``accept``
+    the command that accepts the case's current figures.
+    """
+    case, verdict, detail = outcome.case, outcome.verdict, outcome.detail or ""
+    if verdict is Verdict.COMPILE_ERROR:
+        return f"{case.id} does not compile:\n{trim_error(detail)}"
+    if verdict is Verdict.OUT_OF_MEMORY:
+        return f"{case.id} {explain_oom(detail, case.topology)}"
+    if verdict is Verdict.OVER_HBM:
+        return f"{case.id} does not fit: it {detail}."
+    if verdict is Verdict.ERROR:
+        return f"{case.id}: {detail}"
+    if verdict is Verdict.CORRUPT_GOLDEN:
+        return f"{detail}\nTo replace it: {accept}"
+    if verdict is Verdict.MISSING_GOLDEN:
+        return f"{case.id} has no golden file ({golden_file}).\nTo create it: {accept}"
+    if verdict is Verdict.ACCEPTED:
+        return f"golden {outcome.golden_action.value if outcome.golden_action else 'written'}: {golden_file}"
+    if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
+        what = "regressed" if verdict is Verdict.REGRESSION else "improved beyond tolerance"
+        lines = [f"{case.id} {what} against {golden_file}:", "", change_table(outcome.changes), ""]
+        moved = comm_summary(outcome.changes)
+        if moved:
+            lines += ["Collectives that moved: " + "; ".join(moved), ""]
+        if outcome.toolchain_note:
+            lines.append(f"Note: {outcome.toolchain_note}.")
+        lines.append(f"To accept the new figures: {accept}")
+        return "\n".join(lines)
+    return outcome.message
+
+
+def hbm_fraction(outcome: Outcome) -> float | None:
+    """Peak bytes per device over the chip's HBM capacity (None without figures or a chip)."""
+    figures = outcome.figures or {}
+    chip = outcome.case.topology.chip
+    if "peak_bytes" not in figures or chip is None:
+        return None
+    return figures["peak_bytes"] / chip.hbm_bytes
+
+
+def verdict_label(outcome: Outcome) -> str:
+    """The verdict column: the golden action for accepted cases, FAILED where only strictness failed it."""
+    if outcome.verdict is Verdict.ACCEPTED and outcome.golden_action:
+        return outcome.golden_action.value
+    label = outcome.verdict.value
+    return label + " (FAILED)" if outcome.failed and not outcome.verdict.fails() else label
+
+
+SUMMARY_HEADERS = ["case", "compile", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=", "verdict"]
+
+
+def summary_row(o: Outcome) -> list[str]:
+    """One case's line in the summary table (terminal and Markdown alike)."""
+    figures = o.figures or {}
+    bound = roofline(figures, o.case.topology) if figures else None
+    seconds = o.compile_seconds
+    return [
+        o.case.id,
+        "cached" if o.cached else f"{seconds:.1f}s" if seconds is not None else "-",
+        fmt_bytes(figures.get("peak_bytes")) if figures else "-",
+        fmt_share(hbm_fraction(o)),
+        fmt_count(figures.get("flops", figures.get("flops_xla"))) if figures else "-",
+        fmt_bytes(comm_bytes(figures)) if figures else "-",
+        fmt_seconds(bound["bound_seconds"]) if bound else "-",
+        verdict_label(o),
+    ]
+
+
+def summary_table(outcomes: Sequence[Outcome]) -> str:
+    return table(SUMMARY_HEADERS, [summary_row(o) for o in outcomes])
+
+
+def session_summary(report: Report, *, update: bool) -> list[str]:
+    """The end-of-session lines: the table, notes on improvements, what an update did, stale goldens."""
+    lines = [summary_table(report.outcomes)] if report.outcomes else []
+    for o in report.outcomes:
+        if o.verdict is Verdict.IMPROVEMENT and not o.failed:
+            lines += ["", f"note: {o.message}"]
+    for name, error in sorted(report.broken.items()):
+        lines += ["", f"aotcheck: config {name!r} could not be built: {error}"]
+    if update:
+        actions = [o.golden_action for o in report.outcomes]
+        counts = {a: actions.count(a) for a in GoldenAction}
+        lines += ["", f"aotcheck --update-golden: {counts[GoldenAction.CREATED]} created, "
+                      f"{counts[GoldenAction.CHANGED]} changed, {counts[GoldenAction.UNCHANGED]} unchanged; "
+                      "golden files of cases that did not run were left alone."]
+    lines += [f"aotcheck: removed stale golden {rel}" for rel in report.removed]
+    if report.stale:
+        lines += ["", f"aotcheck: WARNING: {len(report.stale)} stale golden file(s) with no registered case: "
+                      + ", ".join(report.stale)
+                      + ". Remove them, or run --update-golden over the whole matrix (no -k, no --aot-configs)."]
+    return lines
+
+
+def case_line(outcome: Outcome) -> str:
+    """One line as a case finishes (the CLI's progress)."""
+    return f"{outcome.case.id}: {verdict_label(outcome)}" + (" FAILED" if outcome.failed else "")
+
+
+COMPILE_HEADERS = ["case", "compile", "argument", "output", "alias", "temp", "code", "peak", "peak/HBM",
+                   "FLOPs", "FLOPs (XLA raw)", "collectives", "step >="]
+
+
+def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
+    """``aotcheck compile``'s table: XLA's memory analysis, the peak's share of HBM, FLOPs, collectives."""
+    hbm = topology.chip.hbm_bytes if topology.chip else None
+    rows = []
+    for r in results:
+        f = r.figures
+        bound = roofline(f, topology)
+        rows.append([r.case.id, f"{r.compile_seconds:.1f}s", fmt_bytes(f["argument_bytes"]),
+                     fmt_bytes(f["output_bytes"]), fmt_bytes(f["alias_bytes"]), fmt_bytes(f["temp_bytes"]),
+                     fmt_bytes(f["generated_code_bytes"]), fmt_bytes(f["peak_bytes"]),
+                     fmt_share(f["peak_bytes"] / hbm) if hbm else "-", fmt_count(f["flops"]),
+                     fmt_count(f["flops_xla"]), fmt_bytes(comm_bytes(f)),
+                     fmt_seconds(bound["bound_seconds"]) if bound else "-"])
+    return (table(COMPILE_HEADERS, rows)
+            + "\n\nPer device. FLOPs count each loop body times its trip count (matmuls and convolutions);"
+              "\nXLA's raw figure counts a loop body once. 'step >=' is a roofline lower bound.")
+
+
+def explain(compiled: Any, figures: Figures) -> str:
+    """Where the FLOPs and bytes come from: loops with their trip counts, top matmuls, collectives."""
+    analysis = analyze_hlo(compiled.as_text())
+    lines = [f"FLOPs per device: {fmt_count(analysis.flops)} loop-aware vs {fmt_count(figures['flops_xla'])} XLA raw"]
+    loops = list(iter_loops(analysis))
+    if loops:
+        lines.append(table(
+            ["loop", "trips", "runs", "FLOPs/trip", "FLOPs in all", "op"],
+            [[loop.name, loop.trip_count if loop.trip_count is not None else "unknown (counted once)",
+              loop.multiplier, fmt_count(loop.flops_per_trip),
+              fmt_count(loop.flops_per_trip * (loop.trip_count or 1) * loop.multiplier), loop.op_name[-60:]]
+             for loop in loops[:12]],
+        ))
+    lines.append(table(["top matmuls", "FLOPs in all", "times run"],
+                       [[name[-80:], fmt_count(f), m] for f, name, m in analysis.top_ops]))
+    lines.append(table(["collective", "count", "bytes/device"],
+                       [[k, v.count, fmt_bytes(v.bytes)] for k, v in analysis.collectives.items()]))
+    return "\n\n".join(lines)
+
+
+def header_lines(
+    *, targets: Sequence[str], golden_dir: str, update: bool, cache_dir: str | None, shard: tuple[int, int] | None,
+    toolchain: dict[str, str | None], foreign: Sequence[str],
+) -> list[str]:
+    """The session's header: what it checks, where goldens are, the cache, the shard, the toolchain."""
+    cache = f"figures cache {cache_dir}" if cache_dir else "no figures cache"
+    lines = [f"aotcheck: {', '.join(targets)}; goldens in {golden_dir}{' (updating)' if update else ''}; {cache}"
+             f"{f'; shard {shard[0]}/{shard[1]}' if shard else ''}; "
+             + ", ".join(f"{k} {v}" for k, v in toolchain.items())]
+    if foreign:
+        lines.append(f"aotcheck: WARNING: {len(foreign)} golden file(s) were made with another toolchain "
+                     f"({foreign[0]}); their figures may differ for that reason alone")
+    return lines

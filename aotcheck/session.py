@@ -1,0 +1,364 @@
+"""The gate session: everything the gate decides, with or without pytest.
+
+A :class:`GateSession` takes parsed :class:`GateSettings` and owns the matrix
+(registered configs x programs x targets, skips with their reasons, this
+shard's part), measures each case with family isolation and the figures cache,
+judges it against its golden, finds stale goldens, prunes them after a full
+``--update-golden``, and writes the JSON report. The pytest plugin
+(:mod:`aotcheck.plugin`) and ``python -m aotcheck check`` (:mod:`aotcheck.cli`)
+are thin front ends over it, so both give the same verdicts, goldens and report.
+
+Example (a pytest-free gate over a registry of one config, on host CPU devices):
+    >>> import tempfile
+    >>> import jax, jax.numpy as jnp
+    >>> from jax.sharding import NamedSharding, PartitionSpec as P
+    >>> from aotcheck import FunctionConfig, Registry
+    >>> registry = Registry()
+    >>> _ = registry.register("double", FunctionConfig(fn=lambda x: 2 * x, make_args=lambda mesh: (
+    ...     jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)))
+    >>> root = tempfile.mkdtemp()
+    >>> settings = GateSettings.parse(rootdir=root, topologies=["cpu-2"], update=True, cache_dir=None)
+    >>> with GateSession(settings, registry=registry) as session:
+    ...     report = session.run()
+    >>> [(o.case.id, o.verdict.value, o.golden_action.value) for o in report.outcomes]
+    [('double/step@cpu-2x1', 'accepted', 'created')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from aotcheck import _runtime
+from aotcheck.gate.cache import FiguresCache
+from aotcheck.gate.case import Case
+from aotcheck.gate.check import Measure, check_case
+from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, parse_tolerances
+from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
+from aotcheck.gate.isolation import Measurer
+from aotcheck.gate.measure import unsupported_reason
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Report, write_report
+from aotcheck.gate.shard import ShardError, assign_shards, parse_shard
+from aotcheck.programs.loader import LoaderError, load_config_modules
+from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
+from aotcheck.render.text import header_lines, outcome_message
+from aotcheck.targets.topology import Target, TopologyError, expand_targets, reserve_cpu_devices
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the option and the fix."""
+
+
+# How each front end spells its options, for error messages.
+PYTEST_FLAGS = {"topologies": "--aot-topologies", "slices": "--aot-slices", "tolerances": "aot_tolerances",
+                "hbm_headroom": "aot_hbm_headroom", "shard": "--aot-shard", "config_modules": "aot_config_modules",
+                "golden_dir": "--aot-golden-dir"}
+CLI_FLAGS = {"topologies": "--topologies", "slices": "--slices", "tolerances": "aot_tolerances",
+             "hbm_headroom": "aot_hbm_headroom", "shard": "--shard", "config_modules": "--module",
+             "golden_dir": "--golden-dir"}
+
+
+def split_list(value: str | Sequence[str] | None) -> list[str]:
+    """``"a,b c"`` or ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
+    texts = [value] if isinstance(value, str) else list(value or [])
+    return [v for text in texts for v in re.split(r"[,\s]+", text) if v]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GateSettings:
+    """Everything a gate run needs, parsed and checked (see :meth:`parse`)."""
+
+    rootdir: Path
+    targets: tuple[Target, ...]
+    config_globs: tuple[str, ...] = ()
+    golden_dir: Path
+    golden_dir_option: str | None = None  # As given on the command line (the accept command repeats it).
+    update: bool = False
+    strict: bool = False
+    tolerances: tuple[tuple[str, Tolerance], ...] = DEFAULT_TOLERANCES
+    report_path: Path | None = None
+    hbm_headroom: float = 1.0
+    cache_dir: Path | None = None
+    shard: tuple[int, int] | None = None
+    config_modules: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        rootdir: str | os.PathLike[str],
+        topologies: str | Sequence[str] = (),
+        slices: str | Sequence[str] = (),
+        configs: str | Sequence[str] = (),
+        golden_dir: str = "golden",
+        golden_dir_option: str | None = None,
+        update: bool = False,
+        strict: bool = False,
+        tolerances: Sequence[str] = (),
+        report: str | None = None,
+        hbm_headroom: str | float = 1.0,
+        cache_dir: str | None = ".aotcheck-cache",
+        shard: str | None = None,
+        config_modules: Sequence[str] = (),
+        flags: Mapping[str, str] = PYTEST_FLAGS,
+    ) -> "GateSettings":
+        """Parses option values as users write them; SettingsError names the bad one."""
+        root = Path(rootdir)
+        counts = []
+        for text in split_list(slices):
+            if not text.isdigit() or int(text) < 1:
+                raise SettingsError(f"{flags['slices']}: {text!r} is not a slice count; give integers >= 1, "
+                                    f"e.g. {flags['slices']}=1,2")
+            counts.append(int(text))
+        try:
+            targets = expand_targets(split_list(topologies), counts or [1])
+        except TopologyError as e:
+            raise SettingsError(f"{flags['topologies']}: {e}") from None
+        try:
+            parsed_tolerances = parse_tolerances(tolerances)
+        except ToleranceError as e:
+            raise SettingsError(f"{flags['tolerances']}: {e}") from None
+        try:
+            headroom = float(hbm_headroom)
+            if not 0 < headroom <= 1:
+                raise ValueError
+        except ValueError:
+            raise SettingsError(f"{flags['hbm_headroom']}: {hbm_headroom!r} must be a number in (0, 1], e.g. 0.95") from None
+        try:
+            parsed_shard = parse_shard(shard) if shard else None
+        except ShardError as e:
+            raise SettingsError(str(e).replace("--aot-shard", flags["shard"])) from None
+        return cls(
+            rootdir=root,
+            targets=tuple(targets),
+            config_globs=tuple(split_list(configs)),
+            golden_dir=root / golden_dir,
+            golden_dir_option=golden_dir_option,
+            update=update,
+            strict=strict,
+            tolerances=parsed_tolerances,
+            report_path=Path(report) if report else None,
+            hbm_headroom=headroom,
+            cache_dir=root / cache_dir if cache_dir else None,
+            shard=parsed_shard,
+            config_modules=tuple(config_modules),
+        )
+
+    @property
+    def golden_label(self) -> str:
+        """The golden directory as reports name it: relative to the rootdir when inside it."""
+        try:
+            return self.golden_dir.resolve().relative_to(self.rootdir.resolve()).as_posix()
+        except ValueError:
+            return str(self.golden_dir)
+
+
+class Planned(NamedTuple):
+    """A case of the matrix and, if it cannot run on its target, why."""
+
+    case: Case
+    skip: str | None
+
+
+class Plan(NamedTuple):
+    """The matrix a session checks."""
+
+    cases: list[Planned]
+    broken: dict[str, str]  # Config name -> why building it failed.
+    empty_reason: str | None  # Why there is nothing to check, if there is not.
+
+
+class GateSession:
+    """One gate run: plan, check each case, finish with stale goldens and the report.
+
+    Use as a context manager (or call :meth:`close`): it may start one compile
+    process per chip family.
+    """
+
+    def __init__(self, settings: GateSettings, *, registry: Registry = REGISTRY, measure: Measure | None = None) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.store = GoldenStore(settings.golden_dir)
+        self.cache = FiguresCache(settings.cache_dir) if settings.cache_dir else None
+        self._measurer = None if measure else Measurer(registry=registry, cache=self.cache)
+        self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
+        self.outcomes: dict[str, Outcome] = {}
+        self.warnings: list[str] = []
+
+    # Setting up ----------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Checks what a run needs before any case: config modules, a writable golden directory
+        under update, a usable cache (else runs uncached, with a warning), host devices for cpu-N."""
+        if self.settings.update:
+            try:
+                self.store.check_writable()
+            except GoldenError as e:
+                raise SettingsError(str(e)) from None
+        try:
+            load_config_modules(self.settings.config_modules, rootdir=self.settings.rootdir)
+        except LoaderError as e:
+            raise SettingsError(f"aot_config_modules: {e}") from None
+        if self.cache is not None and not self.cache.usable():
+            self.warnings.append(f"aotcheck: the figures cache {self.cache.root} is not writable; running uncached.")
+            self.cache = None
+            if self._measurer is not None:
+                self._measurer.cache = None
+        # cpu-N needs N host devices, fixed when JAX's CPU backend starts: ask now.
+        cpu = max((t.num_devices for t in self.settings.targets if not t.topology.is_tpu), default=0)
+        if cpu:
+            reserve_cpu_devices(cpu)
+
+    def __enter__(self) -> "GateSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops the compile processes this session started."""
+        if self._measurer is not None:
+            self._measurer.close()
+
+    # The matrix -------------------------------------------------------------------
+
+    def plan(self, *, sharded: bool = True) -> Plan:
+        """Every selected case (with a skip reason or None), configs that failed to build, and
+        why the matrix is empty if it is. ``sharded``: only this session's shard."""
+        cases: list[Planned] = []
+        broken: dict[str, str] = {}
+        entries = self.registry.select(list(self.settings.config_globs) or None)
+        for entry in entries:
+            try:
+                programs = entry.programs()
+            except RegistryError as e:
+                broken[entry.name] = str(e)
+                continue
+            for program, config in programs.items():
+                for target in self.settings.targets:
+                    case = Case(entry.name, program, target)
+                    cases.append(Planned(case, unsupported_reason(config, case)))
+        empty = None
+        if not entries:
+            globs = ", ".join(self.settings.config_globs)
+            empty = (
+                f"no registered config matches --aot-configs={globs} (registered: {', '.join(self.registry.names())})"
+                if len(self.registry) else
+                "no configs are registered: call aotcheck.register(...) in the rootdir conftest.py "
+                "or in a module listed in the aot_config_modules ini option"
+            )
+        if sharded and self.settings.shard:
+            k, n = self.settings.shard
+            shard_of = assign_shards([p.case for p in cases], n)
+            cases = [p for p in cases if shard_of[p.case.id] == k]
+            broken = broken if k == 1 else {}  # A broken config fails once, in the first shard.
+        return Plan(cases, broken, empty)
+
+    # Cases ---------------------------------------------------------------------------
+
+    def accept_command(self, case: Case) -> str:
+        """The command that accepts this case's current figures as its golden."""
+        args = ["pytest", "--update-golden", f"--aot-configs={case.config}", f"--aot-topologies={case.target}"]
+        if self.settings.golden_dir_option:
+            args.append(f"--aot-golden-dir={self.settings.golden_dir_option}")
+        return shlex.join(args + ["-k", case.program])
+
+    def golden_file(self, case: Case) -> str:
+        return str(self.store.path(case))
+
+    def check(self, case: Case) -> Outcome:
+        """Measures and judges one case, and words its message."""
+        s = self.settings
+        outcome = check_case(case, measure=self.measure, store=self.store, tolerances=s.tolerances,
+                             update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom)
+        outcome.message = outcome_message(outcome, golden_file=self.golden_file(case),
+                                          accept=self.accept_command(case))
+        return outcome
+
+    def record(self, outcome: Outcome) -> None:
+        self.outcomes[outcome.case.id] = outcome
+
+    def run(self, on_outcome: Callable[[Outcome], None] | None = None) -> Report:
+        """The whole gate without pytest: prepare, check every planned case, finish."""
+        self.prepare()
+        for planned in self.plan().cases:
+            outcome = Outcome.skip(planned.case, planned.skip) if planned.skip else self.check(planned.case)
+            self.record(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+        return self.finish()
+
+    # The end ---------------------------------------------------------------------------
+
+    def stale_goldens(self) -> list[str]:
+        """Golden files with no registered (config, program): judged on the whole registry,
+        so deselected, skipped and other-shard cases never count."""
+        known: set[tuple[str, str]] = set()
+        unbuildable: set[str] = set()
+        for entry in self.registry:
+            try:
+                known.update((entry.name, p) for p in entry.programs())
+            except RegistryError:
+                unbuildable.add(entry.name)
+        stale = []
+        for rel in self.store.cases():
+            try:
+                case = Case.parse(rel.removesuffix(".json"))
+            except ValueError:  # TopologyError is one too.
+                stale.append(rel)
+                continue
+            if case.config in unbuildable or case.golden_relpath != rel:
+                continue
+            if (case.config, case.program) not in known:
+                stale.append(rel)
+        return stale
+
+    def whole_matrix_ran(self) -> bool:
+        """Whether every case of every registered config has an outcome here (prune only then)."""
+        plan = self.plan(sharded=False)
+        if plan.broken or len(self.registry.select(list(self.settings.config_globs) or None)) != len(self.registry):
+            return False  # Some registered config was left out: its goldens' fate is not ours to judge.
+        return all(p.case.id in self.outcomes for p in plan.cases)
+
+    def finish(self) -> Report:
+        """Stale goldens (removed after a full update), broken configs, the report written."""
+        stale = self.stale_goldens()
+        removed: list[str] = []
+        if self.settings.update and stale and self.whole_matrix_ran():
+            for rel in stale:
+                (self.store.root / rel).unlink(missing_ok=True)
+            removed, stale = stale, []
+        report = Report(list(self.outcomes.values()), golden_dir=self.settings.golden_label, stale=stale,
+                        removed=removed, broken=self.plan().broken, shard=self.settings.shard)
+        if self.settings.report_path:
+            write_report(self.settings.report_path, report)
+        return report
+
+    def header(self) -> list[str]:
+        s = self.settings
+        return header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
+                            cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
+                            toolchain=_runtime.toolchain(), foreign=self.foreign_toolchain_goldens())
+
+    def foreign_toolchain_goldens(self) -> list[str]:
+        """Golden files made with another toolchain, each with the versions it names."""
+        out = []
+        for rel, path in self.store.cases().items():
+            try:
+                golden = parse_document(path.read_text(), path)
+            except (GoldenError, OSError):
+                continue
+            if toolchain_note(golden.toolchain):
+                out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in _runtime.toolchain()))
+        return out
+
+
+def exit_status(report: Report) -> int:
+    """0 when every case passed and every config built, else 1."""
+    return 0 if report.passed else 1

@@ -1,0 +1,1 @@
+"""Where programs compile: the topology table, chip families, meshes and partition rules."""
