@@ -49,7 +49,7 @@ def test_inference_is_keyed_by_the_method_compiled():
     assert list(out) == ["sample_decode"]
     out = aotcheck.compile_inference_programs(cfg, input_batch_spec=None, topology="v4-8", method="prefill")
     assert list(out) == ["prefill"]
-    with pytest.raises(CompileError, match="'generate' is not defined.*prefill, sample_decode"):
+    with pytest.raises(LoweringError, match="'generate' is not defined.*prefill, sample_decode"):
         aotcheck.compile_inference_programs(cfg, input_batch_spec=None, topology="v4-8", method="generate")
 
 

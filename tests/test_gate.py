@@ -13,6 +13,10 @@ from hypothesis import given, strategies as st
 
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
+from aotcheck.gate.compare import Change, Row, Tolerance
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Report, write_report
+from aotcheck.gate.verdict import Verdict
 from aotcheck.models import lm
 from aotcheck.programs.registry import Registry
 from aotcheck.gate.measure import measure
@@ -152,17 +156,15 @@ def test_bad_shard_is_a_usage_error(toy):
 
 
 def _outcome(case, verdict, failed, peak=2**30, message=""):
-    topology = Case.parse(case).topology
-    return {"case": case, "topology": topology, "verdict": verdict, "failed": failed, "message": message,
-            "figures": {"peak_bytes": peak, "flops": 1e12, "comm_all_gather_bytes": 2**20},
-            "changes": [{"metric": "peak_bytes", "golden": peak / 2, "now": peak, "status": "regression",
-                         "tolerance": "1%"}] if verdict == "regression" else [],
-            "compile_seconds": 3.0, "cached": verdict == "pass", "golden_path": f"/w/repo/golden/{case}.json"}
+    verdict = Verdict(verdict)
+    changes = [Row("peak_bytes", peak / 2, peak, Tolerance(rel=0.01), Change.REGRESSION)] if verdict is Verdict.REGRESSION else []
+    return Outcome(Case.parse(case), verdict, message=message, failed=failed, changes=changes, compile_seconds=3.0,
+                   figures={"peak_bytes": peak, "flops": 1e12, "comm_all_gather_bytes": 2**20},
+                   cached=verdict is Verdict.PASS)
 
 
 def _report(path, outcomes, shard):
-    path.write_text(json.dumps({"aotcheck_report": 1, "toolchain": {}, "shard": shard, "cases": outcomes,
-                                "stale_goldens": []}))
+    write_report(path, Report(outcomes, shard=tuple(shard), golden_dir="golden"))
 
 
 def test_report_command_merges_renders_and_names_problems(tmp_path):

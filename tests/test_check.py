@@ -1,0 +1,128 @@
+"""check_case's decision table, row by row, fast.
+
+FAKE: these tests measure nothing. A fake ``measure`` returns chosen figures or
+raises a chosen error, so every row of the table (aotcheck.gate.check) runs in
+milliseconds. The same decisions are made with real libtpu compiles in
+test_plugin.py and test_gate.py.
+"""
+
+import json
+
+import pytest
+
+from aotcheck.gate.case import Case
+from aotcheck.gate.measure import Measurement
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.verdict import GoldenAction, Verdict
+from aotcheck.programs.compile import CompileError
+from aotcheck.programs.registry import ProgramNotFound
+from aotcheck.session import GateSession, GateSettings
+
+CASE = Case.of("toy", "step", "v5e-4")
+FIGURES = {"peak_bytes": 100 * 2**20, "argument_bytes": 10 * 2**20, "flops": 1e9}
+OOM = ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 20.00G of 15.75G hbm. "
+       "Exceeded hbm capacity by 4.25G.")
+
+
+def fake_measure(result):
+    """FAKE measure: returns figures for CASE, or raises ``result`` if it is an exception."""
+
+    def measure(case):
+        if isinstance(result, BaseException):
+            raise result
+        return Measurement(case, dict(result), {"opt": "1"}, 1.5)
+
+    return measure
+
+
+def session(tmp_path, result, **settings):
+    parsed = GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4"], cache_dir=None, **settings)
+    return GateSession(parsed, measure=fake_measure(result))
+
+
+def write_golden(tmp_path, figures):
+    session(tmp_path, figures, update=True).check(CASE)
+
+
+@pytest.mark.parametrize("error,verdict,words", [
+    (CompileError(OOM), Verdict.OUT_OF_MEMORY, "does not fit: XLA needs 20.00 GiB of the 15.75 GiB"),
+    (CompileError("INVALID_ARGUMENT: bad sharding"), Verdict.COMPILE_ERROR, "does not compile:\nINVALID_ARGUMENT"),
+    (ProgramNotFound("Config 'toy' has no program 'step'; it has a."), Verdict.ERROR, "has no program 'step'"),
+    (ValueError("Mesh shape (3,) does not fit 4 devices"), Verdict.ERROR, "Mesh shape (3,)"),
+])
+def test_errors_fail_the_case_with_their_explanation(tmp_path, error, verdict, words):
+    outcome = session(tmp_path, error).check(CASE)
+    assert (outcome.verdict, outcome.failed, outcome.figures) == (verdict, True, None)
+    assert outcome.message.startswith("toy/step@v5e-4x1") and words in outcome.message
+    assert not (tmp_path / "golden").exists()
+
+
+def test_over_hbm_fails_and_writes_no_golden_even_when_updating(tmp_path):
+    outcome = session(tmp_path, {**FIGURES, "peak_bytes": 17 * 2**30}, update=True).check(CASE)
+    assert outcome.verdict is Verdict.OVER_HBM and outcome.failed
+    assert "does not fit: it needs 17.00 GiB of 16.00 GiB HBM per device on v5e-4: 106%" in outcome.message
+    assert not (tmp_path / "golden" / CASE.golden_relpath).exists()
+    headroom = session(tmp_path, {**FIGURES, "peak_bytes": 15 * 2**30}, hbm_headroom="0.9").check(CASE)
+    assert headroom.verdict is Verdict.OVER_HBM and "headroom 90%" in headroom.message
+
+
+def test_update_creates_changes_and_leaves_alone(tmp_path):
+    actions = []
+    for figures in (FIGURES, FIGURES, {**FIGURES, "flops": 2e9}):
+        outcome = session(tmp_path, figures, update=True).check(CASE)
+        assert outcome.verdict is Verdict.ACCEPTED and not outcome.failed
+        actions.append(outcome.golden_action)
+    assert actions == [GoldenAction.CREATED, GoldenAction.UNCHANGED, GoldenAction.CHANGED]
+    doc = json.loads((tmp_path / "golden" / CASE.golden_relpath).read_text())
+    assert doc["figures"]["flops"] == 2e9 and doc["compiler_options"] == {"opt": "1"}
+
+
+def test_missing_and_corrupt_goldens_say_how_to_fix(tmp_path):
+    missing = session(tmp_path, FIGURES).check(CASE)
+    assert missing.verdict is Verdict.MISSING_GOLDEN and missing.failed
+    assert missing.message.endswith(
+        "To create it: pytest --update-golden --aot-configs=toy --aot-topologies=v5e-4x1 -k step")
+    path = tmp_path / "golden" / CASE.golden_relpath
+    path.parent.mkdir(parents=True)
+    path.write_text("{oops")
+    corrupt = session(tmp_path, FIGURES, golden_dir_option="golden").check(CASE)
+    assert corrupt.verdict is Verdict.CORRUPT_GOLDEN and "is not valid JSON" in corrupt.message
+    assert "--aot-golden-dir=golden -k step" in corrupt.message  # The accept command keeps a given golden dir.
+    assert path.read_text() == "{oops"  # Never rewritten without --update-golden.
+
+
+@pytest.mark.parametrize("factor,strict,verdict,failed", [
+    (1.0, False, Verdict.PASS, False),
+    (1.005, False, Verdict.PASS, False),  # Within the default 1% tolerance.
+    (1.5, False, Verdict.REGRESSION, True),
+    (0.5, False, Verdict.IMPROVEMENT, False),
+    (0.5, True, Verdict.IMPROVEMENT, True),
+    (1.5, True, Verdict.REGRESSION, True),
+])
+def test_comparison_with_the_golden(tmp_path, factor, strict, verdict, failed):
+    write_golden(tmp_path, FIGURES)
+    now = {**FIGURES, "peak_bytes": int(FIGURES["peak_bytes"] * factor)}
+    outcome = session(tmp_path, now, strict=strict).check(CASE)
+    assert (outcome.verdict, outcome.failed) == (verdict, failed)
+    assert outcome.golden == FIGURES and outcome.compile_seconds == 1.5
+    if verdict is not Verdict.PASS:
+        assert [r.metric for r in outcome.changes] == ["peak_bytes"]
+        assert "peak_bytes" in outcome.message and "To accept the new figures: pytest --update-golden" in outcome.message
+    assert Outcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome
+
+
+def test_a_pytest_free_run_finishes_with_a_report_and_stale_goldens(tmp_path):
+    write_golden(tmp_path, FIGURES)
+    stale = tmp_path / "golden" / "gone" / "step@v5e-4x1.json"
+    stale.parent.mkdir()
+    stale.write_text((tmp_path / "golden" / CASE.golden_relpath).read_text())
+    from aotcheck.programs.registry import Registry
+
+    registry = Registry()
+    registry.register("toy", lambda: __import__("aotcheck").FunctionConfig(fn=None, make_args=None))
+    settings = GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4"], cache_dir=None, report=str(tmp_path / "r.json"))
+    with GateSession(settings, registry=registry, measure=fake_measure({**FIGURES, "flops": 3e9})) as gate:
+        report = gate.run()
+    assert [(o.case.id, o.verdict) for o in report.outcomes] == [("toy/step@v5e-4x1", Verdict.REGRESSION)]
+    assert report.stale == ["gone/step@v5e-4x1.json"] and report.golden_dir == "golden" and not report.passed
+    assert json.loads((tmp_path / "r.json").read_text())["cases"][0]["golden_path"] == "toy/step@v5e-4x1.json"
