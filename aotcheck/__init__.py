@@ -8,11 +8,17 @@ Public surface::
         compile_trainer_programs, compile_inference_programs, compile_function,
         get_devices_for_topology, parse_topology,
         program_figures,                                 # memory / FLOP figures of a Compiled
+        GateSettings, GateSession, check_case,           # the gate, without pytest
+        Outcome, Verdict, Report,                        # what it decides, typed
     )
 """
 
 from aotcheck import _runtime  # noqa: F401  (sets libtpu's environment first)
 from aotcheck.figures.program import program_figures
+from aotcheck.gate.check import check_case
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Report
+from aotcheck.gate.verdict import Verdict
 from aotcheck.programs.compile import (
     CompileError,
     compile_function,
@@ -23,7 +29,8 @@ from aotcheck.programs.compile import (
 )
 from aotcheck.programs.config import FunctionConfig, InferenceConfig, TrainerConfig
 from aotcheck.programs.options import default_compiler_options
-from aotcheck.programs.registry import REGISTRY, Registry, RegistryError, register
+from aotcheck.programs.registry import REGISTRY, ConfigNotFound, ProgramNotFound, Registry, RegistryError, register
+from aotcheck.session import GateSession, GateSettings
 from aotcheck.targets.mesh import MeshError, MeshSpec, build_mesh
 from aotcheck.targets.partition import PartitionError
 from aotcheck.targets.topology import TopologyError, get_devices_for_topology, parse_topology
@@ -33,16 +40,24 @@ __version__ = "0.1.0"
 __all__ = [
     "REGISTRY",
     "CompileError",
+    "ConfigNotFound",
     "FunctionConfig",
+    "GateSession",
+    "GateSettings",
     "InferenceConfig",
     "MeshError",
     "MeshSpec",
+    "Outcome",
     "PartitionError",
+    "ProgramNotFound",
     "Registry",
     "RegistryError",
+    "Report",
     "TopologyError",
     "TrainerConfig",
+    "Verdict",
     "build_mesh",
+    "check_case",
     "compile_function",
     "compile_inference_programs",
     "compile_trainer_programs",

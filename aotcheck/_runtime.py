@@ -2,6 +2,10 @@
 
 libtpu reads its environment once, when it loads, so everything here must run
 before the first topology is requested. Importing :mod:`aotcheck` does it.
+
+Example:
+    >>> sorted(toolchain()), os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"]
+    (['jax', 'jaxlib', 'libtpu'], '1')
 """
 
 from __future__ import annotations

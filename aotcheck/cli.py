@@ -9,6 +9,15 @@ Examples::
     python -m aotcheck compile lm-tiny --topology v5e-16 --slices 2
     python -m aotcheck compile lm-tiny --topology v4-8 --method sample_decode --json
     python -m aotcheck report aot-report-*.json --format markdown --output summary.md
+
+Example:
+    >>> main(["topologies", "--json"])  # doctest: +ELLIPSIS
+    [
+      {
+        "name": "v4-8",
+        "libtpu_name": "v4:2x2x1",
+    ...
+    0
 """
 
 from __future__ import annotations

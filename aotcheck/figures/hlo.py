@@ -16,10 +16,17 @@ What is counted:
   does not), with the bytes of its larger side (all-gather: the gathered
   result; reduce-scatter: the input), per device.
 
-Example:
-    >>> text = open("train_step.hlo.txt").read()  # doctest: +SKIP
-    >>> analysis = analyze_hlo(text)  # doctest: +SKIP
-    >>> analysis.flops, analysis.collectives["all-gather"].count  # doctest: +SKIP
+Example (a loop of 4 matmuls, compiled for host CPU devices):
+    >>> import jax, jax.numpy as jnp
+    >>> from aotcheck import compile_function
+    >>> x = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    >>> compiled = compile_function(lambda x, w: jax.lax.fori_loop(0, 4, lambda i, y: y @ w, x), x, x,
+    ...                             topology="cpu-1")
+    >>> analysis = analyze_hlo(compiled.as_text())
+    >>> [(loop.trip_count, loop.flops_per_trip) for loop in iter_loops(analysis)]
+    [(4, 1024.0)]
+    >>> analysis.flops  # 4 trips x 2 x 8^3
+    4096.0
 """
 
 from __future__ import annotations

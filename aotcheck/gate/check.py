@@ -16,6 +16,17 @@ figures against the golden             REGRESSION, IMPROVEMENT or PASS
 =====================================  =====================================
 
 The outcome carries data, not prose: :mod:`aotcheck.render.text` words it.
+
+Example (FAKE: a ``measure`` that fails as XLA would, so nothing compiles):
+    >>> import tempfile
+    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.gate.golden import GoldenStore
+    >>> def measure(case):
+    ...     raise CompileError("RESOURCE_EXHAUSTED: Ran out of memory. Used 20.00G of 15.75G hbm.")
+    >>> outcome = check_case(Case.of("lm", "train_step", "v5e-16"), measure=measure,
+    ...                      store=GoldenStore(tempfile.mkdtemp()))
+    >>> outcome.verdict, outcome.failed
+    (<Verdict.OUT_OF_MEMORY: 'out-of-memory'>, True)
 """
 
 from __future__ import annotations

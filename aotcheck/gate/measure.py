@@ -3,6 +3,19 @@
 With a figures cache, a case whose lowered program (and options, target and
 toolchain) is unchanged takes its figures from there without compiling.
 Which *process* measures a case is :mod:`aotcheck.gate.isolation`'s business.
+
+Example (host CPU devices; a TPU topology name works the same, through libtpu):
+    >>> import jax, jax.numpy as jnp
+    >>> from jax.sharding import NamedSharding, PartitionSpec as P
+    >>> from aotcheck import FunctionConfig
+    >>> def make_args(mesh):
+    ...     rows = NamedSharding(mesh, P("data"))
+    ...     return (jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=rows),
+    ...             jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P())))
+    >>> config = FunctionConfig(fn=lambda x, w: x @ w, make_args=make_args)
+    >>> result = measure(Case.of("mm", "step", "cpu-4"), config=config)
+    >>> result.figures["flops"], result.figures["flops_program"], result.cached  # per device: 16 of 64 rows
+    (2097152.0, 8388608.0, False)
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ The entry points mirror axlearn's ``aot_compilation`` module::
 
 and :func:`compile_function` takes any function with abstract sharded
 arguments. Each has a ``lower_*`` twin that stops before XLA, which is cheap.
+
+Example:
+    >>> import aotcheck
+    >>> from aotcheck.models import lm
+    >>> lowered = lower_trainer_programs(lm.trainer_config(lm.TINY), topology="v5e-16", topology_num_slices=2)
+    >>> list(lowered), lowered["train_step"].args_info[0][0]["step"].donated
+    (['train_step'], True)
 """
 
 from __future__ import annotations

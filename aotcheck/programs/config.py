@@ -3,6 +3,15 @@
 Configs are plain frozen dataclasses. They describe programs abstractly (init
 functions are only ever traced through :func:`jax.eval_shape`), so building one
 is cheap and never touches a device.
+
+Example:
+    >>> from aotcheck.models import lm
+    >>> lm.trainer_config(lm.TINY).programs, lm.inference_config(lm.TINY).programs
+    (('train_step',), ('prefill', 'sample_decode'))
+    >>> TrainerConfig(lm.TINY)
+    Traceback (most recent call last):
+    ...
+    TypeError: TrainerConfig.__init__() takes 1 positional argument but 2 were given
 """
 
 from __future__ import annotations

@@ -4,6 +4,18 @@ A compile worker process (see :mod:`aotcheck.gate.isolation`) must see the same
 registry as its parent, so :func:`import_sources` imports each registering
 module under the name the parent imported it by: a config module inside a
 package keeps its package, and its relative imports work.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "doc_configs.py"
+    >>> _ = path.write_text("WIDTH = 256")
+    >>> import_sources([("doc_configs", str(path))])
+    >>> sys.modules["doc_configs"].WIDTH
+    256
+    >>> load_config_modules(["no/such/file.py"], rootdir=path.parent)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    aotcheck.programs.loader.LoaderError: Config module file .../no/such/file.py does not exist.
 """
 
 from __future__ import annotations
@@ -70,8 +82,14 @@ def _same_file(a: str | None, b: str) -> bool:
 
 def import_sources(sources: Iterable[tuple[str, str]]) -> None:
     """Imports each ``(module name, file)`` as the parent did: by name when that finds the same file
-    (packages and relative imports intact), else the file itself under that name."""
+    (packages and relative imports intact), else the file itself under that name.
+
+    A script that registered configs (``__main__``) is run under another name, so code
+    under its ``if __name__ == "__main__":`` guard does not run again.
+    """
     for name, path in sources:
+        if name == "__main__":  # A script: its registrations, not its main block (as multiprocessing does).
+            name = "__aotcheck_main__"
         module = sys.modules.get(name)
         if module is not None and _same_file(getattr(module, "__file__", None), path):
             continue

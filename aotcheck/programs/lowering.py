@@ -3,6 +3,12 @@ the train step, and lowering for each config kind. Nothing here runs XLA's compi
 
 The trainer owns *what* (the step, built from the config's loss and optimizer);
 :mod:`aotcheck.targets` owns *where* (devices, mesh); lowering joins the two.
+
+Example:
+    >>> from aotcheck.models import lm
+    >>> placement = place(lm.trainer_config(lm.TINY), "v5e-16", 2)
+    >>> placement.target.name, dict(placement.mesh.shape)
+    ('v5e-16x2', {'data': 16, 'model': 2})
 """
 
 from __future__ import annotations

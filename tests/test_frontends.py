@@ -1,0 +1,145 @@
+"""Two front ends, one gate: `aotcheck check` and the pytest plugin agree byte for byte; config
+modules inside packages work in family worker processes; errors cross processes with their class.
+
+Real processes and real libtpu compiles throughout.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+LM_TINY = '''
+import aotcheck
+from aotcheck.models import lm
+
+aotcheck.register("lm-tiny", lambda: [lm.trainer_config(lm.TINY), lm.inference_config(lm.TINY)])
+'''
+MATRIX = "[pytest]\naot_topologies = v4-8 v5e-16\naot_slices = 1 2\naot_golden_dir = golden\n"
+
+
+def pytest_run(pytester, *args):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def cli(cwd, *args):
+    return subprocess.run([sys.executable, "-m", "aotcheck", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.json"))}
+
+
+def test_check_command_and_plugin_give_identical_goldens_and_reports(pytester):
+    pytester.makeconftest(LM_TINY)
+    pytester.makeini(MATRIX)
+    golden = pytester.path / "golden"
+    # Cold: the plugin compiles the lm-tiny matrix (12 cases) and fills the figures cache.
+    pytest_run(pytester, "--update-golden").assert_outcomes(passed=12)
+    by_plugin = tree(golden)
+    assert len(by_plugin) == 12
+    for path in golden.rglob("*.json"):
+        path.unlink()
+    out = cli(pytester.path, "check", "--update-golden")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "aotcheck --update-golden: 12 created, 0 changed, 0 unchanged" in out.stdout
+    assert tree(golden) == by_plugin
+
+    # Warm (same cache, so the same compile seconds): the same report, byte for byte.
+    pytest_run(pytester, "--aot-report=plugin.json").assert_outcomes(passed=12)
+    out = cli(pytester.path, "check", "--report", "cli.json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    plugin_report = (pytester.path / "plugin.json").read_bytes()
+    assert plugin_report == (pytester.path / "cli.json").read_bytes()
+    cases = json.loads(plugin_report)["cases"]
+    assert len(cases) == 12 and {c["verdict"] for c in cases} == {"pass"} and all(c["cached"] for c in cases)
+
+    # A regression: both fail it, with the same message, and the CLI exits 1.
+    doc = json.loads((golden / "lm-tiny/prefill@v4-8x1.json").read_text())
+    doc["figures"]["peak_bytes"] //= 2
+    (golden / "lm-tiny/prefill@v4-8x1.json").write_text(json.dumps(doc))
+    result = pytest_run(pytester, "--aot-report=plugin.json", "-k", "v4-8")
+    result.assert_outcomes(passed=5, failed=1)
+    out = cli(pytester.path, "check", "--topologies", "v4-8", "--report", "cli.json")
+    assert out.returncode == 1
+    assert "lm-tiny/prefill@v4-8x1 regressed against" in out.stdout
+    assert (pytester.path / "plugin.json").read_bytes() == (pytester.path / "cli.json").read_bytes()
+
+
+def test_check_command_usage_errors_name_the_option(tmp_path):
+    out = cli(tmp_path, "check", "--topologies", "v5e-17")
+    assert out.returncode == 2 and "aotcheck: error: --topologies: Unknown topology 'v5e-17'" in out.stderr
+    out = cli(tmp_path, "check", "--topologies", "v4-8", "--slices", "0")
+    assert out.returncode == 2 and "--slices: '0' is not a slice count" in out.stderr
+    out = cli(tmp_path, "check")
+    assert out.returncode == 2 and "no topologies to check: pass --topologies" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+PACKAGE = {
+    "myconfigs/__init__.py": "",
+    "myconfigs/shapes.py": '''
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import NamedSharding, PartitionSpec as P
+
+        def make_args(mesh):
+            return (jax.ShapeDtypeStruct((mesh.devices.size * 8, 128), jnp.float32,
+                                         sharding=NamedSharding(mesh, P("data"))),)
+    ''',
+    "myconfigs/registry.py": '''
+        import jax.numpy as jnp
+
+        import aotcheck
+        from .shapes import make_args  # A relative import: the worker must import this as a package module.
+
+        aotcheck.register("pkg", aotcheck.FunctionConfig(fn=lambda x: jnp.tanh(x), make_args=make_args))
+    ''',
+}
+
+
+def test_config_modules_in_packages_are_imported_by_name_in_family_workers(pytester):
+    for name, text in PACKAGE.items():
+        path = pytester.path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    pytester.makeini("[pytest]\naot_golden_dir = golden\naot_config_modules = myconfigs.registry\n")
+    # The second family runs in a worker process, which must import myconfigs.registry as a package module.
+    result = pytest_run(pytester, "--aot-topologies=cpu-2,v4-8,v5e-4", "--update-golden", "--aot-no-cache", "-v")
+    result.assert_outcomes(passed=3)
+    assert len(tree(pytester.path / "golden")) == 3
+
+
+ERRORS = '''
+import sys
+import jax.numpy as jnp
+import aotcheck
+from aotcheck.gate.case import Case
+from aotcheck.gate.isolation import Measurer
+sys.path.insert(0, ".")
+import shapes
+
+aotcheck.register("ok", aotcheck.FunctionConfig(fn=lambda x: x + 1, make_args=shapes.make_args))
+aotcheck.register("bad", aotcheck.FunctionConfig(fn=lambda x: x @ x, make_args=shapes.make_args))  # 2-D x 2-D mismatch
+if __name__ == "__main__":  # The worker imports this script for its registrations only.
+    measurer = Measurer()
+    measurer(Case.of("ok", "step", "cpu-2"))  # This process is now cpu's: v4 cases go to a worker.
+    for case in (Case.of("ok", "nope", "v4-8"), Case.of("nope", "step", "v4-8"), Case.of("bad", "step", "v4-8")):
+        try:
+            measurer(case)
+        except Exception as e:
+            print(type(e).__module__, type(e).__name__, "|", str(e).splitlines()[0])
+    measurer.close()
+'''
+
+
+def test_errors_cross_the_worker_boundary_with_their_class(tmp_path):
+    (tmp_path / "shapes.py").write_text(textwrap.dedent(PACKAGE["myconfigs/shapes.py"]))
+    (tmp_path / "errors.py").write_text(ERRORS)
+    out = subprocess.run([sys.executable, "errors.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "aotcheck.programs.registry ProgramNotFound | Config 'ok' has no program 'nope'; it has step."
+    assert lines[1].startswith("aotcheck.programs.registry ConfigNotFound | No config named 'nope'")
+    assert lines[2].startswith("builtins TypeError | ")  # jnp's shape error, raised by the user's function.
