@@ -47,7 +47,7 @@ class Tolerance:
         return " + ".join(parts) or "exact"
 
     def to_json(self) -> dict[str, float]:
-        return {"rel": self.rel, "abs": self.abs}
+        return {"rel": float(self.rel), "abs": float(self.abs)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Tolerance":
