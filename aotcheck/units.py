@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 
 def fmt_bytes(n: float | int | None) -> str:

@@ -2,6 +2,7 @@
 
 import jax
 import pytest
+from toy import CONFTEST, INI
 
 from aotcheck.targets import families
 
@@ -18,3 +19,23 @@ def fresh_family_books(monkeypatch):
     mixes families on purpose says so (pytest.warns), and no ini filter hides the warning."""
     monkeypatch.setattr(families, "_compiled", set())
     monkeypatch.setattr(families, "_warned", False)
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    """A pytest project with the toy config (tests/toy.py) and one plain test."""
+    monkeypatch.setenv("TOY_WIDTH", "256")
+    monkeypatch.delenv("TOY_EXTRAS", raising=False)
+    monkeypatch.delenv("TOY_LM", raising=False)
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini(INI)
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
+    return pytester
+
+
+@pytest.fixture
+def toy(project, monkeypatch):
+    """The toy project plus a tiny FSDP LM (config ``lm``), without the plain test."""
+    monkeypatch.setenv("TOY_LM", "fsdp")
+    (project.path / "test_plain.py").unlink()
+    return project

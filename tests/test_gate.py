@@ -24,7 +24,7 @@ from aotcheck.gate.measure import measure
 from aotcheck.gate.shard import ShardError, assign_shards, case_weight, parse_shard
 from aotcheck.targets.topology import topology_names
 
-from test_plugin import CONFTEST, INI, golden, run  # noqa: F401  (the plugin tests' toy project)
+from toy import golden, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,16 +98,6 @@ def test_shards_cover_the_matrix_once_and_balance(matrix, n):
 def test_bad_shard_specs(spec):
     with pytest.raises(ShardError, match="--aot-shard"):
         parse_shard(spec)
-
-
-@pytest.fixture
-def toy(pytester, monkeypatch):
-    monkeypatch.setenv("TOY_WIDTH", "256")
-    monkeypatch.delenv("TOY_EXTRAS", raising=False)
-    monkeypatch.setenv("TOY_LM", "fsdp")
-    pytester.makeconftest(CONFTEST)
-    pytester.makeini(INI)
-    return pytester
 
 
 MATRIX = ("--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2")

@@ -10,71 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-CONFTEST = '''
-import os
-
-import jax
-import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-import aotcheck
-
-WIDTH = int(os.environ.get("TOY_WIDTH", "256"))
-
-
-def make_args(mesh):
-    rows = NamedSharding(mesh, P("data"))
-    return (
-        jax.ShapeDtypeStruct((mesh.devices.size * 8, WIDTH), jnp.float32, sharding=rows),
-        jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32, sharding=NamedSharding(mesh, P())),
-    )
-
-
-aotcheck.register("toy", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args))
-
-if os.environ.get("TOY_EXTRAS"):
-    aotcheck.register("big", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args,
-                                                     min_devices=8))
-
-    @aotcheck.register("broken")
-    def broken():
-        raise RuntimeError("the builder fell over")
-
-    def huge(mesh):  # 24 GiB per device: more than any v5e has.
-        return (jax.ShapeDtypeStruct((mesh.devices.size * 6 * 2**30,), jnp.float32,
-                                     sharding=NamedSharding(mesh, P("data"))),)
-
-    aotcheck.register("oom", aotcheck.FunctionConfig(fn=lambda x: x * 2, make_args=huge))
-
-if os.environ.get("TOY_LM"):
-    from aotcheck.models import lm
-
-    rules = ((".*", P()),) if os.environ["TOY_LM"] == "replicated" else lm.PARTITION_RULES
-    aotcheck.register("lm", lambda: lm.trainer_config(lm.TINY, partition_rules=rules))
-'''
-
-INI = """
-[pytest]
-aot_golden_dir = golden
-"""
-
-
-@pytest.fixture
-def project(pytester, monkeypatch):
-    monkeypatch.setenv("TOY_WIDTH", "256")
-    monkeypatch.delenv("TOY_EXTRAS", raising=False)
-    pytester.makeconftest(CONFTEST)
-    pytester.makeini(INI)
-    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
-    return pytester
-
-
-def run(pytester, *args):
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
-
-
-def golden(pytester, case="toy/step@v4-8x1.json"):
-    return pytester.path / "golden" / case
+from toy import CONFTEST, INI, golden, run
 
 
 def test_without_topologies_the_plugin_adds_nothing(project):

@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from aotcheck.gate.cache import FiguresCache

@@ -1,0 +1,61 @@
+"""The toy project the plugin and gate tests run pytest in, for real (pytester, subprocesses).
+
+The toy is a jitted ``tanh(x @ w)`` whose width comes from TOY_WIDTH, so a test
+can grow its memory between two runs the way an edited config would.
+"""
+
+CONFTEST = '''
+import os
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import aotcheck
+
+WIDTH = int(os.environ.get("TOY_WIDTH", "256"))
+
+
+def make_args(mesh):
+    rows = NamedSharding(mesh, P("data"))
+    return (
+        jax.ShapeDtypeStruct((mesh.devices.size * 8, WIDTH), jnp.float32, sharding=rows),
+        jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32, sharding=NamedSharding(mesh, P())),
+    )
+
+
+aotcheck.register("toy", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args))
+
+if os.environ.get("TOY_EXTRAS"):
+    aotcheck.register("big", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args,
+                                                     min_devices=8))
+
+    @aotcheck.register("broken")
+    def broken():
+        raise RuntimeError("the builder fell over")
+
+    def huge(mesh):  # 24 GiB per device: more than any v5e has.
+        return (jax.ShapeDtypeStruct((mesh.devices.size * 6 * 2**30,), jnp.float32,
+                                     sharding=NamedSharding(mesh, P("data"))),)
+
+    aotcheck.register("oom", aotcheck.FunctionConfig(fn=lambda x: x * 2, make_args=huge))
+
+if os.environ.get("TOY_LM"):
+    from aotcheck.models import lm
+
+    rules = ((".*", P()),) if os.environ["TOY_LM"] == "replicated" else lm.PARTITION_RULES
+    aotcheck.register("lm", lambda: lm.trainer_config(lm.TINY, partition_rules=rules))
+'''
+
+INI = """
+[pytest]
+aot_golden_dir = golden
+"""
+
+
+def run(pytester, *args):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def golden(pytester, case="toy/step@v4-8x1.json"):
+    return pytester.path / "golden" / case
