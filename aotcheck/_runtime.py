@@ -6,6 +6,10 @@ before the first topology is requested. Importing :mod:`aotcheck` does it.
 Example:
     >>> sorted(toolchain()), os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"]
     (['jax', 'jaxlib', 'libtpu'], '1')
+    >>> is_libtpu_noise("W1201 TPU_WORKER_HOSTNAMES is not set"), is_libtpu_noise("F1201 Check failed")
+    (True, False)
+    >>> reset_peak_rss(); block = bytearray(64 << 20); peak_rss_bytes() > 64 << 20
+    True
 """
 
 from __future__ import annotations
@@ -35,13 +39,28 @@ _LIBTPU_NOISE = (
 )
 
 
+# Set in aotcheck's compile worker processes: their parent reads their stderr line by
+# line, filters the noise and keeps the last lines for a crash report, so the worker
+# must not hide anything in a temporary file (a crash would lose it).
+WORKER_ENV = "AOTCHECK_COMPILE_WORKER"
+
+
+def is_libtpu_noise(line: str) -> bool:
+    """Whether ``line`` is one of libtpu's start-up lines that say nothing to a user."""
+    return not line.strip() or any(noise in line for noise in _LIBTPU_NOISE)
+
+
 @contextlib.contextmanager
 def quiet_libtpu_stderr() -> Iterator[None]:
     """Captures file descriptor 2 and re-emits what is not libtpu start-up noise.
 
     libtpu writes from C++ straight to the descriptor, so redirecting
-    ``sys.stderr`` would not catch it.
+    ``sys.stderr`` would not catch it. In a compile worker it does nothing: the
+    parent filters the worker's stderr as it arrives.
     """
+    if os.environ.get(WORKER_ENV):
+        yield
+        return
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -57,11 +76,7 @@ def quiet_libtpu_stderr() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)
-            kept = [
-                line
-                for line in sink.read().decode(errors="replace").splitlines()
-                if line.strip() and not any(noise in line for noise in _LIBTPU_NOISE)
-            ]
+            kept = [line for line in sink.read().decode(errors="replace").splitlines() if not is_libtpu_noise(line)]
             if kept:
                 print("\n".join(kept), file=sys.stderr)
 
@@ -80,6 +95,32 @@ def toolchain() -> dict[str, str | None]:
     Golden figures are only comparable when these match.
     """
     return {name: _version(name) for name in ("jax", "jaxlib", "libtpu")}
+
+
+def reset_peak_rss() -> None:
+    """Starts a new peak-RSS measurement for this process (Linux: ``/proc/self/clear_refs``)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # Not Linux, or not allowed: the peak then covers the process's whole life.
+        pass
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory since :func:`reset_peak_rss` (or since it started)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+    except (ImportError, OSError):
+        return None
 
 
 def libtpu_available() -> bool:

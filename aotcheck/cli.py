@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aotcheck.gate.case import Case
-from aotcheck.gate.measure import measure
+from aotcheck.gate.isolation import Measurer, WorkerCrashed
 from aotcheck.gate.report import ReportError, merge_reports
 from aotcheck.ini import IniError, find_ini
 from aotcheck.programs.compile import CompileError
@@ -78,8 +78,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         cache_dir=None if args.no_cache else (args.cache_dir or ini.get("aot_cache_dir", ".aotcheck-cache")),
         shard=args.shard,
         config_modules=ini.lines("aot_config_modules") + list(args.module or []),
+        metric_drift=ini.get("aot_metric_drift", "fail"),
         flags=CLI_FLAGS,
     )
+    if args.topologies is not None and not args.topologies.strip():
+        raise SettingsError("--topologies is empty; name the topologies to check, e.g. --topologies v4-8,v5e-16")
     if not settings.targets:
         raise SettingsError("no topologies to check: pass --topologies (e.g. --topologies v4-8,v5e-16) "
                             "or set aot_topologies in the [pytest] section of your ini file")
@@ -87,8 +90,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     with GateSession(settings) as session:
         for line in session.header():
             print(line)
-        for warning in session.warnings:
-            print(warning, file=sys.stderr)
         report = session.run(on_outcome=lambda o: print(case_line(o), flush=True))
     plan_empty = session.plan().empty_reason
     if plan_empty:
@@ -143,23 +144,37 @@ def cmd_compile(args: argparse.Namespace) -> int:
     target = Target.of(args.topology, args.slices)
     entry = REGISTRY.get(args.config)
     programs = [args.method] if args.method else list(entry.programs())
-    results = [measure(Case(entry.name, program, target), config=entry.program(program)) for program in programs]
+    for program in programs:
+        entry.program(program)  # ProgramNotFound before any compile.
+    # Compiles run in a worker process: a libtpu crash is reported, not suffered.
+    measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain))
+    try:
+        results = [measurer(Case(entry.name, program, target)) for program in programs]
+    except WorkerCrashed as e:
+        print(f"aotcheck: error: {e}", file=sys.stderr)
+        return 3
+    finally:
+        measurer.close()
     if args.dump_hlo:
         out = Path(args.dump_hlo)
         out.mkdir(parents=True, exist_ok=True)
         for r in results:
             path = out / f"{r.case.config}.{r.case.program}@{r.case.target}.hlo.txt"
-            path.write_text(r.compiled.as_text())
+            path.write_text(r.hlo_text or "")
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        print(json.dumps({r.case.program: {"case": r.case.id, "compile_seconds": round(r.compile_seconds, 3),
-                                           "figures": r.figures, "compiler_options": r.compiler_options}
-                          for r in results}, indent=2, sort_keys=True))
+        chip = target.topology.chip
+        print(json.dumps({r.case.program: {
+            "case": r.case.id, "compile_seconds": round(r.compile_seconds, 3), "figures": r.figures,
+            "compiler_options": r.compiler_options, "host_peak_bytes": r.host_peak_bytes,
+            "hbm_bytes_per_device": chip.hbm_bytes if chip else None,
+            "peak_share_of_hbm": r.figures["peak_bytes"] / chip.hbm_bytes if chip else None,
+        } for r in results}, indent=2, sort_keys=True))
         return 0
     print(compile_table(results, target.topology))
     if args.explain:
         for r in results:
-            print("\n" + explain(r.compiled, r.figures))
+            print("\n" + explain(r.hlo_text or "", r.figures))
     return 0
 
 
@@ -182,6 +197,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     for line in annotations(merged, limit=args.annotations):
         print(line)
     return 1 if merged.failed else 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["markdown", "text"], default="text")
     p.add_argument("--output", help="append the rendering here (e.g. $GITHUB_STEP_SUMMARY) instead of stdout")
     p.add_argument("--svg", help="write the peak-HBM bar chart here")
-    p.add_argument("--expect-shards", type=int, help="the number of shards; name those with no report")
+    p.add_argument("--expect-shards", type=_positive, help="the number of shards; name those with no report")
     p.add_argument("--annotations", type=int, default=0, metavar="N",
                    help="print up to N GitHub ::error annotations for failed cases")
     p.set_defaults(func=cmd_report)
@@ -247,4 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except USER_ERRORS as e:
         print(f"aotcheck: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # A path the user gave that cannot be written or read.
+        print(f"aotcheck: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2

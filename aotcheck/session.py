@@ -8,7 +8,8 @@ judges it against its golden, finds stale goldens, prunes them after a full
 (:mod:`aotcheck.plugin`) and ``python -m aotcheck check`` (:mod:`aotcheck.cli`)
 are thin front ends over it, so both give the same verdicts, goldens and report.
 
-Example (a pytest-free gate over a registry of one config, on host CPU devices):
+Example (a pytest-free gate over a registry of one config, on host CPU devices; a registry
+of one's own is measured in this process, since compile workers read ``aotcheck.REGISTRY``):
     >>> import tempfile
     >>> import jax, jax.numpy as jnp
     >>> from jax.sharding import NamedSharding, PartitionSpec as P
@@ -18,7 +19,8 @@ Example (a pytest-free gate over a registry of one config, on host CPU devices):
     ...     jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)))
     >>> root = tempfile.mkdtemp()
     >>> settings = GateSettings.parse(rootdir=root, topologies=["cpu-2"], update=True, cache_dir=None)
-    >>> with GateSession(settings, registry=registry) as session:
+    >>> from aotcheck.gate.measure import measure
+    >>> with GateSession(settings, registry=registry, measure=lambda case: measure(case, registry=registry)) as session:
     ...     report = session.run()
     >>> [(o.case.id, o.verdict.value, o.golden_action.value) for o in report.outcomes]
     [('double/step@cpu-2x1', 'accepted', 'created')]
@@ -58,10 +60,11 @@ class SettingsError(ValueError):
 # How each front end spells its options, for error messages.
 PYTEST_FLAGS = {"topologies": "--aot-topologies", "slices": "--aot-slices", "tolerances": "aot_tolerances",
                 "hbm_headroom": "aot_hbm_headroom", "shard": "--aot-shard", "config_modules": "aot_config_modules",
-                "golden_dir": "--aot-golden-dir"}
+                "golden_dir": "--aot-golden-dir", "report": "--aot-report", "metric_drift": "aot_metric_drift"}
 CLI_FLAGS = {"topologies": "--topologies", "slices": "--slices", "tolerances": "aot_tolerances",
              "hbm_headroom": "aot_hbm_headroom", "shard": "--shard", "config_modules": "--module",
-             "golden_dir": "--golden-dir"}
+             "golden_dir": "--golden-dir", "report": "--report", "metric_drift": "aot_metric_drift"}
+METRIC_DRIFT = ("fail", "warn")
 
 
 def split_list(value: str | Sequence[str] | None) -> list[str]:
@@ -87,6 +90,7 @@ class GateSettings:
     cache_dir: Path | None = None
     shard: tuple[int, int] | None = None
     config_modules: tuple[str, ...] = ()
+    metric_drift: str = "fail"
 
     @classmethod
     def parse(
@@ -106,6 +110,7 @@ class GateSettings:
         cache_dir: str | None = ".aotcheck-cache",
         shard: str | None = None,
         config_modules: Sequence[str] = (),
+        metric_drift: str = "fail",
         flags: Mapping[str, str] = PYTEST_FLAGS,
     ) -> "GateSettings":
         """Parses option values as users write them; SettingsError names the bad one."""
@@ -134,6 +139,17 @@ class GateSettings:
             parsed_shard = parse_shard(shard) if shard else None
         except ShardError as e:
             raise SettingsError(str(e).replace("--aot-shard", flags["shard"])) from None
+        drift = (metric_drift or "fail").strip().lower()
+        if drift not in METRIC_DRIFT:
+            raise SettingsError(f"{flags['metric_drift']}: {metric_drift!r} must be 'fail' (figures new or gone "
+                                "against the golden fail the case) or 'warn' (they pass with a warning)")
+        report_path = Path(report) if report else None
+        if report_path is not None and (report_path.is_dir() or report_path.name in ("", ".", "..")):
+            raise SettingsError(f"{flags['report']}: {report} is a directory; give a file path, "
+                                f"e.g. {flags['report']}={(report_path / 'aot-report.json').as_posix()}")
+        if report_path is not None and any(p.exists() and not p.is_dir() for p in report_path.parents):
+            raise SettingsError(f"{flags['report']}: {report} lies under a file, not a directory; "
+                                "give a path in a directory")
         return cls(
             rootdir=root,
             targets=tuple(targets),
@@ -143,11 +159,12 @@ class GateSettings:
             update=update,
             strict=strict,
             tolerances=parsed_tolerances,
-            report_path=Path(report) if report else None,
+            report_path=report_path,
             hbm_headroom=headroom,
             cache_dir=root / cache_dir if cache_dir else None,
             shard=parsed_shard,
             config_modules=tuple(config_modules),
+            metric_drift=drift,
         )
 
     @property
@@ -186,7 +203,12 @@ class GateSession:
         self.registry = registry
         self.store = GoldenStore(settings.golden_dir)
         self.cache = FiguresCache(settings.cache_dir) if settings.cache_dir else None
-        self._measurer = None if measure else Measurer(registry=registry, cache=self.cache)
+        if measure is None and registry is not REGISTRY:
+            raise SettingsError(
+                "A registry of your own needs measure=...: the compile workers find configs by importing the "
+                "modules that registered them in aotcheck.REGISTRY. Pass e.g. measure=lambda case: "
+                "aotcheck.gate.measure.measure(case, registry=registry) to measure in this process.")
+        self._measurer = None if measure else Measurer(cache=self.cache)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
         self.warnings: list[str] = []
@@ -210,10 +232,17 @@ class GateSession:
             self.cache = None
             if self._measurer is not None:
                 self._measurer.cache = None
-        # cpu-N needs N host devices, fixed when JAX's CPU backend starts: ask now.
+        report = self.settings.report_path
+        if report is not None and report.parent.exists() and not os.access(report.parent, os.W_OK):
+            raise SettingsError(f"the report's directory {report.parent} is not writable; "
+                                "give --aot-report (or --report) a path you can write")
+        # cpu-N needs N host devices, fixed when JAX's CPU backend starts: ask now, here and
+        # (through the environment) in the compile workers.
         cpu = max((t.num_devices for t in self.settings.targets if not t.topology.is_tpu), default=0)
         if cpu:
             reserve_cpu_devices(cpu)
+            if int(os.environ.get("JAX_NUM_CPU_DEVICES", "0") or 0) < max(cpu, 8):
+                os.environ["JAX_NUM_CPU_DEVICES"] = str(max(cpu, 8))
 
     def __enter__(self) -> "GateSession":
         return self
@@ -276,7 +305,8 @@ class GateSession:
         """Measures and judges one case, and words its message."""
         s = self.settings
         outcome = check_case(case, measure=self.measure, store=self.store, tolerances=s.tolerances,
-                             update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom)
+                             update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom,
+                             metric_drift=s.metric_drift)
         outcome.message = outcome_message(outcome, golden_file=self.golden_file(case),
                                           accept=self.accept_command(case))
         return outcome
@@ -335,16 +365,31 @@ class GateSession:
                 (self.store.root / rel).unlink(missing_ok=True)
             removed, stale = stale, []
         report = Report(list(self.outcomes.values()), golden_dir=self.settings.golden_label, stale=stale,
-                        removed=removed, broken=self.plan().broken, shard=self.settings.shard)
+                        removed=removed, broken=self.plan().broken, shard=self.settings.shard,
+                        notes=self.notes())
         if self.settings.report_path:
-            write_report(self.settings.report_path, report)
+            try:
+                write_report(self.settings.report_path, report)
+            except OSError as e:
+                report.notes.append(f"aotcheck: could not write the report {self.settings.report_path}: "
+                                    f"{e.strerror or e}")
         return report
+
+    def notes(self) -> list[str]:
+        """What the session has to say once: warnings from setting up and from the compile workers."""
+        worker_notes = self._measurer.notes if self._measurer is not None else []
+        return list(dict.fromkeys([*self.warnings, *worker_notes]))
 
     def header(self) -> list[str]:
         s = self.settings
-        return header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
-                            cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
-                            toolchain=_runtime.toolchain(), foreign=self.foreign_toolchain_goldens())
+        lines = header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
+                             cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
+                             toolchain=_runtime.toolchain(), foreign=self.foreign_toolchain_goldens())
+        if not s.update and not self.store.root.is_dir():
+            lines.append(f"aotcheck: WARNING: the golden directory {self.store.root} does not exist, so every case "
+                         f"will be missing its golden. The rootdir is {s.rootdir}; if your goldens are elsewhere, "
+                         "pass --aot-golden-dir=PATH (with '='), or create them with --update-golden.")
+        return lines
 
     def foreign_toolchain_goldens(self) -> list[str]:
         """Golden files made with another toolchain, each with the versions it names."""
@@ -352,7 +397,7 @@ class GateSession:
         for rel, path in self.store.cases().items():
             try:
                 golden = parse_document(path.read_text(), path)
-            except (GoldenError, OSError):
+            except (GoldenError, OSError, ValueError):  # Unreadable goldens fail their own case.
                 continue
             if toolchain_note(golden.toolchain):
                 out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in _runtime.toolchain()))

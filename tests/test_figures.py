@@ -1,6 +1,10 @@
 """Figures users can trust: loop-aware FLOPs, collectives, HBM fit, roofline (real compiles)."""
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -156,3 +160,18 @@ def test_trip_count_from_fused_condition_start_and_step():
     assert analysis.flops == 5 * 2 * 8 * 8 * 8
     assert analysis.collectives["all-gather"].count == 1
     assert analysis.collectives["all-gather"].bytes == 32 * 8 * 4
+
+
+def test_collectives_inside_sparsecore_calls_are_counted_on_7x(tmp_path):
+    # On 7x the collectives run in call-start(..., async_execution_thread="sparsecore")
+    # computations; a walk that does not enter them counts none. Compiled in a worker process
+    # (the CLI's), since this libtpu can crash on 7x depending on what the process compiled before.
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "lm-tiny", "--topology", "7x-8",
+                          "--method", "prefill", "--json", "--dump-hlo", str(tmp_path)],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = json.loads(out.stdout)["prefill"]["figures"]
+    hlo = (tmp_path / "lm-tiny.prefill@7x-8x1.hlo.txt").read_text()
+    assert 'async_execution_thread="sparsecore"' in hlo and "call-start" in hlo
+    assert figures["comm_all_gather_count"] > 0 and figures["comm_all_reduce_count"] > 0
+    assert figures["comm_all_gather_bytes"] > 0

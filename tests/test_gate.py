@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from aotcheck.gate.cache import FiguresCache, cache_key
+from aotcheck.gate.cache import REQUIRED_FIGURES, FiguresCache, cache_key
 from aotcheck.gate.case import Case
 from aotcheck.gate.compare import Change, Row, Tolerance
 from aotcheck.gate.outcome import Outcome
@@ -24,7 +25,7 @@ from aotcheck.gate.measure import measure
 from aotcheck.gate.shard import ShardError, assign_shards, case_weight, parse_shard
 from aotcheck.targets.topology import topology_names
 
-from toy import golden, run
+from toy import INI, golden, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,16 +65,22 @@ def test_unchanged_hits_with_identical_figures_edited_misses(tmp_path):
     assert not deeper.cached and deeper.figures["flops"] > cold.figures["flops"]
 
 
-def test_corrupt_entry_is_ignored_and_rewritten(tmp_path):
+def test_corrupt_or_doubtful_entries_are_misses_and_rewritten(tmp_path):
     cache = FiguresCache(tmp_path)
     key = cache_key(**KEY_INPUTS)
-    cache.put(key, {"flops": 1}, compile_seconds=1.0)
+    toolchain = KEY_INPUTS["toolchain"]
+    whole = dict.fromkeys(REQUIRED_FIGURES, 1)
+    cache.put(key, whole, compile_seconds=1.0, toolchain=toolchain)
     entry = next(tmp_path.rglob(f"{key}.json"))
-    for text in ("{oops", '{"key": "other", "figures": {}}', "[]"):
-        entry.write_text(text)
-        assert cache.get(key) is None
-    cache.put(key, {"flops": 2}, compile_seconds=1.0)
-    assert cache.get(key)["figures"] == {"flops": 2}
+    good = json.loads(entry.read_text())
+    for doc in ("{oops", '{"key": "other", "figures": {}}', "[]", {**good, "figures": {"flops": 1}},
+                {**good, "figures": {**whole, "flops": None}}, {**good, "figures": {**whole, "flops": True}},
+                {**good, "figures_version": 0}, {**good, "compile_seconds": "fast"}):
+        entry.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        assert cache.get(key, toolchain=toolchain) is None, doc
+    assert cache.get(key, toolchain={**toolchain, "libtpu": "0.0.1"}) is None
+    cache.put(key, {**whole, "flops": 2}, compile_seconds=1.0, toolchain=toolchain)
+    assert cache.get(key, toolchain=toolchain)["figures"]["flops"] == 2
 
 
 cases = st.lists(
@@ -233,3 +240,46 @@ def test_workflow_is_valid_and_its_commands_run(tmp_path):
 
     args = build_parser().parse_args(shlex.split(reports[0])[3:])
     assert args.expect_shards == 2 and args.format == "markdown" and args.annotations == 5
+
+
+def test_the_workflows_golden_patch_applies_to_a_clean_checkout(toy, monkeypatch):
+    """The workflow's own "Prepare updated goldens" commands, run in a git repository: the patches
+    they make (one per shard) turn a clean checkout's golden/ into what --update-golden writes."""
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    toy.makeini(INI + "aot_topologies = v4-8 v5e-16\naot_slices = 1 2\n")
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    sh = lambda command, cwd=toy.path: subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True,  # noqa: E731
+                                                     text=True)
+    run(toy, "--update-golden").assert_outcomes(passed=8)
+    stale = golden(toy, "gone/step@v4-8x1.json")  # A golden no case has: a full update removes it.
+    stale.parent.mkdir()
+    shutil.copy(golden(toy), stale)
+    assert sh("git init -q && git add -A && git commit -qm goldens").returncode == 0
+    monkeypatch.setenv("TOY_WIDTH", "512")  # The figures move.
+    text = (ROOT / ".github/workflows/aot-gate.yml").read_text()
+    step = text[text.index("- name: Prepare updated goldens"):].split("- uses:")[0]
+    commands = workflow_commands(step)
+    assert commands[0].startswith("python -m pytest") and "--update-golden" in commands[0]
+    for shard in ("1", "2"):
+        for command in commands:
+            out = sh(command.replace("${{ matrix.shard }}", shard).replace("--aot-configs='*'", "--aot-configs='*' -p no:randomly"))
+            assert out.returncode == 0, command + out.stdout[-1500:] + out.stderr[-1500:]
+        assert sh("git reset -q && git checkout -q -- golden && git clean -qfd golden").returncode == 0
+    patches = [toy.path / f"golden-{k}.patch" for k in (1, 2)]
+    assert all(p.read_text().startswith("diff --git a/golden/") for p in patches)
+
+    clean = toy.path / "clean"
+    assert sh(f"git clone -q {toy.path} {clean}").returncode == 0
+    for patch in patches:
+        out = sh(f"git apply {patch}", cwd=clean)
+        assert out.returncode == 0, out.stderr
+    run(toy, "--update-golden").assert_outcomes(passed=8)  # What --update-golden writes, for comparison.
+    expected = {p.relative_to(toy.path / "golden").as_posix(): p.read_text()
+                for p in sorted((toy.path / "golden").rglob("*.json"))}
+    applied = {p.relative_to(clean / "golden").as_posix(): p.read_text() for p in sorted((clean / "golden").rglob("*.json"))}
+    assert "gone/step@v4-8x1.json" not in expected
+    applied.pop("gone/step@v4-8x1.json")  # Shards never remove stale goldens (no shard ran the whole matrix).
+    assert applied == expected and len(expected) == 8

@@ -436,12 +436,6 @@ def analyze_hlo(text: str) -> HloAnalysis:
                     per_trip = walk(body, multiplier * (count if count is not None else 1), depth + 1)
                     inner.flops_per_trip = per_trip
                     total += per_trip * (count if count is not None else 1)
-            elif inst.opcode in ("fusion", "call", "async-start", "custom-call"):
-                # A reducer's to_apply is scalar arithmetic; only a call's is a real body.
-                called = inst.called("calls") + (inst.called("to_apply") if inst.opcode == "call" else [])
-                for name in called:
-                    if name in module:
-                        total += walk(module[name], multiplier, depth + 1)
             elif inst.opcode == "conditional":
                 branches = inst.called("branch_computations") or (
                     inst.called("true_computation") + inst.called("false_computation")
@@ -449,6 +443,15 @@ def analyze_hlo(text: str) -> HloAnalysis:
                 # One branch runs: FLOPs of the costliest (an upper bound); collectives of all.
                 costs = [walk(module[b], multiplier, depth + 1) for b in branches if b in module]
                 total += max(costs, default=0.0)
+            elif not inst.opcode.endswith(("-done", "-update")):
+                # Every called computation runs as often as its caller: fusions, calls, async
+                # starts (7x runs collectives in call-start(..., async_execution_thread=
+                # "sparsecore")), custom calls. A `*-done` names its start's computation again.
+                # A reducer's to_apply is scalar arithmetic; only a call's is a real body.
+                is_call = inst.opcode in ("call", "call-start")
+                for name in inst.called("calls") + (inst.called("to_apply") if is_call else []):
+                    if name in module:
+                        total += walk(module[name], multiplier, depth + 1)
         return total
 
     result.flops = walk(entry, 1)

@@ -16,6 +16,32 @@ from aotcheck.targets.topology import Topology, parse_topology
 Figures = dict[str, int | float]
 """Figure name -> value: integer bytes, float FLOPs; names are stable (goldens key on them)."""
 
+# Figures every program has (``comm_<kind>_*`` come with the collectives a program has).
+REQUIRED_FIGURES = (
+    "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes",
+    "total_bytes", "flops_xla", "transcendentals_xla", "bytes_accessed_xla", "flops", "flops_program",
+)
+
+
+def figures_problem(figures: object) -> str | None:
+    """What is wrong with a figures dict (a required figure missing, a value not a number), or None.
+
+    Example:
+        >>> figures_problem({"peak_bytes": 1})  # doctest: +ELLIPSIS
+        "figure 'argument_bytes' is missing"
+        >>> figures_problem(dict.fromkeys(REQUIRED_FIGURES, 1) | {"comm_all_gather_bytes": "9"})
+        "figure 'comm_all_gather_bytes' is not a number: '9'"
+    """
+    if not isinstance(figures, dict):
+        return f"figures are a {type(figures).__name__}, not a mapping"
+    for name in REQUIRED_FIGURES:
+        if name not in figures:
+            return f"figure {name!r} is missing"
+    for name, value in figures.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            return f"figure {name!r} is not a number: {value!r}"
+    return None
+
 
 # (figure name, attribute of jax's CompiledMemoryStats)
 _MEMORY = (

@@ -12,9 +12,13 @@ Example:
     >>> cache = FiguresCache(tempfile.mkdtemp())
     >>> key = cache_key(module_text="module @m {}", compiler_options={}, topology="v4-8",
     ...                 num_slices=1, toolchain={"jax": "0.10.2"})
-    >>> cache.put(key, {"flops": 1.0}, compile_seconds=2.5)
-    >>> cache.get(key)["figures"]
-    {'flops': 1.0}
+    >>> figures = dict.fromkeys(REQUIRED_FIGURES, 1)
+    >>> cache.put(key, figures, compile_seconds=2.5, toolchain={"jax": "0.10.2"})
+    >>> cache.get(key, toolchain={"jax": "0.10.2"})["figures"] == figures
+    True
+    >>> cache.put(key, {"flops": 1.0}, compile_seconds=2.5, toolchain={"jax": "0.10.2"})  # Incomplete: a miss.
+    >>> cache.get(key, toolchain={"jax": "0.10.2"}) is None
+    True
 """
 
 from __future__ import annotations
@@ -22,16 +26,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aotcheck.figures.program import REQUIRED_FIGURES, figures_problem
 from aotcheck.gate.golden import atomic_write_text, probe_writable
 
 # Bump when the figures computed from the same executable change meaning or
 # gain names (e.g. a new loop-aware figure): old entries then miss.
-FIGURES_VERSION = 3  # 3: figures from family-isolated processes only.
+# 3: figures from family-isolated processes only. 4: collectives inside every called
+# computation (7x's sparsecore call-starts); entries validated field by field.
+FIGURES_VERSION = 4
+
+__all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 
 
 def cache_key(
@@ -59,13 +67,19 @@ def cache_key(
 
 
 class FiguresCache:
-    """A directory of ``<key>.json`` entries; safe for concurrent xdist workers."""
+    """A directory of ``<key>.json`` entries; safe for concurrent xdist workers.
 
-    _warned: set[str] = set()
+    An entry is trusted only if it is whole: its key, this figures version, this
+    toolchain, every required figure present and numeric. Anything else is a
+    miss, and the case is compiled (and the entry rewritten). A cache that cannot
+    be written turns itself off and says so once in :attr:`notes` (never a
+    Python warning: a user's ``-W error`` must not turn it into a crash).
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.enabled = True
+        self.notes: list[str] = []
 
     def usable(self) -> bool:
         """Whether entries can be written here (creates the directory)."""
@@ -78,32 +92,34 @@ class FiguresCache:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The entry (``{"figures": ..., "compile_seconds": ...}``), or None on a miss.
-
-        A corrupt entry is a miss (and is rewritten by the next :meth:`put`).
-        """
+    def get(self, key: str, *, toolchain: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The entry (``{"figures": ..., "compile_seconds": ...}``), or None on a miss or any doubt."""
         if not self.enabled:
             return None
         try:
             entry = json.loads(self._path(key).read_text())
         except (OSError, ValueError):
             return None
-        if not isinstance(entry, dict) or not isinstance(entry.get("figures"), dict) or entry.get("key") != key:
+        if (
+            not isinstance(entry, dict)
+            or entry.get("key") != key
+            or entry.get("figures_version") != FIGURES_VERSION
+            or entry.get("toolchain") != dict(toolchain)
+            or figures_problem(entry.get("figures")) is not None
+            or isinstance(entry.get("compile_seconds"), bool)
+            or not isinstance(entry.get("compile_seconds"), (int, float))
+        ):
             return None
         return entry
 
-    def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float) -> None:
+    def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float, toolchain: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
-        entry = {"key": key, "figures": dict(figures), "compile_seconds": compile_seconds}
+        entry = {"key": key, "figures": dict(figures), "compile_seconds": compile_seconds,
+                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain)}
         try:
             atomic_write_text(self._path(key), json.dumps(entry, sort_keys=True))
         except OSError as e:
             self.enabled = False
-            if str(self.root) not in self._warned:  # Once per directory and process.
-                self._warned.add(str(self.root))
-                warnings.warn(
-                    f"aotcheck: the figures cache {self.root} is not writable ({e.strerror}); running uncached.",
-                    stacklevel=2,
-                )
+            self.notes.append(f"aotcheck: the figures cache {self.root} is not writable ({e.strerror}); "
+                              "running uncached.")

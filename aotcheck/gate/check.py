@@ -5,14 +5,19 @@
 =====================================  =====================================
 what happened                          verdict
 =====================================  =====================================
+the compile process died               CRASHED
 XLA ran out of memory                  OUT_OF_MEMORY
 XLA refused the program otherwise      COMPILE_ERROR
-the config, mesh or rules are wrong    ERROR
+the config, mesh or rules are wrong,   ERROR
+user code raised, a file is unwritable
+
 the peak exceeds the allowed HBM       OVER_HBM (no golden is written)
 ``update``                             ACCEPTED (golden created/changed/unchanged)
 the golden cannot be read              CORRUPT_GOLDEN
 there is no golden                     MISSING_GOLDEN
 figures against the golden             REGRESSION, IMPROVEMENT or PASS
+figures new or gone against it         METRICS_CHANGED (PASS with a warning
+                                       when ``metric_drift="warn"``)
 =====================================  =====================================
 
 The outcome carries data, not prose: :mod:`aotcheck.render.text` words it.
@@ -38,6 +43,7 @@ from aotcheck.figures.hbm import explain_oom, hbm_verdict
 from aotcheck.gate.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
+from aotcheck.gate.isolation import WorkerCrashed
 from aotcheck.gate.measure import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
@@ -45,9 +51,10 @@ from aotcheck.programs.compile import CompileError
 
 Measure = Callable[[Case], Measurement]
 
-# Errors that explain themselves: a wrong config, mesh, partitioning, topology or
-# registry name (all ValueErrors), or a missing program (KeyError-like lookups).
-CONFIG_ERRORS: tuple[type[Exception], ...] = (ValueError, KeyError)
+# aotcheck's own errors explain themselves (a wrong config, mesh, partitioning,
+# topology or registry name: all ValueErrors); anything else user code raised is
+# named by its type.
+SELF_EXPLAINING: tuple[type[Exception], ...] = (ValueError,)
 
 
 def check_case(
@@ -59,14 +66,19 @@ def check_case(
     update: bool = False,
     strict: bool = False,
     hbm_headroom: float = 1.0,
+    metric_drift: str = "fail",
 ) -> Outcome:
     """Measures ``case`` with ``measure`` and decides its verdict (see the module's table).
 
     Under ``update`` the golden is written (atomically) unless the case fails
     to compile or to fit. ``failed`` is set as ``strict`` judges the verdict.
+    ``metric_drift``: ``"fail"`` (figures new or gone against the golden fail the
+    case) or ``"warn"`` (they pass, with a warning in the message).
     """
     outcome = _decide(case, measure=measure, store=store, tolerances=tolerances, update=update,
                       hbm_headroom=hbm_headroom)
+    if outcome.verdict is Verdict.METRICS_CHANGED and metric_drift == "warn":
+        outcome.verdict, outcome.drift_warning = Verdict.PASS, True
     outcome.failed = outcome.verdict.fails(strict=strict)
     return outcome
 
@@ -77,19 +89,29 @@ def _decide(
 ) -> Outcome:
     try:
         result = measure(case)
+    except WorkerCrashed as e:
+        return Outcome(case, Verdict.CRASHED, detail=str(e))
     except CompileError as e:
         oom = explain_oom(str(e), case.topology)
         return Outcome(case, Verdict.OUT_OF_MEMORY if oom else Verdict.COMPILE_ERROR, detail=str(e))
-    except CONFIG_ERRORS as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        return Outcome(case, Verdict.ERROR, detail=str(message))
+    except SELF_EXPLAINING as e:
+        return Outcome(case, Verdict.ERROR, detail=str(e))
+    except Exception as e:  # User code (tracing, building, make_args) raised: name it, never a traceback.
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        return Outcome(case, Verdict.ERROR, detail=f"{type(e).__name__} while building or lowering it: {message}")
     figures = result.figures
-    measured = dict(figures=figures, compile_seconds=result.compile_seconds, cached=result.cached)
+    measured = dict(figures=figures, compile_seconds=result.compile_seconds, cached=result.cached,
+                    host_peak_bytes=result.host_peak_bytes)
     over = hbm_verdict(int(figures["peak_bytes"]), case.topology, headroom=hbm_headroom)
     if over:
         return Outcome(case, Verdict.OVER_HBM, detail=over, **measured)
     if update:
-        action = store.write(case, figures, toolchain=_runtime.toolchain(), compiler_options=result.compiler_options)
+        try:
+            action = store.write(case, figures, toolchain=_runtime.toolchain(),
+                                 compiler_options=result.compiler_options)
+        except OSError as e:
+            return Outcome(case, Verdict.ERROR, detail=f"cannot write its golden file {store.path(case)}: "
+                           f"{e.strerror or e}. Check the golden directory's permissions.", **measured)
         return Outcome(case, Verdict.ACCEPTED, golden_action=action, **measured)
     try:
         golden = store.read(case)
@@ -98,5 +120,8 @@ def _decide(
     if golden is None:
         return Outcome(case, Verdict.MISSING_GOLDEN, **measured)
     rows = compare(golden.figures, figures, tolerances)
-    return Outcome(case, verdict(rows), golden=golden.figures, changes=[r for r in rows if r.change is not Change.OK],
+    found = verdict(rows)
+    if found is Verdict.PASS and any(r.change in (Change.NEW, Change.GONE) for r in rows):
+        found = Verdict.METRICS_CHANGED
+    return Outcome(case, found, golden=golden.figures, changes=[r for r in rows if r.change is not Change.OK],
                    toolchain_note=toolchain_note(golden.toolchain), **measured)

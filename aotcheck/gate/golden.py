@@ -22,6 +22,8 @@ import dataclasses
 import json
 import os
 import tempfile
+import time
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -109,11 +111,38 @@ def parse_document(text: str, path: Path) -> Golden:
     return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` via a temporary file and a rename: never half-written."""
+    """Writes ``text`` to ``path`` via a temporary file and a rename: never half-written.
+
+    The file gets the permissions the user's umask gives a new file (not the
+    temporary file's 0600), and temporary files a killed writer left for the same
+    path (over a minute old: a live writer's are newer) are removed first.
+
+    Example:
+        >>> import os, pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "case.json"
+        >>> _ = (path.parent / ".case.json.killed.tmp").write_text("half")
+        >>> os.utime(path.parent / ".case.json.killed.tmp", (0, 0))
+        >>> atomic_write_text(path, "{}")
+        >>> sorted(p.name for p in path.parent.iterdir()), oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+        (['case.json'], True)
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        try:
+            if time.time() - leftover.stat().st_mtime > 60:
+                leftover.unlink()
+        except OSError:  # Gone already, or not ours to remove.
+            pass
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -141,12 +170,15 @@ class GoldenStore:
         return self.root / case.golden_relpath
 
     def read(self, case: Case) -> Golden | None:
-        """The case's golden, None if it has none; GoldenError if it is corrupt."""
+        """The case's golden, None if it has none; GoldenError if it is corrupt or unreadable."""
         path = self.path(case)
         try:
             text = path.read_text()
         except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as e:
+            raise GoldenError(f"Golden file {path} cannot be read ({getattr(e, 'strerror', None) or e}). "
+                              "Fix its permissions or remove it, then regenerate it with --update-golden.") from e
         return parse_document(text, path)
 
     def write(

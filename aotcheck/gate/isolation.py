@@ -1,37 +1,74 @@
-"""Where a case is measured: here, or in a child process that serves only its chip family.
+"""Where a case is measured: in a worker process that serves only its chip family.
 
-libtpu carries compiler state across chip families within one process (see
-:mod:`aotcheck.targets.families`), and a golden must not depend on which cases
-happened to run before it. So a case is measured in this process only while the
-process has compiled for no other family; otherwise in a child process for its
-family (started on first use, kept until :meth:`Measurer.close`).
+No libtpu compile runs in the process of the session (pytest's, or the CLI's):
 
-The child speaks JSON lines on a private pipe: a request names a case, the
-modules that register configs (imported in the child exactly as the parent
-imported them) and the figures cache; a reply carries the figures, or the
-error's type and message, so the parent re-raises the same exception class.
+- libtpu can die inside a compile (a SIGSEGV in this libtpu for some 7x
+  programs), and the host can kill a compile that outgrows its memory. A worker
+  that dies fails only the case it was compiling, as :class:`WorkerCrashed`
+  naming the signal and the last lines the worker printed; the next case of
+  that family gets a fresh worker.
+- libtpu carries compiler state across chip families within one process (see
+  :mod:`aotcheck.targets.families`), and a golden must not depend on which cases
+  happened to run before it: a worker compiles for one family only.
+
+A worker speaks JSON lines on a private pipe: a request names a case, the
+modules that register configs (imported in the worker exactly as the parent
+imported them) and the figures cache; a reply carries the figures and the
+worker's peak host memory for that case, or the error's type and message, so
+the parent re-raises the same exception class. The worker's stderr comes to the
+parent line by line: libtpu's start-up noise is dropped, the rest passed on,
+and the last lines kept for a crash report.
 """
 
 from __future__ import annotations
 
 import builtins
+import collections
 import importlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
+from aotcheck import _runtime
 from aotcheck.gate.cache import FiguresCache
 from aotcheck.gate.case import Case
 from aotcheck.gate.measure import Measurement, measure
 from aotcheck.programs.loader import import_sources
-from aotcheck.programs.registry import REGISTRY, Registry
-from aotcheck.targets.families import family_of, is_clean_for
+from aotcheck.programs.registry import REGISTRY
+from aotcheck.targets.families import family_of
 
 
 class WorkerError(RuntimeError):
-    """A compile process failed in a way that has no exception class here (or died)."""
+    """A compile process failed in a way that has no exception class here."""
+
+
+class WorkerCrashed(RuntimeError):
+    """A compile process died (a signal, an abort, the host's OOM killer) while measuring a case."""
+
+    def __init__(self, message: str, *, signal_name: str | None = None, tail: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.tail = tail
+
+
+def describe_exit(code: int) -> str:
+    """``-11 -> 'SIGSEGV (signal 11)'``, ``1 -> 'exit status 1'``.
+
+    Example:
+        >>> describe_exit(-11), describe_exit(-9), describe_exit(1)
+        ('SIGSEGV (signal 11)', 'SIGKILL (signal 9)', 'exit status 1')
+    """
+    if code < 0:
+        try:
+            return f"{signal.Signals(-code).name} (signal {-code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
 
 
 def encode_error(error: BaseException) -> dict[str, str]:
@@ -72,78 +109,137 @@ def decode_error(data: dict[str, str]) -> Exception:
     return WorkerError(f"{data['type']}: {data['message']}")
 
 
+# What a crash handler prints after the fact (stack addresses, core-dump plumbing): kept off
+# the crash report, which shows the lines that say what happened.
+_CRASH_BOILERPLATE = re.compile(
+    r"^\s*(PC: )?@\s+0x|symbolize|coredump_hook\.cc|client\.cc:\d+\] RAW|process_state\.cc:\d+\] RAW"
+)
+
+
 class FamilyWorker:
     """A child process that measures cases of one chip family."""
 
+    TAIL_LINES = 12
+
     def __init__(self, family: str) -> None:
         self.family = family
-        read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout stays free for noise.
+        read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout and stderr stay free for noise.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env[_runtime.WORKER_ENV] = "1"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aotcheck.gate.isolation", str(write_fd)],
+            [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd})"],
             stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             pass_fds=(write_fd,),
             text=True,
+            errors="replace",
             env=env,
         )
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "r")
+        self.tail: collections.deque[str] = collections.deque(maxlen=self.TAIL_LINES)
+        self._pump = threading.Thread(target=self._forward_stderr, name=f"aotcheck-{family}-stderr", daemon=True)
+        self._pump.start()
+
+    def _forward_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if _runtime.is_libtpu_noise(line):
+                continue
+            if not _CRASH_BOILERPLATE.search(line):
+                self.tail.append(line.rstrip("\n"))
+            try:
+                sys.stderr.write(line)
+            except (OSError, ValueError):  # Our stderr is gone (session shutting down): keep reading.
+                pass
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Sends one request and waits for its reply; WorkerCrashed if the worker dies first."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message) + "\n")
-        self.proc.stdin.flush()
-        line = self.replies.readline()
-        if not line:
-            code = self.proc.wait()
-            raise WorkerError(f"aotcheck's {self.family} compile process died (exit code {code}).")
-        return json.loads(line)
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+            line = self.replies.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if line:
+            return json.loads(line)
+        code = self.proc.wait()
+        self._pump.join(timeout=5)
+        how = describe_exit(code)
+        tail = tuple(self.tail)
+        text = "\n".join(f"  {t}" for t in tail) or "  (nothing)"
+        raise WorkerCrashed(
+            f"the {self.family} compile process died with {how} while compiling {message.get('case')}. "
+            f"Its last lines:\n{text}",
+            signal_name=how, tail=tail,
+        )
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        """Ends the worker (closing its stdin asks it to stop) and every pipe to it."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:  # A dead worker's pipe: nothing left to flush.
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._pump.join(timeout=5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
         self.replies.close()
 
 
 class Measurer:
-    """Measures cases with family isolation: ``measurer(case) -> Measurement``.
+    """Measures cases in chip-family worker processes: ``measurer(case) -> Measurement``.
+
+    Workers find configs the way the parent registered them: by importing the
+    modules that called :func:`aotcheck.register` (``aotcheck.REGISTRY``).
 
     Raises what :func:`aotcheck.gate.measure.measure` raises, with the same
-    exception classes whichever process measured the case.
+    exception classes, or :class:`WorkerCrashed` when the worker died; a crashed
+    worker is replaced by a fresh one for the next case.
     """
 
-    def __init__(self, *, registry: Registry = REGISTRY, cache: FiguresCache | None = None) -> None:
-        self.registry = registry
+    def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False) -> None:
         self.cache = cache
+        self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
+        self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
 
     def __call__(self, case: Case) -> Measurement:
-        if is_clean_for(case.topology):
-            return measure(case, registry=self.registry, cache=self.cache)
         family = family_of(case.topology)
         worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(family))
-        reply = worker.request({
-            "case": case.id,
-            "sources": self.registry.sources(),
-            "cache_dir": str(self.cache.root) if self.cache else None,
-        })
+        try:
+            reply = worker.request({
+                "case": case.id,
+                "sources": REGISTRY.sources(),
+                "cache_dir": str(self.cache.root) if self.cache else None,
+                "hlo": self.keep_hlo,
+            })
+        except WorkerCrashed:
+            self._workers.pop(family, None)
+            worker.close()
+            raise
+        for note in reply.get("notes", []):
+            if note not in self.notes:
+                self.notes.append(note)
         if "error" in reply:
             raise decode_error(reply["error"])
         return Measurement(case, reply["figures"], reply["compiler_options"], reply["compile_seconds"],
-                           cached=reply["cached"])
+                           cached=reply["cached"], host_peak_bytes=reply.get("host_peak_bytes"),
+                           hlo_text=reply.get("hlo_text"))
 
     def close(self) -> None:
-        """Stops every child process."""
+        """Stops every worker process."""
         while self._workers:
             self._workers.popitem()[1].close()
 
 
-def _serve(reply_fd: int) -> None:
+def serve(reply_fd: int) -> None:
     """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``."""
     replies = os.fdopen(reply_fd, "w")
     os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.
@@ -154,14 +250,16 @@ def _serve(reply_fd: int) -> None:
             import_sources(request["sources"])
             cache_dir = request["cache_dir"]
             cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
+            _runtime.reset_peak_rss()
             result = measure(Case.parse(request["case"]), cache=cache)
             reply: dict[str, Any] = {"figures": result.figures, "compiler_options": result.compiler_options,
-                                     "compile_seconds": result.compile_seconds, "cached": result.cached}
+                                     "compile_seconds": result.compile_seconds, "cached": result.cached,
+                                     "host_peak_bytes": _runtime.peak_rss_bytes()}
+            if request.get("hlo") and result.compiled is not None:
+                reply["hlo_text"] = result.compiled.as_text()
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
             reply = {"error": encode_error(e)}
+        reply["notes"] = [n for c in caches.values() for n in c.notes]
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]))

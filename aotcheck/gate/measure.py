@@ -46,6 +46,8 @@ class Measurement:
     compile_seconds: float
     compiled: Any = dataclasses.field(default=None, repr=False)  # None when the figures came from the cache.
     cached: bool = False
+    host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
+    hlo_text: str | None = dataclasses.field(default=None, repr=False)  # The optimized HLO, when asked for.
 
 
 def unsupported_reason(config: Config, case: Case) -> str | None:
@@ -76,7 +78,7 @@ def measure(
     if cache is not None:
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology.name,
                         num_slices=case.num_slices, toolchain=_runtime.toolchain())
-        entry = cache.get(key)
+        entry = cache.get(key, toolchain=_runtime.toolchain())
         if entry is not None:
             return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True)
     start = time.perf_counter()
@@ -84,5 +86,5 @@ def measure(
     seconds = time.perf_counter() - start
     figures = program_figures(compiled, num_devices=case.target.num_devices)
     if cache is not None and key is not None:
-        cache.put(key, figures, compile_seconds=seconds)
+        cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain())
     return Measurement(case, figures, options, seconds, compiled=compiled)

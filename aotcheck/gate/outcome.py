@@ -44,6 +44,9 @@ class Outcome:
         golden_action: What ``--update-golden`` did, when it ran.
         toolchain_note: How the golden's toolchain differs from this one.
         detail: The full error text, for the report.
+        host_peak_bytes: Peak resident memory of the process that compiled it (not gated;
+            for sizing CI runners).
+        drift_warning: Figures were new or gone against the golden and the session lets that pass.
     """
 
     case: Case
@@ -58,6 +61,8 @@ class Outcome:
     golden_action: GoldenAction | None = None
     toolchain_note: str | None = None
     detail: str | None = None
+    host_peak_bytes: int | None = None
+    drift_warning: bool = False
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -97,6 +102,8 @@ class Outcome:
             "golden_action": self.golden_action.value if self.golden_action else None,
             "toolchain_note": self.toolchain_note,
             "detail": self.detail,
+            "host_peak_bytes": self.host_peak_bytes,
+            "drift_warning": self.drift_warning,
         }
 
     @classmethod
@@ -115,6 +122,8 @@ class Outcome:
             golden_action=GoldenAction(data["golden_action"]) if data.get("golden_action") else None,
             toolchain_note=data.get("toolchain_note"),
             detail=data.get("detail"),
+            host_peak_bytes=data.get("host_peak_bytes"),
+            drift_warning=bool(data.get("drift_warning")),
         )
 
 

@@ -48,6 +48,7 @@ class Report:
         broken: Config name -> why building it failed.
         shard: ``(K, N)`` when the session ran shard K of N.
         toolchain: jax, jaxlib and libtpu versions.
+        notes: What the session had to say once (an unwritable cache, ...).
     """
 
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
@@ -57,6 +58,7 @@ class Report:
     broken: dict[str, str] = dataclasses.field(default_factory=dict)
     shard: tuple[int, int] | None = None
     toolchain: dict[str, str | None] = dataclasses.field(default_factory=_runtime.toolchain)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.outcomes = sort_outcomes(list(self.outcomes))
@@ -80,6 +82,7 @@ class Report:
             "stale_goldens": list(self.stale),
             "removed_goldens": list(self.removed),
             "broken_configs": dict(self.broken),
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -93,6 +96,7 @@ class Report:
             broken=dict(doc.get("broken_configs") or {}),
             shard=(int(shard[0]), int(shard[1])) if shard else None,
             toolchain=dict(doc.get("toolchain") or {}),
+            notes=list(doc.get("notes") or []),
         )
 
 

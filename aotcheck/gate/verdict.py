@@ -17,12 +17,14 @@ class Verdict(enum.Enum):
     """What checking one case found. The value is the stable name reports use."""
 
     # value, fails, sort rank (failures first, then what moved, then the rest)
+    CRASHED = ("crashed", True, 0)  # The compile process died (a signal, an abort, the OOM killer).
     COMPILE_ERROR = ("compile-error", True, 0)  # XLA refused the program.
     OUT_OF_MEMORY = ("out-of-memory", True, 0)  # XLA refused it for lack of HBM.
     OVER_HBM = ("over-hbm", True, 0)  # It compiled, but its peak exceeds the allowed share of HBM.
     ERROR = ("error", True, 0)  # The config, mesh or partitioning is wrong; the message says how.
     CORRUPT_GOLDEN = ("corrupt-golden", True, 0)  # The golden file cannot be read.
     REGRESSION = ("regression", True, 1)  # A figure grew beyond its tolerance.
+    METRICS_CHANGED = ("metrics-changed", True, 1)  # The case produces figures its golden lacks, or lacks some.
     MISSING_GOLDEN = ("missing-golden", True, 2)  # No golden file yet.
     IMPROVEMENT = ("improvement", False, 3)  # A figure dropped beyond tolerance (fails under strict).
     ACCEPTED = ("accepted", False, 4)  # --update-golden wrote (or confirmed) the golden.

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from aotcheck.figures.hbm import explain_oom
 from aotcheck.figures.hlo import analyze_hlo, iter_loops
@@ -89,6 +88,10 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
     the command that accepts the case's current figures.
     """
     case, verdict, detail = outcome.case, outcome.verdict, outcome.detail or ""
+    if verdict is Verdict.CRASHED:
+        return (f"{case.id} crashed: {detail}\nA crash of the compiler (or the host's out-of-memory killer), "
+                "not a figure of your program: the other cases were checked. Try this case alone "
+                "(-k) to see whether it repeats; a newer libtpu may fix it.")
     if verdict is Verdict.COMPILE_ERROR:
         return f"{case.id} does not compile:\n{trim_error(detail)}"
     if verdict is Verdict.OUT_OF_MEMORY:
@@ -103,6 +106,16 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         return f"{case.id} has no golden file ({golden_file}).\nTo create it: {accept}"
     if verdict is Verdict.ACCEPTED:
         return f"golden {outcome.golden_action.value if outcome.golden_action else 'written'}: {golden_file}"
+    drift = [r for r in outcome.changes if r.change in (Change.NEW, Change.GONE)]
+    if verdict is Verdict.METRICS_CHANGED or (verdict is Verdict.PASS and outcome.drift_warning):
+        lines = [f"{case.id}: its figures and its golden's ({golden_file}) differ in names:"]
+        lines += [f"  {r.metric}: {'new, not in the golden' if r.change is Change.NEW else 'in the golden, no longer produced'}"
+                  for r in drift]
+        if verdict is Verdict.PASS:
+            return "\n".join(["warning: " + lines[0], *lines[1:], "These figures are not checked (aot_metric_drift = warn)."])
+        lines += ["A figure that is not in both is not checked. If aotcheck or your toolchain changed what it "
+                  f"measures, accept the new set: {accept}", "(Or let it pass with a warning: aot_metric_drift = warn.)"]
+        return "\n".join(lines)
     if verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
         what = "regressed" if verdict is Verdict.REGRESSION else "improved beyond tolerance"
         lines = [f"{case.id} {what} against {golden_file}:", "", change_table(outcome.changes), ""]
@@ -133,7 +146,8 @@ def verdict_label(outcome: Outcome) -> str:
     return label + " (FAILED)" if outcome.failed and not outcome.verdict.fails() else label
 
 
-SUMMARY_HEADERS = ["case", "compile", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=", "verdict"]
+SUMMARY_HEADERS = ["case", "compile", "host RSS", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=",
+                   "verdict"]
 
 
 def summary_row(o: Outcome) -> list[str]:
@@ -144,6 +158,7 @@ def summary_row(o: Outcome) -> list[str]:
     return [
         o.case.id,
         "cached" if o.cached else f"{seconds:.1f}s" if seconds is not None else "-",
+        fmt_bytes(o.host_peak_bytes),
         fmt_bytes(figures.get("peak_bytes")) if figures else "-",
         fmt_share(hbm_fraction(o)),
         fmt_count(figures.get("flops", figures.get("flops_xla"))) if figures else "-",
@@ -161,8 +176,8 @@ def session_summary(report: Report, *, update: bool) -> list[str]:
     """The end-of-session lines: the table, notes on improvements, what an update did, stale goldens."""
     lines = [summary_table(report.outcomes)] if report.outcomes else []
     for o in report.outcomes:
-        if o.verdict is Verdict.IMPROVEMENT and not o.failed:
-            lines += ["", f"note: {o.message}"]
+        if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:
+            lines += ["", o.message if o.drift_warning else f"note: {o.message}"]
     for name, error in sorted(report.broken.items()):
         lines += ["", f"aotcheck: config {name!r} could not be built: {error}"]
     if update:
@@ -172,6 +187,8 @@ def session_summary(report: Report, *, update: bool) -> list[str]:
                       f"{counts[GoldenAction.CHANGED]} changed, {counts[GoldenAction.UNCHANGED]} unchanged; "
                       "golden files of cases that did not run were left alone."]
     lines += [f"aotcheck: removed stale golden {rel}" for rel in report.removed]
+    if report.notes:
+        lines += ["", *report.notes]
     if report.stale:
         lines += ["", f"aotcheck: WARNING: {len(report.stale)} stale golden file(s) with no registered case: "
                       + ", ".join(report.stale)
@@ -206,9 +223,10 @@ def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
               "\nXLA's raw figure counts a loop body once. 'step >=' is a roofline lower bound.")
 
 
-def explain(compiled: Any, figures: Figures) -> str:
-    """Where the FLOPs and bytes come from: loops with their trip counts, top matmuls, collectives."""
-    analysis = analyze_hlo(compiled.as_text())
+def explain(hlo_text: str, figures: Figures) -> str:
+    """Where the FLOPs and bytes come from (from a program's optimized HLO text): loops with their
+    trip counts, top matmuls, collectives."""
+    analysis = analyze_hlo(hlo_text)
     lines = [f"FLOPs per device: {fmt_count(analysis.flops)} loop-aware vs {fmt_count(figures['flops_xla'])} XLA raw"]
     loops = list(iter_loops(analysis))
     if loops:

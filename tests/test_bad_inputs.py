@@ -1,0 +1,345 @@
+"""A sweep of bad inputs and faults, as a new user meets them. Each asserts the exact class of
+outcome: a usage error naming the input, a failed case with a one-paragraph message, or a warning;
+never a traceback of aotcheck's own code. Real pytest runs and real processes throughout (usage
+errors are decided before any compile, so those runs are quick).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aotcheck import cli
+from toy import CONFTEST, INI, golden, run
+
+AOTCHECK_SOURCE = str(Path(cli.__file__).resolve().parent)
+
+
+def no_aotcheck_traceback(text):
+    assert "Traceback" not in text and "INTERNALERROR" not in text, text[-3000:]
+
+
+# --- 1. The command line and the ini file: pytest usage errors naming the input --------------------
+
+USAGE = [
+    # (command-line arguments, ini lines, words the error must contain)
+    (["--aot-topologies=v5e-17"], "", "--aot-topologies: Unknown topology 'v5e-17'. Closest valid names: v5e-8, v5e-16"),
+    (["--aot-topologies=v9-8"], "", "--aot-topologies: Unknown topology 'v9-8'"),
+    (["--aot-topologies=tpu-8"], "", "Valid families: v4-N, v5p-N, v5e-N, v6e-N, 7x-N"),
+    (["--aot-topologies=v4-8x0"], "", "The number of slices must be >= 1, got 0"),
+    (["--aot-topologies=cpu-0"], "", "Unknown topology 'cpu-0'"),
+    (["--aot-topologies="], "", "--aot-topologies is empty. To turn the gate off for this run, say so: --aot-topologies=none"),
+    (["--aot-topologies", ""], "", "--aot-topologies is empty"),
+    (["--aot-topologies=v4-8", "--aot-slices=0"], "", "--aot-slices: '0' is not a slice count"),
+    (["--aot-topologies=v4-8", "--aot-slices=two"], "", "--aot-slices: 'two' is not a slice count"),
+    (["--aot-topologies=v4-8", "--aot-slices=-1"], "", "--aot-slices: '-1' is not a slice count"),
+    (["--aot-topologies=v4-8", "--aot-slices=1.5"], "", "--aot-slices: '1.5' is not a slice count"),
+    (["--aot-topologies=v4-8", "--aot-shard=3/2"], "", "--aot-shard: '3/2': K must be between 1 and N"),
+    (["--aot-topologies=v4-8", "--aot-shard=0/2"], "", "--aot-shard: '0/2': K must be between 1 and N"),
+    (["--aot-topologies=v4-8", "--aot-shard=1/0"], "", "--aot-shard: '1/0'"),
+    (["--aot-topologies=v4-8", "--aot-shard=a/b"], "", "--aot-shard: 'a/b' is not K/N"),
+    (["--aot-topologies=v4-8", "--aot-shard=2"], "", "--aot-shard: '2' is not K/N"),
+    (["--aot-topologies=v4-8", "--aot-golden-dir", "golden"], "", "write --aot-golden-dir=golden"),
+    (["--aot-topologies=v4-8", "--aot-cache-dir", "cache"], "", "write --aot-cache-dir=cache"),
+    (["--aot-topologies=v4-8", "--aot-report", "r.json"], "", "write --aot-report=r.json"),
+    (["--aot-topologies=v4-8", "--aot-report=."], "", "--aot-report: . is a directory; give a file path"),
+    (["--aot-topologies=v4-8", "--aot-report=adir"], "", "--aot-report: adir is a directory"),
+    (["--aot-topologies=v4-8", "--aot-report=afile/r.json"], "", "--aot-report: afile/r.json lies under a file"),
+    (["--aot-topologies=v4-8", "--update-golden", "--aot-golden-dir=afile"], "", "golden directory"),
+    (["--aot-topologies=v4-8"], "aot_hbm_headroom = 2", "aot_hbm_headroom: '2' must be a number in (0, 1]"),
+    (["--aot-topologies=v4-8"], "aot_hbm_headroom = lots", "aot_hbm_headroom: 'lots' must be a number in (0, 1]"),
+    (["--aot-topologies=v4-8"], "aot_hbm_headroom = 0", "aot_hbm_headroom: '0' must be a number"),
+    (["--aot-topologies=v4-8"], "aot_tolerances = peak_bytes is big", "aot_tolerances: Cannot parse tolerance"),
+    (["--aot-topologies=v4-8"], "aot_tolerances = peak_bytes = 1% + 3 parsecs", "Unknown unit 'parsecs'"),
+    (["--aot-topologies=v4-8"], "aot_tolerances = = 1%", "aot_tolerances: Cannot parse tolerance"),
+    (["--aot-topologies=v4-8"], "aot_config_modules = no_such_module",
+     "aot_config_modules: Importing config module 'no_such_module' failed: ModuleNotFoundError"),
+    (["--aot-topologies=v4-8"], "aot_config_modules = missing.py", "missing.py does not exist"),
+    (["--aot-topologies=v4-8"], "aot_config_modules = raising", "Importing config module 'raising' failed: RuntimeError: boom"),
+    (["--aot-topologies=v4-8"], "aot_metric_drift = maybe", "aot_metric_drift: 'maybe' must be 'fail'"),
+]
+
+
+@pytest.fixture
+def usage_project(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(raising="raise RuntimeError('boom')\n")
+    (pytester.path / "adir").mkdir()
+    (pytester.path / "afile").write_text("")
+    return pytester
+
+
+@pytest.mark.parametrize("args,ini,words", USAGE, ids=[" ".join(a) + (f" [{i}]" if i else "") for a, i, _ in USAGE])
+def test_usage_errors_name_the_input(usage_project, args, ini, words):
+    usage_project.makeini(INI + ini + "\n")
+    result = run(usage_project, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
+    assert words in result.stderr.str(), result.stderr.str()[-2000:]
+    no_aotcheck_traceback(result.stderr.str() + result.stdout.str())
+
+
+def test_turning_the_gate_off_is_explicit_and_said(usage_project):
+    usage_project.makeini(INI + "aot_topologies = v4-8\n")
+    usage_project.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    result = run(usage_project, "--aot-topologies=none")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aotcheck: off for this run (--aot-topologies=none)"])
+
+
+# --- 2. Faults in a run: each fails its own case (or warns), the rest are checked --------------------
+
+FAULTS = CONFTEST + '''
+import signal, sys
+
+def crash_while_tracing(kind):
+    def fn(x, w):
+        print(f"about to die by {kind}", file=sys.stderr, flush=True)
+        if kind == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        os.abort()
+    return fn
+
+aotcheck.register("segv", aotcheck.FunctionConfig(fn=crash_while_tracing("segv"), make_args=make_args))
+aotcheck.register("abort", aotcheck.FunctionConfig(fn=crash_while_tracing("abort"), make_args=make_args))
+aotcheck.register("typeerror", aotcheck.FunctionConfig(fn=lambda x, w: x @ x, make_args=make_args))
+aotcheck.register("keyerror", aotcheck.FunctionConfig(fn=lambda x, w: {}["logits"], make_args=make_args))
+
+def bad_args(mesh):
+    raise ValueError("make_args does not like this mesh")
+
+aotcheck.register("badargs", aotcheck.FunctionConfig(fn=lambda x: x, make_args=bad_args))
+aotcheck.register("badmesh", aotcheck.FunctionConfig(fn=lambda x, w: x @ w, make_args=make_args,
+                                                     mesh=aotcheck.MeshSpec(("data",), (3,))))
+'''
+
+
+@pytest.fixture
+def faults(pytester, monkeypatch):
+    monkeypatch.setenv("TOY_WIDTH", "256")
+    monkeypatch.delenv("TOY_EXTRAS", raising=False)
+    monkeypatch.delenv("TOY_LM", raising=False)
+    pytester.makeconftest(FAULTS)
+    pytester.makeini(INI)
+    return pytester
+
+
+def test_crashes_and_user_errors_fail_only_their_case(faults):
+    report = faults.path / "report.json"
+    result = run(faults, "--aot-topologies=v4-8", "--update-golden", f"--aot-report={report}", "--aot-no-cache")
+    # The crashes do not take the session down: the healthy toy case after them still passes.
+    result.assert_outcomes(passed=1, failed=6)
+    out = result.stdout.str()
+    for lines in (
+        ["*segv/step@v4-8x1 crashed: the v4 compile process died with SIGSEGV (signal 11) while compiling "
+         "segv/step@v4-8x1. Its last lines:", "*about to die by segv", "*SIGSEGV*received by PID*"],
+        ["*abort/step@v4-8x1 crashed: the v4 compile process died with SIGABRT (signal 6)*",
+         "*about to die by abort", "*SIGABRT received by PID*"],
+        ["*typeerror/step@v4-8x1: TypeError while building or lowering it: dot_general requires contracting "
+         "dimensions to have the same shape*"],
+        ["*keyerror/step@v4-8x1: KeyError while building or lowering it: logits*"],
+        ["*badargs/step@v4-8x1: make_args does not like this mesh*"],
+        ["*badmesh/step@v4-8x1: Mesh shape (3,)*"],
+        ["*aotcheck summary*"],
+    ):
+        result.stdout.fnmatch_lines(lines)
+    assert "coredump_hook" not in out.split("aotcheck summary")[0].split("Its last lines:")[1].split("A crash of")[0]
+    no_aotcheck_traceback(out)
+    cases = {c["case"]: c for c in json.loads(report.read_text())["cases"]}
+    assert cases["segv/step@v4-8x1"]["verdict"] == "crashed" and cases["abort/step@v4-8x1"]["verdict"] == "crashed"
+    assert cases["toy/step@v4-8x1"]["verdict"] == "accepted" and cases["toy/step@v4-8x1"]["host_peak_bytes"] > 2**20
+    assert {cases[c]["verdict"] for c in ("typeerror/step@v4-8x1", "keyerror/step@v4-8x1")} == {"error"}
+    assert golden(faults).exists() and not golden(faults, "segv/step@v4-8x1.json").exists()
+
+
+def test_the_cli_reports_a_crash(faults):
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "segv", "--topology", "v4-8"],
+                         cwd=faults.path, capture_output=True, text=True)
+    assert out.returncode == 3
+    assert "aotcheck: error: the v4 compile process died with SIGSEGV (signal 11)" in out.stderr
+    assert "about to die by segv" in out.stderr
+    no_aotcheck_traceback(out.stderr)
+
+
+@pytest.mark.parametrize("layout,verdict,words", [
+    ("golden-dir-is-a-file", "error", "cannot write its golden file"),
+    ("config-dir-is-a-file", "error", "cannot write its golden file"),
+])
+def test_unwritable_golden_paths_fail_the_case_not_the_session(faults, layout, verdict, words):
+    faults.makeini(INI + "filterwarnings = error\n")
+    if layout == "golden-dir-is-a-file":
+        target = faults.path / "golden-file"
+        target.mkdir()
+        (target / "toy").write_text("")  # golden-file/toy should be a directory
+        args = [f"--aot-golden-dir={target.name}"]
+    else:
+        (faults.path / "golden").mkdir()
+        (faults.path / "golden" / "toy").write_text("")
+        args = []
+    result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden", "--aot-no-cache", *args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*toy/step@v4-8x1: {words}*"])
+    no_aotcheck_traceback(result.stdout.str())
+
+
+GOLDEN_FAULTS = [
+    ("{not json", "corrupt-golden", "is not valid JSON"),
+    ("[]", "corrupt-golden", "must hold a JSON object"),
+    ('{"figures": {}, "toolchain": {}}', "corrupt-golden", "has no 'compiler_options' key"),
+    ('{"figures": [], "toolchain": {}, "compiler_options": {}}', "corrupt-golden", "'figures' must be an object"),
+    ('{"figures": {"peak_bytes": "big"}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
+     "figure 'peak_bytes' must be a number"),
+    ('{"figures": {"peak_bytes": true}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
+     "figure 'peak_bytes' must be a number"),
+    ("DIRECTORY", "corrupt-golden", "cannot be read"),
+    ("\udcff", "corrupt-golden", "cannot be read"),
+]
+
+
+def test_broken_golden_files_fail_their_case_and_are_left_alone(faults):
+    run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden").assert_outcomes(passed=1)
+    path = golden(faults)
+    for text, verdict, words in GOLDEN_FAULTS:
+        if path.is_dir():
+            path.rmdir()
+        if text == "DIRECTORY":
+            path.unlink()
+            path.mkdir()
+        elif text == "\udcff":
+            path.write_bytes(b"\xff\xfe\x00 not utf-8")
+        else:
+            path.write_text(text)
+        result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy")
+        result.assert_outcomes(failed=1)
+        assert words in result.stdout.str(), (text, result.stdout.str()[-1500:])
+        assert "To replace it: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -k step" in result.stdout.str()
+        no_aotcheck_traceback(result.stdout.str())
+        if text not in ("DIRECTORY", "\udcff"):
+            assert path.read_text() == text  # Never rewritten without --update-golden.
+
+
+def test_metrics_missing_or_extra_in_the_golden_are_never_silent(faults):
+    run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden").assert_outcomes(passed=1)
+    doc = json.loads(golden(faults).read_text())
+    del doc["figures"]["flops"]
+    doc["figures"]["figure_from_the_future"] = 1
+    golden(faults).write_text(json.dumps(doc))
+    result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*toy/step@v4-8x1: its figures and its golden's (*) differ in names:*",
+        "*figure_from_the_future: in the golden, no longer produced*",
+        "*flops: new, not in the golden*",
+        "*accept the new set: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -k step*",
+    ])
+    faults.makeini(INI + "aot_metric_drift = warn\n")
+    result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*warning: toy/step@v4-8x1: its figures and its golden's*",
+                                 "*These figures are not checked (aot_metric_drift = warn).*"])
+
+
+def test_plausible_but_wrong_cache_entries_are_recompiled_never_copied(faults):
+    cache = faults.path / "cache"
+    run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden", f"--aot-cache-dir={cache}")
+    right = golden(faults).read_text()
+    entry = next(cache.rglob("*.json"))
+    good = json.loads(entry.read_text())
+    for wrong in (
+        {**good, "figures": {**good["figures"], "peak_bytes": "1"}},  # not a number
+        {**good, "figures": {k: v for k, v in good["figures"].items() if k != "temp_bytes"}},  # incomplete
+        {**good, "figures_version": good["figures_version"] - 1},  # older figure code
+        {**good, "toolchain": {**good["toolchain"], "libtpu": "0.0.1"}},  # another compiler
+    ):
+        entry.write_text(json.dumps(wrong))
+        golden(faults).unlink()
+        result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden", f"--aot-cache-dir={cache}")
+        result.assert_outcomes(passed=1)
+        assert "cached" not in result.stdout.str().split("aotcheck summary")[1]  # Recompiled...
+        assert golden(faults).read_text() == right  # ...and the golden has the true figures.
+
+
+def test_an_unwritable_cache_is_a_note_even_under_filterwarnings_error(faults):
+    faults.makeini(INI + "filterwarnings = error\n")
+    (faults.path / "not-a-dir").write_text("")
+    result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden",
+                 "--aot-cache-dir=not-a-dir")
+    result.assert_outcomes(passed=1)
+    assert result.stdout.str().count("is not writable; running uncached") == 1
+    no_aotcheck_traceback(result.stdout.str())
+
+
+def test_files_are_written_with_the_users_umask(faults):
+    old = os.umask(0o022)
+    try:
+        run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden", "--aot-report=r.json",
+            "--aot-cache-dir=cache")
+    finally:
+        os.umask(old)
+    for path in (golden(faults), faults.path / "r.json", next((faults.path / "cache").rglob("*.json"))):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+def test_a_missing_golden_under_another_golden_dir_names_it_in_the_accept_command(faults):
+    result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--aot-golden-dir=other")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*To create it: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 "
+                                 "--aot-golden-dir=other -k step*"])
+
+
+# --- 3. The command line tool: exit status 2 and one line naming the input ----------------------------
+
+def report_doc(**overrides):
+    case = {"case": "lm/prefill@v4-8x1", "verdict": "pass"}
+    return {"aotcheck_report": 2, "cases": [case], **overrides}
+
+
+CLI = [
+    (["compile", "lm-tiny", "--topology", "v5e-17"], "Closest valid names: v5e-8, v5e-16, v5e-32"),
+    (["compile", "lm-nope", "--topology", "v4-8"], "No config named 'lm-nope'; registered: lm-1b, lm-tiny"),
+    (["compile", "lm-tiny", "--topology", "v4-8", "--slices", "0"], "The number of slices must be >= 1, got 0"),
+    (["compile", "lm-tiny", "--topology", "v4-8", "--method", "nope"], "Config 'lm-tiny' has no program 'nope'"),
+    (["compile", "lm-tiny", "--topology", "v4-8", "--module", "no_such_module"], "Importing config module 'no_such_module'"),
+    (["check", "--topologies", "v5e-17"], "--topologies: Unknown topology 'v5e-17'"),
+    (["check", "--topologies", ""], "--topologies is empty"),
+    (["check", "--topologies", "v4-8", "--slices", "x"], "--slices: 'x' is not a slice count"),
+    (["check", "--topologies", "v4-8", "--shard", "5/2"], "--shard: '5/2': K must be between 1 and N"),
+    (["check", "--topologies", "v4-8", "--report", "."], "--report: . is a directory"),
+    (["report", "missing.json"], "missing.json: not a readable JSON report"),
+    (["report", "notjson.json"], "notjson.json: not a readable JSON report"),
+    (["report", "format1.json"], "format1.json: not an aotcheck report of format 2 (found 1)"),
+    (["report", "badverdict.json"], "badverdict.json: a case in this report is malformed (ValueError: 'bogus'"),
+    (["report", "badcase.json"], "badcase.json: a case in this report is malformed (ValueError: Not a case id"),
+    (["report", "nocases.json"], "nocases.json: not an aotcheck report of format 2"),
+    (["report", "ok.json", "--output", "adir"], "adir: Is a directory"),
+]
+
+
+@pytest.fixture
+def cli_dir(tmp_path):
+    (tmp_path / "notjson.json").write_text("{oops")
+    (tmp_path / "format1.json").write_text(json.dumps({"aotcheck_report": 1, "cases": []}))
+    (tmp_path / "badverdict.json").write_text(json.dumps(report_doc(cases=[{"case": "lm/p@v4-8x1", "verdict": "bogus"}])))
+    (tmp_path / "badcase.json").write_text(json.dumps(report_doc(cases=[{"case": "nonsense", "verdict": "pass"}])))
+    (tmp_path / "nocases.json").write_text(json.dumps({"aotcheck_report": 2, "cases": "none"}))
+    (tmp_path / "ok.json").write_text(json.dumps(report_doc()))
+    (tmp_path / "adir").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("args,words", CLI, ids=[" ".join(a) for a, _ in CLI])
+def test_cli_bad_input_is_one_clear_line(cli_dir, args, words, capsys, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root if args[0] == "compile" else cli_dir)
+    code = cli.main(args)
+    err = capsys.readouterr().err
+    assert code in (1, 2) and words in err, err
+    no_aotcheck_traceback(err)
+
+
+def test_cli_argument_errors_are_argparse_usage(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["report", "x.json", "--expect-shards", "0"])
+    assert e.value.code == 2 and "'0' is not a count >= 1" in capsys.readouterr().err
