@@ -249,10 +249,11 @@ def test_the_workflows_golden_patch_applies_to_a_clean_checkout(toy, monkeypatch
     if git is None:
         pytest.skip("git is not installed")
     toy.makeini(INI + "aot_topologies = v4-8 v5e-16\naot_slices = 1 2\n")
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    sh = lambda command, cwd=toy.path: subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True,  # noqa: E731
-                                                     text=True)
+    def sh(command, cwd=toy.path):
+        env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                   GIT_COMMITTER_EMAIL="t@t", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
+
     run(toy, "--update-golden").assert_outcomes(passed=8)
     stale = golden(toy, "gone/step@v4-8x1.json")  # A golden no case has: a full update removes it.
     stale.parent.mkdir()
@@ -268,10 +269,10 @@ def test_the_workflows_golden_patch_applies_to_a_clean_checkout(toy, monkeypatch
             out = sh(command.replace("${{ matrix.shard }}", shard).replace("--aot-configs='*'", "--aot-configs='*' -p no:randomly"))
             assert out.returncode == 0, command + out.stdout[-1500:] + out.stderr[-1500:]
         assert sh("git reset -q && git checkout -q -- golden && git clean -qfd golden").returncode == 0
-    patches = [toy.path / f"golden-{k}.patch" for k in (1, 2)]
-    assert all(p.read_text().startswith("diff --git a/golden/") for p in patches)
+    patches = [p for p in (toy.path / f"golden-{k}.patch" for k in (1, 2)) if p.exists()]
+    assert patches and all(p.read_text().startswith("diff --git a/golden/") for p in patches)
 
-    clean = toy.path / "clean"
+    clean = toy.path.parent / f"{toy.path.name}-clean"  # Outside the project: pytest must not collect it.
     assert sh(f"git clone -q {toy.path} {clean}").returncode == 0
     for patch in patches:
         out = sh(f"git apply {patch}", cwd=clean)
