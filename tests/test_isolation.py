@@ -1,9 +1,11 @@
 """Chip families are compiled in separate processes, because libtpu carries state across them."""
 
+import json
+import shutil
 import subprocess
 import sys
 import warnings
-
+from pathlib import Path
 
 from aotcheck.targets import families
 
@@ -67,3 +69,26 @@ def test_note_family_warns_once_on_a_second_family():
         families.note_family("v6e-4")  # Once is enough: a third family adds no warning.
         assert len(caught) == 1
     assert not families.is_clean_for("v6e-4")
+
+
+def test_a_7x_matrix_finishes_with_its_compiler_crashes_as_failed_cases(pytester):
+    # With the pinned libtpu, lm-tiny's train_step and sample_decode for 7x-8 (1 slice) kill the
+    # compiler with SIGSEGV. The session finishes anyway: those cases fail as 'crashed', every
+    # other case is checked, and the summary and report are written.
+    pytester.makeconftest(
+        "import aotcheck\nfrom aotcheck.models import lm\n"
+        "aotcheck.register('lm-tiny', lambda: [lm.trainer_config(lm.TINY), lm.inference_config(lm.TINY)])\n")
+    pytester.makeini("[pytest]\naot_golden_dir = golden\n")
+    repo_goldens = Path(__file__).resolve().parents[1] / "golden" / "lm-tiny"
+    shutil.copytree(repo_goldens, pytester.path / "golden" / "lm-tiny")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--aot-topologies=v4-8,tpu7x-8",
+                                           "--aot-report=report.json")
+    result.assert_outcomes(passed=4, failed=2)
+    verdicts = {c["case"]: c["verdict"] for c in json.loads((pytester.path / "report.json").read_text())["cases"]}
+    assert {c for c, v in verdicts.items() if v == "crashed"} == {"lm-tiny/train_step@7x-8x1",
+                                                                  "lm-tiny/sample_decode@7x-8x1"}
+    assert {c for c, v in verdicts.items() if v == "pass"} == {"lm-tiny/prefill@7x-8x1", "lm-tiny/prefill@v4-8x1",
+                                                               "lm-tiny/train_step@v4-8x1",
+                                                               "lm-tiny/sample_decode@v4-8x1"}
+    result.stdout.fnmatch_lines(["*lm-tiny/train_step@7x-8x1 crashed: the 7x compile process died with SIGSEGV*",
+                                 "*aotcheck summary*"])

@@ -193,6 +193,14 @@ class FamilyWorker:
         self.replies.close()
 
 
+# Families whose compiles depend on what their process compiled before, within the family:
+# with libtpu 0.0.42.1, whether a 7x program crashes the compiler does (lm-tiny prefill@7x-8x2
+# compiles alone, and crashes after prefill@7x-8x1). Each of their cases gets a fresh worker,
+# so its result is the one it has alone; a worker start is a few seconds against 7x compiles
+# of tens of seconds.
+FRESH_WORKER_PER_CASE = frozenset({"7x"})
+
+
 class Measurer:
     """Measures cases in chip-family worker processes: ``measurer(case) -> Measurement``.
 
@@ -224,6 +232,8 @@ class Measurer:
             self._workers.pop(family, None)
             worker.close()
             raise
+        if family in FRESH_WORKER_PER_CASE:
+            self._workers.pop(family).close()
         for note in reply.get("notes", []):
             if note not in self.notes:
                 self.notes.append(note)
