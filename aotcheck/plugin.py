@@ -212,6 +212,13 @@ class AotPlugin:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return self.session.header()
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        # After deselection: start the compile workers the selected cases need. Under xdist each
+        # worker starts them as its cases arrive instead (it cannot know which it will get).
+        if not hasattr(self.config, "workerinput") and not session.config.option.collectonly:
+            self.session.prestart([i.case for i in session.items if isinstance(i, AotItem) and not _skipped(i)])
+
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
         return [f"aotcheck: nothing to check: {self.plan.empty_reason}"] if self.plan.empty_reason else []
 
@@ -234,6 +241,10 @@ class AotPlugin:
                                         or self.report.notes):
             terminalreporter.write_sep("=", "aotcheck summary")
             terminalreporter.write_line("\n".join(session_summary(self.report, update=self.session.settings.update)))
+
+
+def _skipped(item: pytest.Item) -> bool:
+    return item.get_closest_marker("skip") is not None
 
 
 def outcome_of(report: pytest.TestReport) -> Outcome | None:

@@ -50,6 +50,7 @@ from aotcheck.gate.shard import ShardError, assign_shards, parse_shard
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
+from aotcheck.targets.families import family_of
 from aotcheck.targets.topology import Target, TopologyError, expand_targets, reserve_cpu_devices
 
 
@@ -311,13 +312,20 @@ class GateSession:
                                           accept=self.accept_command(case))
         return outcome
 
+    def prestart(self, cases: Sequence[Case]) -> None:
+        """Starts the compile workers these cases need, in parallel, before the first case runs."""
+        if self._measurer is not None:
+            self._measurer.prestart({family_of(c.topology) for c in cases})
+
     def record(self, outcome: Outcome) -> None:
         self.outcomes[outcome.case.id] = outcome
 
     def run(self, on_outcome: Callable[[Outcome], None] | None = None) -> Report:
         """The whole gate without pytest: prepare, check every planned case, finish."""
         self.prepare()
-        for planned in self.plan().cases:
+        plan = self.plan()
+        self.prestart([p.case for p in plan.cases if not p.skip])
+        for planned in plan.cases:
             outcome = Outcome.skip(planned.case, planned.skip) if planned.skip else self.check(planned.case)
             self.record(outcome)
             if on_outcome:

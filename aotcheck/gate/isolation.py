@@ -218,6 +218,13 @@ class Measurer:
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
 
+    def prestart(self, families: set[str] | frozenset[str]) -> None:
+        """Starts the workers of ``families`` now, so their start-up (importing jax, loading
+        libtpu) overlaps with each other and with the first cases."""
+        for family in sorted(families):
+            if family not in self._workers:
+                self._workers[family] = FamilyWorker(family)
+
     def __call__(self, case: Case) -> Measurement:
         family = family_of(case.topology)
         worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(family))
@@ -234,6 +241,7 @@ class Measurer:
             raise
         if family in FRESH_WORKER_PER_CASE:
             self._workers.pop(family).close()
+            self.prestart({family})  # The next case of the family finds its fresh worker started.
         for note in reply.get("notes", []):
             if note not in self.notes:
                 self.notes.append(note)
