@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aotcheck.gate.case import Case
-from aotcheck.gate.isolation import Measurer, WorkerCrashed
+from aotcheck.gate.isolation import Measurer, WorkerCrashed, error_type
 from aotcheck.gate.report import ReportError, merge_reports
 from aotcheck.ini import IniError, find_ini
 from aotcheck.programs.compile import CompileError
@@ -45,8 +45,12 @@ from aotcheck.targets.topology import CHIPS, Target, TopologyError, all_topologi
 from aotcheck.units import fmt_bytes, fmt_count
 
 
-def _load(modules: Sequence[str] | None, rootdir: Path) -> None:
-    """Registers configs as pytest would: the rootdir's conftest.py (module ``conftest``), then ``modules``."""
+def _load(modules: Sequence[str] | None, rootdir: Path | None = None) -> None:
+    """Registers configs as pytest would: the rootdir's conftest.py (module ``conftest``), the ini's
+    ``aot_config_modules``, then ``modules``. The rootdir is the pytest configuration's directory."""
+    if rootdir is None:
+        ini = find_ini(Path.cwd())
+        rootdir, modules = ini.rootdir, ini.lines("aot_config_modules") + list(modules or [])
     if (rootdir / "conftest.py").is_file():
         if str(rootdir) not in sys.path:
             sys.path.insert(0, str(rootdir))
@@ -88,9 +92,10 @@ def cmd_check(args: argparse.Namespace) -> int:
                             "or set aot_topologies in the [pytest] section of your ini file")
     _load([], settings.rootdir)
     with GateSession(settings) as session:
+        session.prepare()
         for line in session.header():
             print(line)
-        report = session.run(on_outcome=lambda o: print(case_line(o), flush=True))
+        report = session.check_all(on_outcome=lambda o: print(case_line(o), flush=True))
     plan_empty = session.plan().empty_reason
     if plan_empty:
         print(f"aotcheck: nothing to check: {plan_empty}")
@@ -124,7 +129,7 @@ _TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "chips", "
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
-    _load(args.module, Path.cwd())
+    _load(args.module)
     rows = []
     for entry in REGISTRY:
         try:
@@ -140,7 +145,7 @@ def cmd_configs(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    _load(args.module, Path.cwd())
+    _load(args.module)
     target = Target.of(args.topology, args.slices)
     entry = REGISTRY.get(args.config)
     programs = [args.method] if args.method else list(entry.programs())
@@ -153,6 +158,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     except WorkerCrashed as e:
         print(f"aotcheck: error: {e}", file=sys.stderr)
         return 3
+    except USER_ERRORS:
+        raise
+    except Exception as e:  # User code raised while building or tracing: name it, no traceback.
+        print(f"aotcheck: error: {error_type(e)} while building or lowering {entry.name}: {e}", file=sys.stderr)
+        return 2
     finally:
         measurer.close()
     if args.dump_hlo:

@@ -25,8 +25,9 @@ from typing import Any
 
 import iniconfig
 
-_CANDIDATES = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", None),
-               ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
+_CANDIDATES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", "pytest"), (".pytest.ini", "pytest"),
+               ("pyproject.toml", None), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
+_TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
 
 
 class IniError(ValueError):
@@ -55,8 +56,14 @@ class Ini:
         return [str(line).strip() for line in items if str(line).strip()]
 
     def flag(self, key: str) -> bool:
+        """A boolean as pytest reads one (y/yes/t/true/on/1, n/no/f/false/off/0); IniError otherwise."""
         value = self.values.get(key, False)
-        return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise IniError(f"{self.path}: {key} = {value!r} is not a boolean; write true or false")
 
 
 def find_ini(start: str | Path) -> Ini:
@@ -68,13 +75,18 @@ def find_ini(start: str | Path) -> Ini:
             if not path.is_file():
                 continue
             try:
-                if name == "pyproject.toml":
-                    table = tomllib.loads(path.read_text()).get("tool", {}).get("pytest", {}).get("ini_options")
+                if name.endswith(".toml"):
+                    doc = tomllib.loads(path.read_text())
+                    if name == "pyproject.toml":  # pytest 9 reads [tool.pytest], older ones [tool.pytest.ini_options].
+                        tool = doc.get("tool", {}).get("pytest", {})
+                        table = tool.get("ini_options", tool if tool else None)
+                    else:
+                        table = doc.get("pytest", {})
                     if table is not None:
                         return Ini(directory, dict(table), path)
                     continue
                 ini = iniconfig.IniConfig(str(path))
-            except (OSError, ValueError, iniconfig.ParseError) as e:
+            except (OSError, ValueError, iniconfig.ParseError, tomllib.TOMLDecodeError) as e:
                 raise IniError(f"{path}: cannot read it as a pytest configuration ({e})") from e
             if section in ini:
                 return Ini(directory, dict(ini[section].items()), path)

@@ -67,6 +67,11 @@ def settings_from_pytest(config: pytest.Config) -> GateSettings:
         return value if value is not None else config.getini(option)
 
     strict = config.getoption("aot_strict")
+    if strict is None:
+        try:
+            strict = config.getini("aot_strict")
+        except ValueError as e:
+            raise SettingsError(f"aot_strict: {e}; write true or false") from None
     return GateSettings.parse(
         rootdir=config.rootpath,
         topologies=pick("aot_topologies"),
@@ -75,7 +80,7 @@ def settings_from_pytest(config: pytest.Config) -> GateSettings:
         golden_dir=pick("aot_golden_dir"),
         golden_dir_option=config.getoption("aot_golden_dir"),
         update=config.getoption("update_golden"),
-        strict=config.getini("aot_strict") if strict is None else strict,
+        strict=strict,
         tolerances=config.getini("aot_tolerances"),
         report=config.getoption("aot_report"),
         hbm_headroom=config.getini("aot_hbm_headroom"),
@@ -254,8 +259,9 @@ def outcome_of(report: pytest.TestReport) -> Outcome | None:
         if name == PROPERTY:
             return Outcome.from_json(json.loads(value))
     case = Case.parse(report.nodeid[len(NODE_PREFIX):])
-    if report.skipped:
-        return Outcome.skip(case, report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr))
+    if report.skipped:  # The reason as the session words it (pytest prefixes "Skipped: ").
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        return Outcome.skip(case, reason.removeprefix("Skipped: "))
     if report.failed and report.when != "teardown":
         return Outcome.internal_error(case, str(report.longrepr))
     return None

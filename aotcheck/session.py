@@ -323,6 +323,10 @@ class GateSession:
     def run(self, on_outcome: Callable[[Outcome], None] | None = None) -> Report:
         """The whole gate without pytest: prepare, check every planned case, finish."""
         self.prepare()
+        return self.check_all(on_outcome)
+
+    def check_all(self, on_outcome: Callable[[Outcome], None] | None = None) -> Report:
+        """Checks every planned case of a prepared session (skips recorded as such), then finishes."""
         plan = self.plan()
         self.prestart([p.case for p in plan.cases if not p.skip])
         for planned in plan.cases:
@@ -370,8 +374,12 @@ class GateSession:
         removed: list[str] = []
         if self.settings.update and stale and self.whole_matrix_ran():
             for rel in stale:
-                (self.store.root / rel).unlink(missing_ok=True)
-            removed, stale = stale, []
+                try:
+                    (self.store.root / rel).unlink(missing_ok=True)
+                    removed.append(rel)
+                except OSError as e:
+                    self.warnings.append(f"aotcheck: could not remove the stale golden {rel}: {e.strerror or e}")
+            stale = [rel for rel in stale if rel not in removed]
         report = Report(list(self.outcomes.values()), golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes())

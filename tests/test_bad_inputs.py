@@ -60,6 +60,7 @@ USAGE = [
     (["--aot-topologies=v4-8"], "aot_config_modules = missing.py", "missing.py does not exist"),
     (["--aot-topologies=v4-8"], "aot_config_modules = raising", "Importing config module 'raising' failed: RuntimeError: boom"),
     (["--aot-topologies=v4-8"], "aot_metric_drift = maybe", "aot_metric_drift: 'maybe' must be 'fail'"),
+    (["--aot-topologies=v4-8"], "aot_strict = maybe", "invalid truth value 'maybe'"),  # pytest's own check
 ]
 
 
@@ -154,12 +155,17 @@ def test_crashes_and_user_errors_fail_only_their_case(faults):
     assert golden(faults).exists() and not golden(faults, "segv/step@v4-8x1.json").exists()
 
 
-def test_the_cli_reports_a_crash(faults):
+def test_the_cli_reports_a_crash_and_user_errors(faults):
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "segv", "--topology", "v4-8"],
                          cwd=faults.path, capture_output=True, text=True)
     assert out.returncode == 3
     assert "aotcheck: error: the v4 compile process died with SIGSEGV (signal 11)" in out.stderr
     assert "about to die by segv" in out.stderr
+    no_aotcheck_traceback(out.stderr)
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "keyerror", "--topology", "v4-8"],
+                         cwd=faults.path, capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "aotcheck: error: KeyError while building or lowering keyerror: 'logits'" in out.stderr
     no_aotcheck_traceback(out.stderr)
 
 

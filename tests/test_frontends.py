@@ -151,3 +151,17 @@ def test_errors_cross_the_worker_boundary_with_their_class(tmp_path):
     assert lines[0] == "aotcheck.programs.registry ProgramNotFound | Config 'ok' has no program 'nope'; it has step."
     assert lines[1].startswith("aotcheck.programs.registry ConfigNotFound | No config named 'nope'")
     assert lines[2].startswith("builtins TypeError | ")  # jnp's shape error, raised by the user's function.
+
+
+def test_two_modules_of_one_name_both_register_in_a_worker(tmp_path, monkeypatch):
+    # Two conftest.py files (pytest imports both as "conftest" in its default import mode).
+    from aotcheck.programs.loader import import_sources
+
+    seen = []
+    monkeypatch.setattr(sys, "aotcheck_test_seen", seen, raising=False)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "conftest.py").write_text(f"import sys\nsys.aotcheck_test_seen.append({name!r})\n")
+    import_sources([("conftest_twin", str(tmp_path / "a" / "conftest.py")),
+                    ("conftest_twin", str(tmp_path / "b" / "conftest.py"))])
+    assert seen == ["a", "b"]

@@ -1,1 +1,1 @@
-"""Judging cases: measure (here or in a family's process, cached), compare with golden, decide, report."""
+"""Judging cases: measure (in a chip family's worker process, cached), compare with golden, decide, report."""

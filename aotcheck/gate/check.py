@@ -43,7 +43,7 @@ from aotcheck.figures.hbm import explain_oom, hbm_verdict
 from aotcheck.gate.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
-from aotcheck.gate.isolation import WorkerCrashed
+from aotcheck.gate.isolation import WorkerCrashed, error_type
 from aotcheck.gate.measure import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
@@ -98,7 +98,7 @@ def _decide(
         return Outcome(case, Verdict.ERROR, detail=str(e))
     except Exception as e:  # User code (tracing, building, make_args) raised: name it, never a traceback.
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        return Outcome(case, Verdict.ERROR, detail=f"{type(e).__name__} while building or lowering it: {message}")
+        return Outcome(case, Verdict.ERROR, detail=f"{error_type(e)} while building or lowering it: {message}")
     figures = result.figures
     measured = dict(figures=figures, compile_seconds=result.compile_seconds, cached=result.cached,
                     host_peak_bytes=result.host_peak_bytes)

@@ -44,7 +44,16 @@ from aotcheck.targets.families import family_of
 
 
 class WorkerError(RuntimeError):
-    """A compile process failed in a way that has no exception class here."""
+    """An error from a compile process whose class is not rebuilt here (``type_name`` names it)."""
+
+    def __init__(self, message: str, *, type_name: str = "WorkerError") -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+
+def error_type(error: BaseException) -> str:
+    """The name of an error's class as the user's code raised it, even across a worker."""
+    return getattr(error, "type_name", None) or type(error).__name__
 
 
 class WorkerCrashed(RuntimeError):
@@ -87,14 +96,15 @@ def decode_error(data: dict[str, str]) -> Exception:
         >>> error = decode_error(encode_error(ConfigNotFound("No config named 'x'.")))
         >>> type(error).__name__, str(error)
         ('ConfigNotFound', "No config named 'x'.")
-        >>> decode_error({"type": "somewhere.Else", "message": "boom"})
-        WorkerError('somewhere.Else: boom')
+        >>> error = decode_error({"type": "somewhere.Else", "message": "boom"})
+        >>> error, error_type(error)
+        (WorkerError('somewhere.Else: boom'), 'Else')
     """
     module_name, _, name = data["type"].rpartition(".")
     cls: Any = None
     if module_name == "builtins":
         cls = getattr(builtins, name, None)
-    elif module_name.startswith("aotcheck.") or module_name.startswith("jax"):
+    elif module_name.startswith("aotcheck."):  # Not jax's: some take a tracer, not a message.
         try:
             cls = importlib.import_module(module_name)
             for part in name.split("."):
@@ -106,7 +116,7 @@ def decode_error(data: dict[str, str]) -> Exception:
             return cls(data["message"])
         except Exception:  # A class whose constructor wants more than a message.
             pass
-    return WorkerError(f"{data['type']}: {data['message']}")
+    return WorkerError(f"{data['type']}: {data['message']}", type_name=name)
 
 
 # What a crash handler prints after the fact (stack addresses, core-dump plumbing): kept off
@@ -138,8 +148,14 @@ class FamilyWorker:
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "r")
         self.tail: collections.deque[str] = collections.deque(maxlen=self.TAIL_LINES)
+        self._tail_lock = threading.Lock()
         self._pump = threading.Thread(target=self._forward_stderr, name=f"aotcheck-{family}-stderr", daemon=True)
-        self._pump.start()
+        try:
+            self._pump.start()
+        except BaseException:
+            self.proc.kill()
+            self.close()
+            raise
 
     def _forward_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -147,7 +163,8 @@ class FamilyWorker:
             if _runtime.is_libtpu_noise(line):
                 continue
             if not _CRASH_BOILERPLATE.search(line):
-                self.tail.append(line.rstrip("\n"))
+                with self._tail_lock:
+                    self.tail.append(line.rstrip("\n"))
             try:
                 sys.stderr.write(line)
             except (OSError, ValueError):  # Our stderr is gone (session shutting down): keep reading.
@@ -167,7 +184,8 @@ class FamilyWorker:
         code = self.proc.wait()
         self._pump.join(timeout=5)
         how = describe_exit(code)
-        tail = tuple(self.tail)
+        with self._tail_lock:
+            tail = tuple(self.tail)
         text = "\n".join(f"  {t}" for t in tail) or "  (nothing)"
         raise WorkerCrashed(
             f"the {self.family} compile process died with {how} while compiling {message.get('case')}. "
@@ -259,6 +277,7 @@ class Measurer:
 
 def serve(reply_fd: int) -> None:
     """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``."""
+    os.set_inheritable(reply_fd, False)  # A process the compile starts must not hold the reply pipe open.
     replies = os.fdopen(reply_fd, "w")
     os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.
     caches: dict[str, FiguresCache] = {}

@@ -2,8 +2,8 @@
 
 A session writes one (``--aot-report=PATH``, ``aotcheck check --report PATH``);
 CI shards each write theirs and :func:`merge_reports` joins them. Golden paths
-are relative to ``golden_dir``, itself relative to the directory the run
-started from when it lies inside it.
+are relative to ``golden_dir``, itself relative to the rootdir (the directory
+of the pytest configuration) when it lies inside it.
 
 Example:
     >>> import pathlib, tempfile
@@ -144,6 +144,8 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     removed: set[str] = set()
     broken: dict[str, str] = {}
     golden_dir = "golden"
+    notes: list[str] = []
+    toolchain: dict[str, str | None] | None = None
     problems: list[str] = []
     seen_shards: set[int] = set()
     for path in paths:
@@ -157,11 +159,13 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         removed.update(report.removed)
         broken.update(report.broken)
         golden_dir = report.golden_dir
+        notes += [n for n in report.notes if n not in notes]
+        toolchain = toolchain or report.toolchain
         if report.shard:
             seen_shards.add(report.shard[0])
     if expect_shards:
         missing = sorted(set(range(1, expect_shards + 1)) - seen_shards)
         problems += [f"shard {k}/{expect_shards} has no report: its runner crashed or was cancelled" for k in missing]
     merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
-                    broken=broken)
+                    broken=broken, notes=notes, **({"toolchain": toolchain} if toolchain else {}))
     return Merged(merged, problems)

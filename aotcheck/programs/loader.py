@@ -93,6 +93,9 @@ def import_sources(sources: Iterable[tuple[str, str]]) -> None:
         module = sys.modules.get(name)
         if module is not None and _same_file(getattr(module, "__file__", None), path):
             continue
+        if module is not None:  # Another file under the same name (two conftest.py files, say).
+            _exec_file(f"{name}__aotcheck_{abs(hash(path))}", Path(path))
+            continue
         try:
             found = importlib.util.find_spec(name)
         except (ImportError, ValueError):
