@@ -118,13 +118,11 @@ aotcheck.register("badmesh", aotcheck.FunctionConfig(fn=lambda x, w: x @ w, make
 
 
 @pytest.fixture
-def faults(pytester, monkeypatch):
-    monkeypatch.setenv("TOY_WIDTH", "256")
-    monkeypatch.delenv("TOY_EXTRAS", raising=False)
-    monkeypatch.delenv("TOY_LM", raising=False)
-    pytester.makeconftest(FAULTS)
-    pytester.makeini(INI)
-    return pytester
+def faults(project):
+    """The toy project (tests/conftest.py) with configs that fail in every way FAULTS lists."""
+    project.makeconftest(FAULTS)
+    (project.path / "test_plain.py").unlink()
+    return project
 
 
 def test_crashes_and_user_errors_fail_only_their_case(faults):
