@@ -35,6 +35,7 @@ import threading
 from typing import Any
 
 from aotcheck import _runtime
+from aotcheck.figures.peak import Peak
 from aotcheck.gate.cache import FiguresCache
 from aotcheck.gate.case import Case
 from aotcheck.gate.measure import Measurement, measure
@@ -230,9 +231,10 @@ class Measurer:
     worker is replaced by a fresh one for the next case.
     """
 
-    def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False) -> None:
+    def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False, peak: bool = False) -> None:
         self.cache = cache
         self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
+        self.peak = peak  # Bring back XLA's account of each program's peak (for --explain).
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
 
@@ -252,6 +254,7 @@ class Measurer:
                 "sources": REGISTRY.sources(),
                 "cache_dir": str(self.cache.root) if self.cache else None,
                 "hlo": self.keep_hlo,
+                "peak": self.peak,
             })
         except WorkerCrashed:
             self._workers.pop(family, None)
@@ -267,7 +270,8 @@ class Measurer:
             raise decode_error(reply["error"])
         return Measurement(case, reply["figures"], reply["compiler_options"], reply["compile_seconds"],
                            cached=reply["cached"], host_peak_bytes=reply.get("host_peak_bytes"),
-                           hlo_text=reply.get("hlo_text"))
+                           hlo_text=reply.get("hlo_text"),
+                           peak=Peak.from_json(reply["peak"]) if reply.get("peak") else None)
 
     def close(self) -> None:
         """Stops every worker process."""
@@ -288,12 +292,14 @@ def serve(reply_fd: int) -> None:
             cache_dir = request["cache_dir"]
             cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
             _runtime.reset_peak_rss()
-            result = measure(Case.parse(request["case"]), cache=cache)
+            result = measure(Case.parse(request["case"]), cache=cache, dump_peak=bool(request.get("peak")))
             reply: dict[str, Any] = {"figures": result.figures, "compiler_options": result.compiler_options,
                                      "compile_seconds": result.compile_seconds, "cached": result.cached,
                                      "host_peak_bytes": _runtime.peak_rss_bytes()}
             if request.get("hlo") and result.compiled is not None:
                 reply["hlo_text"] = result.compiled.as_text()
+            if result.peak is not None:
+                reply["peak"] = result.peak.to_json()
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
             reply = {"error": encode_error(e)}
         reply["notes"] = [n for c in caches.values() for n in c.notes]

@@ -20,12 +20,15 @@ Example (host CPU devices; a TPU topology name works the same, through libtpu):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from aotcheck import _runtime
+from aotcheck.figures.peak import Peak, dump_options, read_peak
 from aotcheck.figures.program import Figures, program_figures
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
@@ -47,6 +50,7 @@ class Measurement:
     compiled: Any = dataclasses.field(default=None, repr=False)  # None when the figures came from the cache.
     cached: bool = False
     host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
+    peak: Peak | None = None  # XLA's account of the peak (live values, breakdown), when asked for.
     hlo_text: str | None = dataclasses.field(default=None, repr=False)  # The optimized HLO, when asked for.
 
 
@@ -65,8 +69,14 @@ def measure(
     config: Config | None = None,
     compiler_options: Mapping[str, Any] | None = None,
     cache: FiguresCache | None = None,
+    dump_peak: bool = False,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures.
+
+    ``dump_peak``: also have XLA dump its live ranges (into a temporary directory,
+    always removed) and return its account of the peak; the cache is then not
+    consulted, since a cached case is not compiled. The dump leaves the program,
+    its figures and its cache key as they are (tests/test_cli.py compares).
 
     Raises what lowering and compiling raise: CompileError when XLA refuses,
     the registry's, mesh's and partitioning's own errors when the config is wrong.
@@ -75,16 +85,21 @@ def measure(
     options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
     lowered = lower_config(config, case.target, program=case.program)[case.program]
     key = None
-    if cache is not None:
+    if cache is not None and not dump_peak:
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology.name,
                         num_slices=case.num_slices, toolchain=_runtime.toolchain())
         entry = cache.get(key, toolchain=_runtime.toolchain())
         if entry is not None:
             return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True)
-    start = time.perf_counter()
-    compiled = compile_lowered(lowered, options, what=case.id, topology=case.topology)
-    seconds = time.perf_counter() - start
+    peak = None
+    with tempfile.TemporaryDirectory(prefix="aotcheck-dump-") if dump_peak else contextlib.nullcontext() as dump:
+        start = time.perf_counter()
+        compiled = compile_lowered(lowered, {**options, **(dump_options(dump) if dump else {})}, what=case.id,
+                                   topology=case.topology)
+        seconds = time.perf_counter() - start
+        if dump:
+            peak = read_peak(dump)
     figures = program_figures(compiled, num_devices=case.target.num_devices)
     if cache is not None and key is not None:
         cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain())
-    return Measurement(case, figures, options, seconds, compiled=compiled)
+    return Measurement(case, figures, options, seconds, compiled=compiled, peak=peak)

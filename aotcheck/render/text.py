@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from aotcheck.figures.hbm import explain_oom
 from aotcheck.figures.hlo import analyze_hlo, iter_loops
+from aotcheck.figures.peak import Peak
 from aotcheck.figures.program import Figures, comm_bytes, roofline
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.measure import Measurement
@@ -223,9 +224,9 @@ def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
               "\nXLA's raw figure counts a loop body once. 'step >=' is a roofline lower bound.")
 
 
-def explain(hlo_text: str, figures: Figures) -> str:
+def explain(hlo_text: str, figures: Figures, *, peak: Peak | None = None, limit: int = 12) -> str:
     """Where the FLOPs and bytes come from (from a program's optimized HLO text): loops with their
-    trip counts, top matmuls, collectives."""
+    trip counts, top matmuls, collectives; with ``peak``, what XLA says is live at the peak."""
     analysis = analyze_hlo(hlo_text)
     lines = [f"FLOPs per device: {fmt_count(analysis.flops)} loop-aware vs {fmt_count(figures['flops_xla'])} XLA raw"]
     loops = list(iter_loops(analysis))
@@ -241,6 +242,14 @@ def explain(hlo_text: str, figures: Figures) -> str:
                        [[name[-80:], fmt_count(f), m] for f, name, m in analysis.top_ops]))
     lines.append(table(["collective", "count", "bytes/device"],
                        [[k, v.count, fmt_bytes(v.bytes)] for k, v in analysis.collectives.items()]))
+    if peak is not None:
+        total = f" (XLA's breakdown: {fmt_bytes(peak.total_bytes)} of the {fmt_bytes(figures['peak_bytes'])} peak)" \
+            if peak.total_bytes else ""
+        lines.append(f"Live at the peak, largest first{total}:\n" + table(
+            ["value", "bytes/device"], [[v.name, fmt_bytes(v.bytes)] for v in peak.values[:limit]]))
+        top = sorted((n for n in peak.breakdown if n.depth == 1), key=lambda n: -n.bytes)[:limit]
+        lines.append("The peak by JAX name stack and argument path (top level):\n" + table(
+            ["name stack or argument", "bytes/device"], [[n.name[-100:], fmt_bytes(n.bytes)] for n in top]))
     return "\n\n".join(lines)
 
 
