@@ -213,6 +213,7 @@ class GateSession:
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
         self.warnings: list[str] = []
+        self._noted: set[str] = set()
 
     # Setting up ----------------------------------------------------------------
 
@@ -310,6 +311,10 @@ class GateSession:
                              metric_drift=s.metric_drift)
         outcome.message = outcome_message(outcome, golden_file=self.golden_file(case),
                                           accept=self.accept_command(case))
+        # Notes the compile workers raised on this case ride with it (under xdist, to the controller).
+        worker_notes = self._measurer.notes if self._measurer is not None else []
+        outcome.notes = [n for n in worker_notes if n not in self._noted]
+        self._noted.update(outcome.notes)
         return outcome
 
     def prestart(self, cases: Sequence[Case]) -> None:
@@ -394,7 +399,8 @@ class GateSession:
     def notes(self) -> list[str]:
         """What the session has to say once: warnings from setting up and from the compile workers."""
         worker_notes = self._measurer.notes if self._measurer is not None else []
-        return list(dict.fromkeys([*self.warnings, *worker_notes]))
+        case_notes = [n for o in self.outcomes.values() for n in o.notes]
+        return list(dict.fromkeys([*self.warnings, *worker_notes, *case_notes]))
 
     def header(self) -> list[str]:
         s = self.settings

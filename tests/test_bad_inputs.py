@@ -347,3 +347,18 @@ def test_cli_argument_errors_are_argparse_usage(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["report", "x.json", "--expect-shards", "0"])
     assert e.value.code == 2 and "'0' is not a count >= 1" in capsys.readouterr().err
+
+
+def test_a_cache_that_fails_mid_run_is_noted_once_even_under_xdist(faults):
+    # The cache directory is writable (the start-up probe passes), but every entry's
+    # subdirectory is taken by a file, so each write fails in the compile workers: the note
+    # travels with the case to the controller, and is said once.
+    cache = faults.path / "cache"
+    cache.mkdir()
+    for i in range(256):
+        (cache / f"{i:02x}").write_text("")
+    result = run(faults, "--aot-topologies=v4-8,v5e-16", "--aot-configs=toy", "--update-golden",
+                 f"--aot-cache-dir={cache}", "-n", "2")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count(f"the figures cache {cache} is not writable") == 1, result.stdout.str()[-2000:]
+    no_aotcheck_traceback(result.stdout.str())

@@ -47,6 +47,7 @@ class Outcome:
         host_peak_bytes: Peak resident memory of the process that compiled it (not gated;
             for sizing CI runners).
         drift_warning: Figures were new or gone against the golden and the session lets that pass.
+        notes: What the session had to say once while checking it (e.g. a cache that stopped working).
     """
 
     case: Case
@@ -63,6 +64,7 @@ class Outcome:
     detail: str | None = None
     host_peak_bytes: int | None = None
     drift_warning: bool = False
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -104,6 +106,7 @@ class Outcome:
             "detail": self.detail,
             "host_peak_bytes": self.host_peak_bytes,
             "drift_warning": self.drift_warning,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -124,6 +127,7 @@ class Outcome:
             detail=data.get("detail"),
             host_peak_bytes=data.get("host_peak_bytes"),
             drift_warning=bool(data.get("drift_warning")),
+            notes=list(data.get("notes") or []),
         )
 
 
