@@ -51,7 +51,7 @@ from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
 from aotcheck.targets.families import family_of
-from aotcheck.targets.topology import Target, TopologyError, expand_targets, reserve_cpu_devices
+from aotcheck.targets.topology import Target, TopologyError, expand_targets
 
 
 class SettingsError(ValueError):
@@ -238,11 +238,10 @@ class GateSession:
         if report is not None and report.parent.exists() and not os.access(report.parent, os.W_OK):
             raise SettingsError(f"the report's directory {report.parent} is not writable; "
                                 "give --aot-report (or --report) a path you can write")
-        # cpu-N needs N host devices, fixed when JAX's CPU backend starts: ask now, here and
-        # (through the environment) in the compile workers.
+        # cpu-N needs N host devices, fixed when JAX's CPU backend starts: the compile workers
+        # (which alone compile) read the count from the environment.
         cpu = max((t.num_devices for t in self.settings.targets if not t.topology.is_tpu), default=0)
         if cpu:
-            reserve_cpu_devices(cpu)
             if int(os.environ.get("JAX_NUM_CPU_DEVICES", "0") or 0) < max(cpu, 8):
                 os.environ["JAX_NUM_CPU_DEVICES"] = str(max(cpu, 8))
 

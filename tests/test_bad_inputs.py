@@ -362,3 +362,18 @@ def test_a_cache_that_fails_mid_run_is_noted_once_even_under_xdist(faults):
     result.assert_outcomes(passed=2)
     assert result.stdout.str().count(f"the figures cache {cache} is not writable") == 1, result.stdout.str()[-2000:]
     no_aotcheck_traceback(result.stdout.str())
+
+
+@pytest.mark.parametrize("name,text,words", [
+    ("pyproject.toml", "[tool.pytest\nx = 1\n", "pyproject.toml: cannot read it as a pytest configuration"),
+    ("tox.ini", "[pytest]\naot_topologies = v4-8\naot_strict = maybe\n", "aot_strict = 'maybe' is not a boolean"),
+    ("tox.ini", "[pytest]\naot_topologies = v4-8\naot_hbm_headroom = 3\n", "aot_hbm_headroom: '3' must be a number"),
+    ("pytest.toml", "[pytest]\naot_topologies = ['v9-8']\n", "--topologies: Unknown topology 'v9-8'"),
+])
+def test_check_command_reads_bad_ini_files_as_clear_errors(tmp_path, monkeypatch, capsys, name, text, words):
+    (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert words in err, err
+    no_aotcheck_traceback(err)

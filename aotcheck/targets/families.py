@@ -33,11 +33,6 @@ def family_of(topology: str | Topology) -> str:
     return topo.chip.family if topo.chip else "cpu"
 
 
-def is_clean_for(topology: str | Topology) -> bool:
-    """True if this process has compiled for no chip family but ``topology``'s."""
-    return _compiled <= {family_of(topology)}
-
-
 def note_family(topology: str | Topology) -> None:
     """Records a compile for ``topology``'s family; warns once when a second family follows."""
     global _warned
