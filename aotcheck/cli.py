@@ -152,7 +152,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for program in programs:
         entry.program(program)  # ProgramNotFound before any compile.
     # Compiles run in a worker process: a libtpu crash is reported, not suffered.
-    measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), peak=args.explain)
+    measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain))
     try:
         results = [measurer(Case(entry.name, program, target)) for program in programs]
     except WorkerCrashed as e:
@@ -179,13 +179,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
             "compiler_options": r.compiler_options, "host_peak_bytes": r.host_peak_bytes,
             "hbm_bytes_per_device": chip.hbm_bytes if chip else None,
             "peak_share_of_hbm": r.figures["peak_bytes"] / chip.hbm_bytes if chip else None,
-            **({"peak": r.peak.to_json()} if r.peak else {}),
+            "details": r.details.to_json(), "attribution_problem": r.attribution_problem,
         } for r in results}, indent=2, sort_keys=True))
         return 0
     print(compile_table(results, target.topology))
     if args.explain:
         for r in results:
-            print("\n" + explain(r.hlo_text or "", r.figures, peak=r.peak))
+            print("\n" + explain(r.hlo_text or "", r.figures, details=r.details))
     return 0
 
 

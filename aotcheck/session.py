@@ -312,8 +312,9 @@ class GateSession:
                                           accept=self.accept_command(case))
         # Notes the compile workers raised on this case ride with it (under xdist, to the controller).
         worker_notes = self._measurer.notes if self._measurer is not None else []
-        outcome.notes = [n for n in worker_notes if n not in self._noted]
-        self._noted.update(outcome.notes)
+        new = [n for n in worker_notes if n not in self._noted]
+        self._noted.update(new)
+        outcome.notes += new
         return outcome
 
     def prestart(self, cases: Sequence[Case]) -> None:

@@ -38,9 +38,14 @@ def _size(number: str, unit: str) -> float:
     return float(number) * _UNITS.get(unit.upper().rstrip("IB") if unit else "", 1)
 
 
+def is_out_of_memory(error: str) -> bool:
+    """Whether a compile error is XLA running out of memory."""
+    return "RESOURCE_EXHAUSTED" in error or "Ran out of memory" in error
+
+
 def explain_oom(error: str, topology: str | Topology) -> str | None:
     """A plain summary of XLA's out-of-memory error, or None if ``error`` is not one."""
-    if "RESOURCE_EXHAUSTED" not in error and "Ran out of memory" not in error:
+    if not is_out_of_memory(error):
         return None
     name = parse_topology(topology).name
     lines = []

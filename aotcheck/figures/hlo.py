@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -162,6 +163,109 @@ def parse_module(text: str) -> dict[str, Computation]:
             if inst.is_root:
                 current.root = inst
     return computations
+
+
+def short_source(path: str, line: str | int) -> str:
+    """``file:line`` with the file relative to the working directory (or a site-packages), else its base name.
+
+    Example:
+        >>> short_source(os.path.join(os.getcwd(), "models", "lm.py"), 88)
+        'models/lm.py:88'
+        >>> short_source("/venv/lib/python3.11/site-packages/flax/linen/linear.py", 12)
+        'flax/linen/linear.py:12'
+        >>> short_source("/elsewhere/model.py", 7)
+        'model.py:7'
+    """
+    here = os.getcwd() + os.sep
+    if path.startswith(here):
+        path = path[len(here):]
+    elif "site-packages" + os.sep in path:
+        path = path.split("site-packages" + os.sep, 1)[1]
+    else:
+        path = os.path.basename(path)
+    return f"{path}:{line}"
+
+
+_TABLE_ROW = re.compile(r"^(\d+) (.*)$")
+
+
+def stack_frames(text: str) -> dict[int, str]:
+    """Stack frame id -> ``file:line`` of the Python line it names, from an HLO module's frame tables.
+
+    An instruction's ``metadata={... stack_frame_id=N}`` points into these tables
+    (``FileNames``, ``FileLocations``, ``StackFrames``), printed before the first
+    computation. The line chosen for a frame is its innermost one outside installed
+    packages (the user's model or step, not optax's internals); the innermost if all are.
+
+    Example:
+        >>> stack_frames('''HloModule m
+        ... FileNames
+        ... 1 "/venv/lib/python3.11/site-packages/optax/_src/base.py"
+        ... 2 "/elsewhere/model.py"
+        ...
+        ... FunctionNames
+        ... 1 "loss"
+        ...
+        ... FileLocations
+        ... 1 {file_name_id=2 function_name_id=1 line=88 end_line=88 column=4 end_column=4}
+        ... 2 {file_name_id=1 function_name_id=1 line=12 end_line=12 column=4 end_column=4}
+        ...
+        ... StackFrames
+        ... 1 {file_location_id=1 parent_frame_id=1}
+        ... 2 {file_location_id=2 parent_frame_id=2}
+        ... ''')
+        {1: 'model.py:88', 2: 'model.py:88'}
+    """
+    tables: dict[str, dict[int, str]] = {}
+    table = None
+    for line in text.splitlines():
+        if line.startswith(("ENTRY", "%")):
+            break
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            table = tables.setdefault(line, {})
+            continue
+        row = _TABLE_ROW.match(line)
+        if table is not None and row:
+            table[int(row[1])] = row[2]
+    files = {k: v.strip('"') for k, v in tables.get("FileNames", {}).items()}
+    locations = {}
+    for k, v in tables.get("FileLocations", {}).items():
+        found = re.search(r"file_name_id=(\d+).*?\bline=(\d+)", v)
+        if found and int(found[1]) in files:
+            locations[k] = (files[int(found[1])], int(found[2]))
+    frames = {}
+    for k, v in tables.get("StackFrames", {}).items():
+        found = re.search(r"file_location_id=(\d+) parent_frame_id=(\d+)", v)
+        if found:
+            frames[k] = (int(found[1]), int(found[2]) - 1)  # Printed parent ids are one past (0: no parent).
+    out = {}
+    for frame in frames:
+        chain, seen, current = [], set(), frame
+        while current in frames and current not in seen:
+            seen.add(current)
+            location = locations.get(frames[current][0])
+            if location:
+                chain.append(location)
+            current = frames[current][1]
+        pick = next((loc for loc in chain if "site-packages" not in loc[0]), chain[0] if chain else None)
+        if pick:
+            out[frame] = short_source(*pick)
+    return out
+
+
+def metadata(inst: Instruction, key: str) -> str | None:
+    """One field of an instruction's ``metadata={...}`` (``op_name``, ``source_line``, ...), or None."""
+    match = re.search(rf'\b{key}=("([^"]*)"|\d+)', inst.attrs)
+    return None if not match else (match[2] if match[2] is not None else match[1])
+
+
+def instruction_source(inst: Instruction, frames: dict[int, str]) -> str | None:
+    """The Python line that made ``inst``: its ``source_file``/``source_line``, or its stack frame's."""
+    file, line = metadata(inst, "source_file"), metadata(inst, "source_line")
+    if file and line:
+        return short_source(file, line)
+    frame = metadata(inst, "stack_frame_id")
+    return frames.get(int(frame)) if frame else None
 
 
 # --- FLOPs of one instruction ------------------------------------------------------
@@ -375,6 +479,8 @@ class HloAnalysis:
     loops: list[Loop] = dataclasses.field(default_factory=list)
     unknown_trip_counts: int = 0
     top_ops: list[tuple[float, str, int]] = dataclasses.field(default_factory=list)  # (flops, op, multiplier)
+    # (kind, op_name, source line) -> count and bytes, loop-aware.
+    collective_ops: dict[tuple[str, str, str | None], CollectiveStats] = dataclasses.field(default_factory=dict)
 
 
 def _collective_kind(opcode: str) -> str | None:
@@ -392,13 +498,46 @@ def _collective_bytes(inst: Instruction, comp: Computation) -> float:
 
 
 def _op_name(inst: Instruction) -> str:
-    match = re.search(r'op_name="([^"]*)"', inst.attrs)
-    return match[1] if match else inst.name
+    return metadata(inst, "op_name") or inst.name
 
 
-def analyze_hlo(text: str) -> HloAnalysis:
-    """Walks the module from its entry, weighing each computation by how often it runs."""
-    module = parse_module(text)
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    """The collectives one JAX op became, loop-aware: how many run per step and their bytes per device."""
+
+    kind: str
+    name: str  # JAX's name stack (``op_name``) of the op, or the HLO instruction's name.
+    source: str | None
+    count: int
+    bytes: int
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """What identifies a collective across two compiles of one case (one op can make several)."""
+        return self.kind, self.name, self.source
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "CollectiveOp":
+        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]), int(data["bytes"]))
+
+
+def top_collectives(analysis: "HloAnalysis", limit: int = 10) -> list[CollectiveOp]:
+    """The ``limit`` collectives that move the most bytes per step."""
+    ops = [CollectiveOp(kind, name, source, stats.count, int(stats.bytes))
+           for (kind, name, source), stats in analysis.collective_ops.items()]
+    return sorted(ops, key=lambda op: (-op.bytes, -op.count, op.kind, op.name))[:limit]
+
+
+def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> HloAnalysis:
+    """Walks the module from its entry, weighing each computation by how often it runs.
+
+    ``module``: the text's parse, when the caller has one already.
+    """
+    module = module if module is not None else parse_module(text)
+    frames = stack_frames(text)
     entry = next((c for c in module.values() if c.is_entry), None)
     result = HloAnalysis()
     if entry is None:
@@ -422,9 +561,11 @@ def analyze_hlo(text: str) -> HloAnalysis:
                 ops[key][1] = max(ops[key][1], multiplier)
             kind = _collective_kind(inst.opcode)
             if kind:
-                stats = result.collectives[kind]
-                stats.count += multiplier
-                stats.bytes += multiplier * _collective_bytes(inst, comp)
+                size = multiplier * _collective_bytes(inst, comp)
+                origin = (kind, _op_name(inst), instruction_source(inst, frames))
+                for stats in (result.collectives[kind], result.collective_ops.setdefault(origin, CollectiveStats())):
+                    stats.count += multiplier
+                    stats.bytes += size
             if inst.opcode == "while":
                 count = trip_count(inst, comp, module)
                 if count is None:

@@ -6,11 +6,15 @@ and reports key on them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 
-from aotcheck.figures.hlo import HloAnalysis, analyze_hlo
+import dataclasses
+
+from aotcheck.figures.attribution import PeakBuffer
+from aotcheck.figures.hlo import CollectiveOp, HloAnalysis, analyze_hlo
 from aotcheck.targets.topology import Topology, parse_topology
 
 Figures = dict[str, int | float]
@@ -21,6 +25,32 @@ REQUIRED_FIGURES = (
     "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes",
     "total_bytes", "flops_xla", "transcendentals_xla", "bytes_accessed_xla", "flops", "flops_program",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Details:
+    """What explains a program's figures, not gated one by one: the largest buffers at its peak
+    (:mod:`aotcheck.figures.attribution`) and its largest collectives, with their source lines.
+
+    Example:
+        >>> details = Details([PeakBuffer(1024, "temp", "jit(f)/exp", "f32[256]", "model.py:3")], [])
+        >>> Details.from_json(details.to_json()) == details
+        True
+    """
+
+    peak_buffers: list[PeakBuffer] = dataclasses.field(default_factory=list)
+    collectives: list[CollectiveOp] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"peak_buffers": [b.to_json() for b in self.peak_buffers],
+                "collectives": [c.to_json() for c in self.collectives]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> "Details":
+        """The inverse of :meth:`to_json` (None: no details); KeyError/TypeError/ValueError if malformed."""
+        data = data or {}
+        return cls([PeakBuffer.from_json(b) for b in data.get("peak_buffers") or []],
+                   [CollectiveOp.from_json(c) for c in data.get("collectives") or []])
 
 
 def figures_problem(figures: object) -> str | None:
@@ -97,7 +127,9 @@ def loop_aware_figures(analysis: HloAnalysis, *, num_devices: int | None = None)
     return figures
 
 
-def program_figures(compiled: Any, *, num_devices: int | None = None) -> dict[str, int | float]:
+def program_figures(
+    compiled: Any, *, num_devices: int | None = None, analysis: HloAnalysis | None = None
+) -> dict[str, int | float]:
     """All figures of one compiled program, as a flat dict.
 
     Memory (``*_bytes``) and ``flops``/``comm_*`` are per device; ``flops`` counts
@@ -118,7 +150,8 @@ def program_figures(compiled: Any, *, num_devices: int | None = None) -> dict[st
     figures: dict[str, int | float] = {}
     figures.update(memory_figures(compiled))
     figures.update(cost_figures(compiled))
-    figures.update(loop_aware_figures(analyze_hlo(compiled.as_text()), num_devices=num_devices))
+    analysis = analysis if analysis is not None else analyze_hlo(compiled.as_text())
+    figures.update(loop_aware_figures(analysis, num_devices=num_devices))
     return figures
 
 

@@ -37,7 +37,8 @@ from aotcheck.gate.golden import atomic_write_text, probe_writable
 # gain names (e.g. a new loop-aware figure): old entries then miss.
 # 3: figures from family-isolated processes only. 4: collectives inside every called
 # computation (7x's sparsecore call-starts); entries validated field by field.
-FIGURES_VERSION = 4
+# 5: the peak split by class (peak_*_bytes), its largest buffers and collectives.
+FIGURES_VERSION = 5
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 
@@ -112,11 +113,14 @@ class FiguresCache:
             return None
         return entry
 
-    def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float, toolchain: Mapping[str, Any]) -> None:
+    def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float, toolchain: Mapping[str, Any],
+            details: Mapping[str, Any] | None = None, attribution_problem: str | None = None) -> None:
+        """Stores a case's figures, with what explains them (``details``) and why the peak is not split, if not."""
         if not self.enabled:
             return
         entry = {"key": key, "figures": dict(figures), "compile_seconds": compile_seconds,
-                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain)}
+                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain), "details": dict(details or {}),
+                 "attribution_problem": attribution_problem}
         try:
             atomic_write_text(self._path(key), json.dumps(entry, sort_keys=True))
         except OSError as e:

@@ -29,6 +29,7 @@ from typing import Any
 
 from aotcheck import _runtime
 from aotcheck.gate.case import Case
+from aotcheck.figures.program import Details
 from aotcheck.gate.verdict import GoldenAction
 
 FORMAT = 1
@@ -46,6 +47,7 @@ class Golden:
     toolchain: dict[str, str | None]
     compiler_options: dict[str, str]
     path: Path
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)  # What explains the figures (not gated).
 
 
 def toolchain_note(golden_toolchain: dict[str, Any]) -> str | None:
@@ -65,15 +67,18 @@ def toolchain_note(golden_toolchain: dict[str, Any]) -> str | None:
 
 
 def golden_document(
-    case: Case, figures: dict[str, int | float], *, toolchain: dict[str, Any], compiler_options: dict[str, str]
+    case: Case, figures: dict[str, int | float], *, toolchain: dict[str, Any], compiler_options: dict[str, str],
+    details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON document stored for ``case``."""
+    """The JSON document stored for ``case``: figures (gated) and ``details`` (the peak's largest
+    buffers and the largest collectives, which explain a change but are not gated one by one)."""
     return {
         "format": FORMAT,
         "case": case.id,
         "figures": {k: _plain(v) for k, v in figures.items()},
         "toolchain": dict(toolchain),
         "compiler_options": dict(compiler_options),
+        "details": dict(details or {}),
     }
 
 
@@ -108,7 +113,13 @@ def parse_document(text: str, path: Path) -> Golden:
                 f"Golden file {path}: figure {name!r} must be a number, not {value!r}. "
                 "Fix it, or regenerate it with --update-golden."
             )
-    return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path)
+    details = doc.get("details")
+    try:
+        Details.from_json(details)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise GoldenError(f"Golden file {path}: its 'details' (peak buffers, collectives) cannot be read "
+                          f"({type(e).__name__}: {e}). Fix it, or regenerate it with --update-golden.") from None
+    return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path, details or {})
 
 
 def _umask() -> int:
@@ -188,10 +199,12 @@ class GoldenStore:
         *,
         toolchain: dict[str, Any],
         compiler_options: dict[str, str],
+        details: dict[str, Any] | None = None,
     ) -> GoldenAction:
         """Writes the case's golden (atomically) and says what that did."""
         path = self.path(case)
-        text = dumps(golden_document(case, figures, toolchain=toolchain, compiler_options=compiler_options))
+        text = dumps(golden_document(case, figures, toolchain=toolchain, compiler_options=compiler_options,
+                                     details=details))
         try:
             old = path.read_text()
         except FileNotFoundError:

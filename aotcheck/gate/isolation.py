@@ -35,9 +35,9 @@ import threading
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.figures.peak import Peak
 from aotcheck.gate.cache import FiguresCache
 from aotcheck.gate.case import Case
+from aotcheck.figures.program import Details
 from aotcheck.gate.measure import Measurement, measure
 from aotcheck.programs.loader import import_sources
 from aotcheck.programs.registry import REGISTRY
@@ -84,8 +84,11 @@ def describe_exit(code: int) -> str:
 def encode_error(error: BaseException) -> dict[str, str]:
     """An exception as JSON: its class's import path and its message."""
     cls = type(error)
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(error.args[0]) if
-            isinstance(error, KeyError) and error.args else str(error)}
+    out = {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(error.args[0]) if
+           isinstance(error, KeyError) and error.args else str(error)}
+    if isinstance(getattr(error, "details", None), Details):  # What filled the memory, for an OOM.
+        out["details"] = error.details.to_json()
+    return out
 
 
 def decode_error(data: dict[str, str]) -> Exception:
@@ -114,7 +117,10 @@ def decode_error(data: dict[str, str]) -> Exception:
             cls = None
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
-            return cls(data["message"])
+            error = cls(data["message"])
+            if data.get("details"):
+                error.details = Details.from_json(data["details"])
+            return error
         except Exception:  # A class whose constructor wants more than a message.
             pass
     return WorkerError(f"{data['type']}: {data['message']}", type_name=name)
@@ -231,10 +237,9 @@ class Measurer:
     worker is replaced by a fresh one for the next case.
     """
 
-    def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False, peak: bool = False) -> None:
+    def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False) -> None:
         self.cache = cache
         self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
-        self.peak = peak  # Bring back XLA's account of each program's peak (for --explain).
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
 
@@ -254,7 +259,6 @@ class Measurer:
                 "sources": REGISTRY.sources(),
                 "cache_dir": str(self.cache.root) if self.cache else None,
                 "hlo": self.keep_hlo,
-                "peak": self.peak,
             })
         except WorkerCrashed:
             self._workers.pop(family, None)
@@ -270,8 +274,8 @@ class Measurer:
             raise decode_error(reply["error"])
         return Measurement(case, reply["figures"], reply["compiler_options"], reply["compile_seconds"],
                            cached=reply["cached"], host_peak_bytes=reply.get("host_peak_bytes"),
-                           hlo_text=reply.get("hlo_text"),
-                           peak=Peak.from_json(reply["peak"]) if reply.get("peak") else None)
+                           hlo_text=reply.get("hlo_text"), attribution_problem=reply.get("attribution_problem"),
+                           details=Details.from_json(reply.get("details")))
 
     def close(self) -> None:
         """Stops every worker process."""
@@ -292,14 +296,13 @@ def serve(reply_fd: int) -> None:
             cache_dir = request["cache_dir"]
             cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
             _runtime.reset_peak_rss()
-            result = measure(Case.parse(request["case"]), cache=cache, dump_peak=bool(request.get("peak")))
+            result = measure(Case.parse(request["case"]), cache=cache)
             reply: dict[str, Any] = {"figures": result.figures, "compiler_options": result.compiler_options,
                                      "compile_seconds": result.compile_seconds, "cached": result.cached,
-                                     "host_peak_bytes": _runtime.peak_rss_bytes()}
+                                     "host_peak_bytes": _runtime.peak_rss_bytes(), "details": result.details.to_json(),
+                                     "attribution_problem": result.attribution_problem}
             if request.get("hlo") and result.compiled is not None:
                 reply["hlo_text"] = result.compiled.as_text()
-            if result.peak is not None:
-                reply["peak"] = result.peak.to_json()
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
             reply = {"error": encode_error(e)}
         reply["notes"] = [n for c in caches.values() for n in c.notes]

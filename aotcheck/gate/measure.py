@@ -28,13 +28,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.figures.peak import Peak, dump_options, read_peak
-from aotcheck.figures.program import Figures, program_figures
+from aotcheck.figures.attribution import AttributionError, dump_options, read_dump
+from aotcheck.figures.hlo import analyze_hlo, parse_module, top_collectives
+from aotcheck.figures.program import Details, Figures, program_figures
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
-from aotcheck.programs.compile import compile_lowered
+from aotcheck.figures.hbm import is_out_of_memory
+from aotcheck.programs.compile import CompileError, compile_lowered
 from aotcheck.programs.config import Config
-from aotcheck.programs.lowering import lower_config
+from aotcheck.programs.lowering import arguments, lower_config
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
 
@@ -50,7 +52,8 @@ class Measurement:
     compiled: Any = dataclasses.field(default=None, repr=False)  # None when the figures came from the cache.
     cached: bool = False
     host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
-    peak: Peak | None = None  # XLA's account of the peak (live values, breakdown), when asked for.
+    details: Details = dataclasses.field(default_factory=Details)  # The peak's largest buffers, collectives.
+    attribution_problem: str | None = None  # Why the peak could not be split by class (then no peak_* figures).
     hlo_text: str | None = dataclasses.field(default=None, repr=False)  # The optimized HLO, when asked for.
 
 
@@ -69,14 +72,14 @@ def measure(
     config: Config | None = None,
     compiler_options: Mapping[str, Any] | None = None,
     cache: FiguresCache | None = None,
-    dump_peak: bool = False,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures.
 
-    ``dump_peak``: also have XLA dump its live ranges (into a temporary directory,
-    always removed) and return its account of the peak; the cache is then not
-    consulted, since a cached case is not compiled. The dump leaves the program,
-    its figures and its cache key as they are (tests/test_cli.py compares).
+    XLA dumps its buffer assignment and live ranges into a temporary directory
+    (always removed) for :mod:`aotcheck.figures.attribution` to split the peak by
+    class; the dump leaves the program, its figures and its cache key as they are
+    (tests/test_attribution.py compares). A dump that cannot be read leaves the
+    ``peak_*`` figures out and says why in ``attribution_problem``.
 
     Raises what lowering and compiling raise: CompileError when XLA refuses,
     the registry's, mesh's and partitioning's own errors when the config is wrong.
@@ -85,21 +88,42 @@ def measure(
     options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
     lowered = lower_config(config, case.target, program=case.program)[case.program]
     key = None
-    if cache is not None and not dump_peak:
+    if cache is not None:
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology.name,
                         num_slices=case.num_slices, toolchain=_runtime.toolchain())
         entry = cache.get(key, toolchain=_runtime.toolchain())
         if entry is not None:
-            return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True)
-    peak = None
-    with tempfile.TemporaryDirectory(prefix="aotcheck-dump-") if dump_peak else contextlib.nullcontext() as dump:
+            return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True,
+                               attribution_problem=entry.get("attribution_problem"),
+                               details=Details.from_json(entry.get("details")))
+    with tempfile.TemporaryDirectory(prefix="aotcheck-dump-") as dump:
         start = time.perf_counter()
-        compiled = compile_lowered(lowered, {**options, **(dump_options(dump) if dump else {})}, what=case.id,
-                                   topology=case.topology)
+        try:
+            compiled = compile_lowered(lowered, {**options, **dump_options(dump)}, what=case.id,
+                                       topology=case.topology)
+        except CompileError as e:
+            if is_out_of_memory(str(e)):  # What filled the memory, from the dump XLA wrote before it gave up.
+                with contextlib.suppress(AttributionError):
+                    found = read_dump(dump, hlo_text=None, arguments=arguments(lowered, config), peak_bytes=None)
+                    e.details = Details(found.buffers, [])
+            raise
         seconds = time.perf_counter() - start
-        if dump:
-            peak = read_peak(dump)
-    figures = program_figures(compiled, num_devices=case.target.num_devices)
+        text = compiled.as_text()
+        module = parse_module(text)
+        analysis = analyze_hlo(text, module=module)
+        figures = program_figures(compiled, num_devices=case.target.num_devices, analysis=analysis)
+        problem, buffers = None, []
+        try:
+            attribution = read_dump(dump, hlo_text=text, module=module, arguments=arguments(lowered, config),
+                                    peak_bytes=int(figures["peak_bytes"]))
+            figures.update(attribution.figures())
+            buffers = attribution.buffers
+        except AttributionError as e:
+            problem = f"the peak is not split by class: {e}"
+    result = Measurement(case, figures, options, seconds, compiled=compiled,
+                         details=Details(buffers, top_collectives(analysis)), attribution_problem=problem)
     if cache is not None and key is not None:
-        cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain())
-    return Measurement(case, figures, options, seconds, compiled=compiled, peak=peak)
+        cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain(),
+                  details=result.details.to_json(),
+                  attribution_problem=problem)
+    return result

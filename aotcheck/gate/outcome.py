@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from aotcheck.figures.program import Figures
+from aotcheck.figures.program import Details, Figures
 from aotcheck.gate.case import Case
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.verdict import GoldenAction, Verdict
@@ -48,6 +48,8 @@ class Outcome:
             for sizing CI runners).
         drift_warning: Figures were new or gone against the golden and the session lets that pass.
         notes: What the session had to say once while checking it (e.g. a cache that stopped working).
+        details: What explains the figures: the peak's largest buffers, the largest collectives.
+        golden_details: The golden's details, when one was compared.
     """
 
     case: Case
@@ -65,6 +67,8 @@ class Outcome:
     host_peak_bytes: int | None = None
     drift_warning: bool = False
     notes: list[str] = dataclasses.field(default_factory=list)
+    details: Details | None = None
+    golden_details: Details | None = None
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -107,6 +111,8 @@ class Outcome:
             "host_peak_bytes": self.host_peak_bytes,
             "drift_warning": self.drift_warning,
             "notes": list(self.notes),
+            "details": self.details.to_json() if self.details is not None else None,
+            "golden_details": self.golden_details.to_json() if self.golden_details is not None else None,
         }
 
     @classmethod
@@ -128,6 +134,9 @@ class Outcome:
             host_peak_bytes=data.get("host_peak_bytes"),
             drift_warning=bool(data.get("drift_warning")),
             notes=list(data.get("notes") or []),
+            details=Details.from_json(data["details"]) if data.get("details") is not None else None,
+            golden_details=Details.from_json(data["golden_details"]) if data.get("golden_details") is not None
+            else None,
         )
 
 

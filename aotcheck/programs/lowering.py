@@ -45,6 +45,53 @@ def place(config: Config, topology: str | Topology | Target, num_slices: int = 1
     devices, _ = get_devices_for_topology(target.topology, target.num_slices)
     return Placement(target, build_mesh(config.mesh, target.topology, devices, num_slices=target.num_slices))
 
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """One entry parameter of a lowered program: its pytree path and what it holds.
+
+    ``kind`` is ``"params"``, ``"opt_state"`` (a train state's optimizer state and
+    step) or ``"batch"`` (every other input: the batch, a KV cache, a function's arguments).
+    """
+
+    path: str
+    kind: str
+
+
+def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
+    """The lowered program's entry parameters in order, each with its path and kind.
+
+    Example:
+        >>> from aotcheck.models import lm
+        >>> lowered = lower_config(lm.trainer_config(lm.TINY), Target.of("cpu-4"))["train_step"]
+        >>> found = arguments(lowered, lm.trainer_config(lm.TINY))
+        >>> [a for a in found if a.path in ("params/embed", "batch/tokens")]
+        [Argument(path='params/embed', kind='params'), Argument(path='batch/tokens', kind='batch')]
+        >>> sorted({a.kind for a in found})
+        ['batch', 'opt_state', 'params']
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
+    positional = [(path[1:], leaf) for path, leaf in leaves if path and getattr(path[0], "idx", None) == 0]
+    tops = {TrainerConfig: ("state", "batch"), InferenceConfig: ("params", "batch")}.get(type(config))
+    out = []
+    for path, _ in positional:
+        position = getattr(path[0], "idx", 0)
+        rest = jax.tree_util.keystr(path[1:], simple=True, separator="/")
+        if tops is None:
+            out.append(Argument(f"args[{position}]" + (f"/{rest}" if rest else ""), "batch"))
+        elif tops[position if position < 2 else 1] == "state":
+            first = getattr(path[1], "key", None) if len(path) > 1 else None
+            out.append(Argument(rest, "params" if first == "params" else "opt_state"))
+        else:
+            top = tops[min(position, 1)]
+            out.append(Argument(f"{top}/{rest}" if rest else top, "params" if top == "params" else "batch"))
+    # jit leaves unused arguments out of the program (keep_unused=False): keep the parameter numbering.
+    kept = getattr(getattr(lowered, "_lowering", None), "compile_args", {}).get("kept_var_idx")
+    if kept is not None and len(kept) != len(out):
+        out = [out[i] for i in sorted(kept) if i < len(out)]
+    return out
+
+
 def _axis_sizes(mesh: jax.sharding.Mesh) -> dict[str, int]:
     return dict(zip(mesh.axis_names, mesh.devices.shape))
 

@@ -17,7 +17,10 @@ from collections.abc import Sequence
 
 from aotcheck.figures.hbm import explain_oom
 from aotcheck.figures.hlo import analyze_hlo, iter_loops
-from aotcheck.figures.peak import Peak
+from aotcheck.figures.attribution import CLASSES, PeakBuffer
+from aotcheck.figures.hlo import CollectiveOp
+from aotcheck.figures.program import Details
+from aotcheck.gate.why import class_growth, grown
 from aotcheck.figures.program import Figures, comm_bytes, roofline
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.measure import Measurement
@@ -96,7 +99,10 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
     if verdict is Verdict.COMPILE_ERROR:
         return f"{case.id} does not compile:\n{trim_error(detail)}"
     if verdict is Verdict.OUT_OF_MEMORY:
-        return f"{case.id} {explain_oom(detail, case.topology)}"
+        message = f"{case.id} {explain_oom(detail, case.topology)}"
+        if outcome.details is not None and outcome.details.peak_buffers:
+            message += "\nThe largest buffers at XLA's peak (from its dump):\n" + buffers_table(outcome.details.peak_buffers)
+        return message
     if verdict is Verdict.OVER_HBM:
         return f"{case.id} does not fit: it {detail}."
     if verdict is Verdict.ERROR:
@@ -123,6 +129,9 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         moved = comm_summary(outcome.changes)
         if moved:
             lines += ["Collectives that moved: " + "; ".join(moved), ""]
+        why = why_lines(outcome)
+        if why:
+            lines += [*why, ""]
         if outcome.toolchain_note:
             lines.append(f"Note: {outcome.toolchain_note}.")
         lines.append(f"To accept the new figures: {accept}")
@@ -224,9 +233,75 @@ def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
               "\nXLA's raw figure counts a loop body once. 'step >=' is a roofline lower bound.")
 
 
-def explain(hlo_text: str, figures: Figures, *, peak: Peak | None = None, limit: int = 12) -> str:
+def _clip(text: str, width: int) -> str:
+    """The end of a long name (a name stack's last ops say the most), marked as clipped."""
+    return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
+def peak_table(figures: Figures) -> str | None:
+    """The peak split by class (``peak_*_bytes``), with each class's share; None without the split."""
+    peak = figures.get("peak_bytes")
+    if not peak or any(f"peak_{kind}_bytes" not in figures for kind in CLASSES):
+        return None
+    rows = [[kind, fmt_bytes(figures[f"peak_{kind}_bytes"]), fmt_share(figures[f"peak_{kind}_bytes"] / peak)]
+            for kind in CLASSES]
+    return table(["at the peak", "bytes/device", "share"], rows + [["peak", fmt_bytes(peak), "100%"]])
+
+
+def buffers_table(buffers: Sequence[PeakBuffer], *, limit: int = 10, width: int = 90) -> str:
+    """The largest buffers at the peak: bytes, class, name (argument path or JAX op), shape, source line."""
+    return table(["bytes/device", "class", "buffer", "shape", "source"],
+                 [[fmt_bytes(b.bytes) + (f" ({b.count})" if b.count > 1 else ""), b.kind, _clip(b.name, width),
+                   b.shape, b.source or "-"] for b in buffers[:limit]])
+
+
+def collectives_table(ops: Sequence[CollectiveOp], *, limit: int = 10, width: int = 90) -> str:
+    """The collectives that move the most bytes per step, by the JAX op that made them."""
+    return table(["collective", "count", "bytes/device", "op", "source"],
+                 [[op.kind, op.count, fmt_bytes(op.bytes), _clip(op.name, width), op.source or "-"]
+                  for op in ops[:limit]])
+
+
+def _buffer_line(g) -> str:
+    b = g.now
+    where = f" at {b.source}" if b.source else ""
+    status = "new at peak" if g.before is None else f"was {fmt_bytes(g.before)}"
+    count = f" x{b.count}" if b.count > 1 else ""
+    return f"  {b.kind} +{fmt_bytes(g.added)}: {b.shape}{count} '{_clip(b.name, 100)}'{where} ({status})"
+
+
+def _collective_line(g) -> str:
+    op = g.now
+    where = f" at {op.source}" if op.source else ""
+    status = "new" if g.before is None else f"was {fmt_bytes(g.before)}"
+    return f"  {op.kind} +{fmt_bytes(g.added)} ({op.count} per step): '{_clip(op.name, 100)}'{where} ({status})"
+
+
+def why_lines(outcome: Outcome) -> list[str]:
+    """Why the figures moved: the peak's classes that grew, the buffers and collectives new or grown."""
+    moved = {r.metric for r in outcome.changes if r.change is Change.REGRESSION}
+    now, before = outcome.details, outcome.golden_details
+    lines = []
+    if moved & {"peak_bytes", "total_bytes", "temp_bytes", "argument_bytes", "output_bytes"} | {
+            m for m in moved if m.startswith("peak_")}:
+        growth = class_growth(outcome.golden or {}, outcome.figures or {})
+        if growth:
+            lines.append("The peak grew in: " + ", ".join(f"{kind} +{fmt_bytes(b)}" for kind, b in growth))
+        if now is not None and before is not None:
+            buffers = grown(before.peak_buffers, now.peak_buffers)
+            if buffers:
+                lines += ["Buffers at the peak that are new or grew:", *map(_buffer_line, buffers)]
+    if any(m.startswith("comm_") for m in moved) and now is not None and before is not None:
+        ops = grown(before.collectives, now.collectives)
+        if ops:
+            lines += ["Collectives that are new or grew:", *map(_collective_line, ops)]
+    return lines
+
+
+def explain(hlo_text: str, figures: Figures, *, details: Details | None = None, limit: int = 12) -> str:
     """Where the FLOPs and bytes come from (from a program's optimized HLO text): loops with their
-    trip counts, top matmuls, collectives; with ``peak``, what XLA says is live at the peak."""
+    trip counts, top matmuls, collectives by op; with the figures' peak split and ``details``,
+    what holds the HBM at the peak and which line made it."""
     analysis = analyze_hlo(hlo_text)
     lines = [f"FLOPs per device: {fmt_count(analysis.flops)} loop-aware vs {fmt_count(figures['flops_xla'])} XLA raw"]
     loops = list(iter_loops(analysis))
@@ -240,16 +315,13 @@ def explain(hlo_text: str, figures: Figures, *, peak: Peak | None = None, limit:
         ))
     lines.append(table(["top matmuls", "FLOPs in all", "times run"],
                        [[name[-80:], fmt_count(f), m] for f, name, m in analysis.top_ops]))
-    lines.append(table(["collective", "count", "bytes/device"],
-                       [[k, v.count, fmt_bytes(v.bytes)] for k, v in analysis.collectives.items()]))
-    if peak is not None:
-        total = f" (XLA's breakdown: {fmt_bytes(peak.total_bytes)} of the {fmt_bytes(figures['peak_bytes'])} peak)" \
-            if peak.total_bytes else ""
-        lines.append(f"Live at the peak, largest first{total}:\n" + table(
-            ["value", "bytes/device"], [[v.name, fmt_bytes(v.bytes)] for v in peak.values[:limit]]))
-        top = sorted((n for n in peak.breakdown if n.depth == 1), key=lambda n: -n.bytes)[:limit]
-        lines.append("The peak by JAX name stack and argument path (top level):\n" + table(
-            ["name stack or argument", "bytes/device"], [[n.name[-100:], fmt_bytes(n.bytes)] for n in top]))
+    if details is not None and details.collectives:
+        lines.append("The largest collectives, per step:\n" + collectives_table(details.collectives, limit=limit))
+    split = peak_table(figures)
+    if split:
+        lines.append("What holds the HBM at the peak (per device):\n" + split)
+    if details is not None and details.peak_buffers:
+        lines.append("The largest buffers at the peak:\n" + buffers_table(details.peak_buffers, limit=limit))
     return "\n\n".join(lines)
 
 

@@ -1,0 +1,357 @@
+"""What holds the HBM at the peak, and which line of code put it there.
+
+XLA's TPU compiler, asked to dump (``xla_dump_to``), writes for every compile
+(deviceless ones too) its buffer assignment (which allocation holds which value,
+entry parameters by number) and its live ranges (the values live at the peak).
+This module reads the two, with the optimized HLO and the lowered program's
+argument paths, and splits the compiled peak by class:
+
+- ``params`` / ``opt_state`` / ``batch``: the entry arguments' own buffers, in
+  full: XLA never frees or reuses an argument's buffer during the program, so
+  they are resident at any peak. ``batch`` is every input that is neither
+  parameters nor optimizer state (the batch, a KV cache, a function's arguments).
+- ``outputs``: values live at the peak in buffers that leave the program and
+  are not an argument's (an update donated in place counts as its argument).
+- ``temp``: every other value live at the peak (activations, gradients,
+  gathered copies of parameters), named by the HLO instruction that defined it:
+  JAX's name stack (``op_name``) and the Python ``source_file:line``; a buffer
+  that only moves an argument (a copy, an all-gather) is named by the argument.
+- ``other``: what XLA's peak counts beyond these: tile padding, fragmentation,
+  reservations such as program code. Never dropped, so the classes sum to
+  ``peak_bytes`` exactly.
+
+Only buffers in HBM count: values XLA placed in on-chip memories (VMEM, SMEM)
+or on the host are not part of the HBM peak.
+
+Example (the dump of a two-argument program, shortened by hand):
+    >>> assignment = '''BufferAssignment:
+    ... allocation 0: size 4096, parameter 0, shape |f32[32,32]| at ShapeIndex {}:
+    ...  value: <1 p0 @0> (size=4096,offset=0): f32[32,32]{1,0}
+    ... allocation 1: size 8192, maybe-live-out:
+    ...  value: <5 dot.1 @0> (size=8192,offset=0): f32[64,32]{1,0}
+    ... allocation 2: size 16384, preallocated-temp:
+    ...  value: <3 fusion.2 @0> (size=16384,offset=0): f32[64,64]{1,0}
+    ... '''
+    >>> live_range = '''  Live ranges at 3 (peak):
+    ...     fusion.2{}: 16384 bytes (cumulative: 16384 bytes)
+    ...     dot.1{}: 8192 bytes (cumulative: 24576 bytes)
+    ... '''
+    >>> hlo = '''ENTRY %main (p0: f32[32,32]) -> f32[64,32] {
+    ...   %p0 = f32[32,32]{1,0} parameter(0)
+    ...   %fusion.2 = f32[64,64]{1,0} fusion(), kind=kLoop, calls=%f, metadata={op_name="jit(f)/exp" source_file="/x/model.py" source_line=88}
+    ...   ROOT %dot.1 = f32[64,32]{1,0} dot(%fusion.2, %p0), metadata={op_name="jit(f)/dot_general" source_file="/x/model.py" source_line=89}
+    ... }'''
+    >>> found = attribute(assignment, live_range, parse_module(hlo), arguments=[Argument("params/w", "params")],
+    ...                   peak_bytes=40000)
+    >>> found.classes
+    {'params': 4096, 'opt_state': 0, 'batch': 0, 'outputs': 8192, 'temp': 16384, 'other': 11328}
+    >>> found.buffers[0]
+    PeakBuffer(bytes=16384, kind='temp', name='jit(f)/exp', shape='f32[64,64]', source='model.py:88', count=1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aotcheck.figures.hlo import Computation, Instruction, instruction_source, metadata, parse_module, stack_frames
+from aotcheck.programs.lowering import Argument
+
+CLASSES = ("params", "opt_state", "batch", "outputs", "temp", "other")
+PEAK_FIGURES = tuple(f"peak_{kind}_bytes" for kind in CLASSES)
+"""Figures the attribution adds to every case; they sum to ``peak_bytes``."""
+
+TOP_BUFFERS = 10
+_ON_CHIP_OR_HOST = frozenset({"vmem", "smem", "host", "sflag"})
+
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+), (.*)$")
+_VALUE = re.compile(r"^ value: <\d+ (\S+?)(?: \(phi\))? @\d+> \(size=(\d+),offset=\d+\): (\S+)")
+_LIVE = re.compile(r"^\s+(\S+): (\d+) bytes \(cumulative")
+_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)")
+_SHAPE = re.compile(r"^(\w+\[[\d,]*\])")
+# Instructions that only move or re-lay data: the buffer they define holds what their operand held.
+_MOVES = frozenset({"copy", "copy-start", "copy-done", "bitcast", "reshape", "optimization-barrier"})
+# Instructions that make another copy of (part of) their operand: named "<op> of <operand>".
+_COPIES = frozenset({
+    "convert", "all-gather", "all-gather-start", "all-gather-done", "all-to-all", "collective-permute",
+    "collective-permute-start", "collective-permute-done", "dynamic-slice", "slice", "transpose", "broadcast",
+})
+
+
+class AttributionError(ValueError):
+    """The dump to attribute the peak from is missing or in a form this version does not read."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PeakBuffer:
+    """Buffers of one name live at the peak: their bytes per device (all ``count`` of them)."""
+
+    bytes: int
+    kind: str
+    name: str  # An argument's path, or the defining op's JAX name stack.
+    shape: str  # dtype[dims] of the largest of them.
+    source: str | None = None  # "file.py:88": the Python line that made it.
+    count: int = 1
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What identifies a buffer across two compiles of one case."""
+        return self.kind, self.name
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PeakBuffer":
+        return cls(int(data["bytes"]), str(data["kind"]), str(data["name"]), str(data["shape"]),
+                   data.get("source"), int(data.get("count", 1)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Attribution:
+    """The peak by class (summing to the peak) and the largest buffers in it."""
+
+    classes: dict[str, int]
+    buffers: list[PeakBuffer]
+
+    def figures(self) -> dict[str, int]:
+        """The gated figures: ``peak_<class>_bytes``."""
+        return {f"peak_{kind}_bytes": self.classes[kind] for kind in CLASSES}
+
+    @classmethod
+    def from_parts(cls, figures: Mapping[str, Any], buffers: Sequence[Mapping[str, Any]]) -> "Attribution | None":
+        """Rebuilt from a case's figures and its stored buffer list; None without the figures."""
+        if not all(name in figures for name in PEAK_FIGURES):
+            return None
+        return cls({kind: int(figures[f"peak_{kind}_bytes"]) for kind in CLASSES},
+                   [PeakBuffer.from_json(b) for b in buffers])
+
+
+@dataclasses.dataclass
+class _Allocation:
+    size: int
+    kind: str  # "parameter", "output", "temp"
+    color: int
+    parameter: int | None = None
+    shape: str = "?"
+
+
+def dump_options(directory: str) -> dict[str, Any]:
+    """Compiler options that make XLA write its dumps (text) into ``directory``."""
+    return {"xla_dump_to": directory, "xla_dump_hlo_as_text": True}  # A bool: "true" is refused.
+
+
+def _parse_assignment(text: str) -> tuple[dict[int, _Allocation], dict[str, tuple[int, int, str]]]:
+    """Allocations by number, and value name -> (allocation, padded bytes, shape)."""
+    allocations: dict[int, _Allocation] = {}
+    values: dict[str, tuple[int, int, str]] = {}
+    current = None
+    for line in text.splitlines():
+        match = _ALLOCATION.match(line)
+        if match:
+            current, rest = int(match[1]), match[3]
+            param = re.match(r"parameter (\d+), shape \|(.*?)\| at ShapeIndex \{([\d,]*)\}", rest)
+            color = re.search(r"\bcolor (\d+)", rest)
+            if param:
+                index = [int(i) for i in param[3].split(",") if i]
+                # A tuple-shaped entry parameter (rare) holds the arguments by index.
+                number, kind = (index[0] if index else int(param[1])), "parameter"
+            else:
+                number, kind = None, ("output" if "maybe-live-out" in rest or "output shape" in rest else "temp")
+            allocations[current] = _Allocation(int(match[2]), kind, int(color[1]) if color else 0, number,
+                                               param[2] if param else "?")
+            continue
+        match = _VALUE.match(line)
+        if match and current is not None:
+            shape = _SHAPE.match(match[3])
+            values.setdefault(match[1], (current, int(match[2]), shape[1] if shape else match[3]))
+        elif not line.startswith(" "):
+            current = None
+    return allocations, values
+
+
+def _peak_values(text: str) -> list[tuple[str, int]]:
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Live ranges at" in line and "(peak)" in line), None)
+    if start is None:
+        raise AttributionError("the live-range dump has no 'Live ranges at N (peak)' section")
+    out = []
+    for line in lines[start + 1:]:
+        match = _LIVE.match(line)
+        if not match:
+            break
+        out.append((match[1].removesuffix("{}"), int(match[2])))
+    return out
+
+
+def _off_chip_colors(usage_report: str | None) -> set[int]:
+    """Colors (memory spaces) that are not HBM, from XLA's memory-usage report."""
+    if not usage_report:
+        return set()
+    return {int(m[2]) for line in usage_report.splitlines() if (m := _SPACE.match(line)) and m[1] in _ON_CHIP_OR_HOST}
+
+
+class _Module:
+    """The optimized HLO, indexed for tracing a value back to where its data came from."""
+
+    def __init__(self, module: Mapping[str, Computation], frames: Mapping[int, str] | None = None) -> None:
+        self.frames = frames or {}
+        self.where: dict[str, tuple[Computation, Instruction]] = {}
+        self.loop_of: dict[str, Instruction] = {}  # A while body's or condition's name -> the while.
+        self.computations = module
+        for comp in module.values():
+            for inst in comp.instructions.values():
+                self.where[inst.name] = (comp, inst)
+                if inst.opcode == "while":
+                    for key in ("body", "condition"):
+                        for name in inst.called(key):
+                            self.loop_of[name] = inst
+
+    def origin(self, name: str, index: tuple[int, ...], depth: int = 0) -> tuple[int | None, str | None, Instruction | None]:
+        """(entry parameter the data came from, the copying op on the way, the instruction to name it by)."""
+        found = self.where.get(name)
+        if found is None or depth > 64:
+            return None, None, None
+        comp, inst = found
+        op = inst.opcode
+        if op == "parameter":
+            if comp.is_entry:
+                return (inst.int_arg if not index else index[0]) if inst.int_arg is not None else None, None, inst
+            loop = self.loop_of.get(comp.name)
+            if loop is not None and loop.operands:
+                return self._carried(loop, index, depth)
+            return None, None, inst
+        if op == "get-tuple-element":
+            position = int(inst.attr("index") or 0)
+            return self.origin(inst.operands[0], (position, *index), depth + 1) if inst.operands else (None, None, inst)
+        if op == "tuple" and index and index[0] < len(inst.operands):
+            return self.origin(inst.operands[index[0]], index[1:], depth + 1)
+        if op == "while":
+            return self._carried(inst, index, depth)
+        if op in _MOVES and inst.operands:
+            return self.origin(inst.operands[0], () if op.startswith("copy-") else index, depth + 1)
+        if op in _COPIES and inst.operands:
+            number, _, _ = self.origin(inst.operands[0], (), depth + 1)
+            if number is not None:
+                return number, op.removesuffix("-start").removesuffix("-done"), inst
+        return None, None, inst
+
+    def _carried(self, loop: Instruction, index: tuple[int, ...], depth: int):
+        """A loop-carried value: the loop's input if the body passes it through, else what the body makes."""
+        body = self.computations.get((loop.called("body") or [""])[0])
+        if body is None or body.root is None or not index or body.root.opcode != "tuple":
+            return None, None, loop
+        made = body.root.operands[index[0]] if index[0] < len(body.root.operands) else None
+        source = self.where.get(made or "")
+        if source is not None:
+            _, inst = source
+            passes = (inst.opcode == "get-tuple-element" and int(inst.attr("index") or 0) == index[0]
+                      and self.where.get(inst.operands[0], (None, None))[1] is not None
+                      and self.where[inst.operands[0]][1].opcode == "parameter")
+            if not passes:
+                return None, None, inst
+        return self.origin(loop.operands[0], index, depth + 1)
+
+
+def _split(value: str) -> tuple[str, tuple[int, ...]]:
+    match = re.fullmatch(r"(.*?)\{([\d,]*)\}", value)
+    if not match:
+        return value, ()
+    return match[1], tuple(int(i) for i in match[2].split(",") if i)
+
+
+def attribute(
+    assignment: str,
+    live_range: str,
+    module: Mapping[str, Computation],
+    *,
+    arguments: Sequence[Argument],
+    peak_bytes: int | None,
+    frames: Mapping[int, str] | None = None,
+    usage_report: str | None = None,
+    top: int = TOP_BUFFERS,
+) -> Attribution:
+    """The peak split by class, and its ``top`` largest buffers (see the module's docstring).
+
+    ``peak_bytes`` None (a program XLA refused for want of memory has no peak
+    figure): ``other`` is 0 and the classes sum to what the dump names.
+    """
+    allocations, values = _parse_assignment(assignment)
+    if not allocations:
+        raise AttributionError("the buffer-assignment dump lists no allocations")
+    off_chip = _off_chip_colors(usage_report)
+    hlo = _Module(module, frames)
+    classes = dict.fromkeys(CLASSES, 0)
+    named: dict[tuple[str, str], list] = {}  # (kind, name) -> [bytes, count, (largest bytes, shape), source]
+
+    def add(kind: str, name: str, size: int, shape: str, source: str | None) -> None:
+        classes[kind] += size
+        entry = named.setdefault((kind, name), [0, 0, (0, shape), source])
+        entry[0] += size
+        entry[1] += 1
+        entry[2] = max(entry[2], (size, shape))
+
+    for allocation in allocations.values():
+        if allocation.kind == "parameter" and allocation.color not in off_chip:
+            argument = arguments[allocation.parameter] if allocation.parameter < len(arguments) else None
+            path = argument.path if argument else f"argument {allocation.parameter}"
+            add(argument.kind if argument else "batch", path, allocation.size, allocation.shape, None)
+    for value, logical in _peak_values(live_range):
+        number, size, shape = values.get(value, (None, logical, "?"))
+        allocation = allocations.get(number) if number is not None else None
+        if allocation is not None and (allocation.kind == "parameter" or allocation.color in off_chip):
+            continue  # Counted in full above, or not in HBM.
+        kind = "outputs" if allocation is not None and allocation.kind == "output" else "temp"
+        name, index = _split(value)
+        origin, via, inst = hlo.origin(name, index)
+        if origin is not None and origin < len(arguments):
+            label = f"{via} of {arguments[origin].path}" if via else f"copy of {arguments[origin].path}"
+            source = None
+        else:
+            inst = inst or hlo.where.get(name, (None, None))[1]
+            label = (metadata(inst, "op_name") if inst else None) or (inst.opcode if inst else name)
+            source = instruction_source(inst, hlo.frames) if inst else None
+        add(kind, label, size, shape, source)
+    counted = sum(classes.values())
+    classes["other"] = peak_bytes - counted if peak_bytes is not None else 0
+    if classes["other"] < 0:
+        raise AttributionError(
+            f"the buffers live at XLA's peak add up to {counted} bytes, more than its peak of {peak_bytes}; "
+            "this libtpu's dump does not mean what aotcheck reads it as")
+    buffers = [PeakBuffer(total, kind, name, shape, source, count)
+               for (kind, name), (total, count, (_, shape), source) in named.items()]
+    buffers.sort(key=lambda b: (-b.bytes, b.kind, b.name))
+    return Attribution(classes, buffers[:top])
+
+
+def read_dump(directory: str | Path, *, hlo_text: str | None, arguments: Sequence[Argument], peak_bytes: int | None,
+              module: Mapping[str, Computation] | None = None, top: int = TOP_BUFFERS) -> Attribution:
+    """:func:`attribute` on the one program XLA dumped into ``directory``.
+
+    ``hlo_text`` is the optimized module (``compiled.as_text()``; None: the dump's
+    own, for a program that did not compile), ``module`` its parse when the caller
+    has one already.
+
+    Raises AttributionError, naming the file, when a dump is missing or unreadable.
+    """
+    directory = Path(directory)
+
+    def one(suffix: str, *, required: bool = True) -> str | None:
+        pattern = f"*after_optimizations{'-' + suffix if suffix else ''}.txt"
+        files = sorted(directory.glob(pattern))
+        if not files:
+            if required:
+                raise AttributionError(f"XLA wrote no {pattern} into its dump directory")
+            return None
+        try:
+            return files[-1].read_text(errors="replace")
+        except OSError as e:
+            raise AttributionError(f"cannot read XLA's dump {files[-1].name}: {e.strerror or e}") from None
+
+    if hlo_text is None:
+        hlo_text = one("", required=True)
+    return attribute(one("buffer-assignment"), one("live-range"), module or parse_module(hlo_text),
+                     arguments=arguments, peak_bytes=peak_bytes, frames=stack_frames(hlo_text), usage_report=one("memory-usage-report", required=False), top=top)
