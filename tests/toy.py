@@ -43,8 +43,11 @@ if os.environ.get("TOY_EXTRAS"):
 if os.environ.get("TOY_LM"):
     from aotcheck.models import lm
 
+    import dataclasses
+
     rules = ((".*", P()),) if os.environ["TOY_LM"] == "replicated" else lm.PARTITION_RULES
-    aotcheck.register("lm", lambda: lm.trainer_config(lm.TINY, partition_rules=rules))
+    model = dataclasses.replace(lm.TINY, remat=os.environ["TOY_LM"] != "noremat")  # noremat: a regressed edit
+    aotcheck.register("lm", lambda: lm.trainer_config(model, partition_rules=rules))
 '''
 
 INI = """

@@ -16,9 +16,9 @@ argument paths, and splits the compiled peak by class:
   gathered copies of parameters), named by the HLO instruction that defined it:
   JAX's name stack (``op_name``) and the Python ``source_file:line``; a buffer
   that only moves an argument (a copy, an all-gather) is named by the argument.
-- ``other``: what XLA's peak counts beyond these: tile padding, fragmentation,
-  reservations such as program code. Never dropped, so the classes sum to
-  ``peak_bytes`` exactly.
+- ``other``: what XLA's peak counts beyond these: tile padding (the classes
+  count each array's logical bytes), fragmentation, reservations such as program
+  code. Never dropped, so the classes sum to ``peak_bytes`` exactly.
 
 Only buffers in HBM count: values XLA placed in on-chip memories (VMEM, SMEM)
 or on the host are not part of the HBM peak.
@@ -57,7 +57,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aotcheck.figures.hlo import Computation, Instruction, instruction_source, metadata, parse_module, stack_frames
+from aotcheck.figures.hlo import (
+    Computation, Instruction, instruction_source, metadata, parse_arrays, parse_module, stack_frames,
+)
 from aotcheck.programs.lowering import Argument
 
 CLASSES = ("params", "opt_state", "batch", "outputs", "temp", "other")
@@ -201,6 +203,7 @@ class _Module:
         self.frames = frames or {}
         self.where: dict[str, tuple[Computation, Instruction]] = {}
         self.loop_of: dict[str, Instruction] = {}  # A while body's or condition's name -> the while.
+        self.feeds: dict[str, tuple[Instruction, int]] = {}  # A loop's initial value -> (the while, its index).
         self.computations = module
         for comp in module.values():
             for inst in comp.instructions.values():
@@ -209,6 +212,10 @@ class _Module:
                     for key in ("body", "condition"):
                         for name in inst.called(key):
                             self.loop_of[name] = inst
+                    init = comp.instructions.get(inst.operands[0]) if inst.operands else None
+                    if init is not None and init.opcode == "tuple":
+                        for i, operand in enumerate(init.operands):
+                            self.feeds.setdefault(operand, (inst, i))
 
     def origin(self, name: str, index: tuple[int, ...], depth: int = 0) -> tuple[int | None, str | None, Instruction | None]:
         """(entry parameter the data came from, the copying op on the way, the instruction to name it by)."""
@@ -239,6 +246,23 @@ class _Module:
                 return number, op.removesuffix("-start").removesuffix("-done"), inst
         return None, None, inst
 
+    def _written(self, inst: Instruction) -> Instruction:
+        """For a loop's stacked output (a dynamic-update-slice, or a fusion rooted at one: a scan's
+        saved residuals), the instruction that made the slice it writes; else ``inst``."""
+        update: Instruction | None = None
+        if inst.opcode == "dynamic-update-slice" and len(inst.operands) > 1:
+            update = self.where.get(inst.operands[1], (None, None))[1]
+        elif inst.opcode == "fusion":
+            fused = self.computations.get((inst.called("calls") or [""])[0])
+            if fused is not None and fused.root is not None and fused.root.opcode == "dynamic-update-slice":
+                update = fused.instructions.get(fused.root.operands[1]) if len(fused.root.operands) > 1 else None
+                while update is not None and update.opcode in _MOVES | {"convert"} and update.operands:
+                    update = fused.instructions.get(update.operands[0])
+                if update is not None and update.opcode == "parameter" and update.int_arg is not None \
+                        and update.int_arg < len(inst.operands):
+                    update = self.where.get(inst.operands[update.int_arg], (None, None))[1]
+        return update if _named(update) else inst
+
     def _carried(self, loop: Instruction, index: tuple[int, ...], depth: int):
         """A loop-carried value: the loop's input if the body passes it through, else what the body makes."""
         body = self.computations.get((loop.called("body") or [""])[0])
@@ -252,8 +276,12 @@ class _Module:
                       and self.where.get(inst.operands[0], (None, None))[1] is not None
                       and self.where[inst.operands[0]][1].opcode == "parameter")
             if not passes:
-                return None, None, inst
+                return None, None, self._written(inst)
         return self.origin(loop.operands[0], index, depth + 1)
+
+
+def _named(inst: Instruction | None) -> bool:
+    return inst is not None and "/" in (metadata(inst, "op_name") or "")
 
 
 def _split(value: str) -> tuple[str, tuple[int, ...]]:
@@ -298,9 +326,11 @@ def attribute(
         if allocation.kind == "parameter" and allocation.color not in off_chip:
             argument = arguments[allocation.parameter] if allocation.parameter < len(arguments) else None
             path = argument.path if argument else f"argument {allocation.parameter}"
-            add(argument.kind if argument else "batch", path, allocation.size, allocation.shape, None)
-    for value, logical in _peak_values(live_range):
-        number, size, shape = values.get(value, (None, logical, "?"))
+            # The logical size: tile padding is XLA's, not the argument's; it stays in "other".
+            size = int(sum(a.bytes for a in parse_arrays(allocation.shape))) or allocation.size
+            add(argument.kind if argument else "batch", path, size, allocation.shape, None)
+    for value, size in _peak_values(live_range):  # Logical sizes, as for the arguments.
+        number, _, shape = values.get(value, (None, size, "?"))
         allocation = allocations.get(number) if number is not None else None
         if allocation is not None and (allocation.kind == "parameter" or allocation.color in off_chip):
             continue  # Counted in full above, or not in HBM.
@@ -309,9 +339,14 @@ def attribute(
         origin, via, inst = hlo.origin(name, index)
         if origin is not None and origin < len(arguments):
             label = f"{via} of {arguments[origin].path}" if via else f"copy of {arguments[origin].path}"
-            source = None
+            source = instruction_source(inst, hlo.frames) if via and inst else None  # The line that copied it.
         else:
             inst = inst or hlo.where.get(name, (None, None))[1]
+            if inst is not None and "/" not in (metadata(inst, "op_name") or "") and inst.name in hlo.feeds:
+                # A buffer made for a loop (a scan's stacked residuals, allocated or zeroed before it),
+                # with no JAX name of its own: named by what the loop writes into it.
+                loop, index = hlo.feeds[inst.name]
+                inst = hlo._carried(loop, (index,), 0)[2] or inst
             label = (metadata(inst, "op_name") if inst else None) or (inst.opcode if inst else name)
             source = instruction_source(inst, hlo.frames) if inst else None
         add(kind, label, size, shape, source)

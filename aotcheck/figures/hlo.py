@@ -166,11 +166,19 @@ def parse_module(text: str) -> dict[str, Computation]:
 
 
 def short_source(path: str, line: str | int) -> str:
-    """``file:line`` with the file relative to the working directory (or a site-packages), else its base name.
+    """``file:line``, the file as a reader finds it: relative to the working directory, else from its
+    top-level package (``aotcheck/models/lm.py``) or its site-packages, else its base name.
 
     Example:
         >>> short_source(os.path.join(os.getcwd(), "models", "lm.py"), 88)
         'models/lm.py:88'
+        >>> import tempfile
+        >>> package = os.path.join(tempfile.mkdtemp(), "pkg", "models")
+        >>> os.makedirs(package)
+        >>> for d in (package, os.path.dirname(package)):
+        ...     open(os.path.join(d, "__init__.py"), "w").close()
+        >>> short_source(os.path.join(package, "lm.py"), 12)
+        'pkg/models/lm.py:12'
         >>> short_source("/venv/lib/python3.11/site-packages/flax/linen/linear.py", 12)
         'flax/linen/linear.py:12'
         >>> short_source("/elsewhere/model.py", 7)
@@ -178,12 +186,15 @@ def short_source(path: str, line: str | int) -> str:
     """
     here = os.getcwd() + os.sep
     if path.startswith(here):
-        path = path[len(here):]
-    elif "site-packages" + os.sep in path:
-        path = path.split("site-packages" + os.sep, 1)[1]
-    else:
-        path = os.path.basename(path)
-    return f"{path}:{line}"
+        return f"{path[len(here):]}:{line}"
+    if "site-packages" + os.sep in path:
+        return f"{path.split('site-packages' + os.sep, 1)[1]}:{line}"
+    top = os.path.dirname(path)
+    while os.path.exists(os.path.join(top, "__init__.py")):
+        top = os.path.dirname(top)
+    if top != os.path.dirname(path):
+        return f"{os.path.relpath(path, top)}:{line}"
+    return f"{os.path.basename(path)}:{line}"
 
 
 _TABLE_ROW = re.compile(r"^(\d+) (.*)$")

@@ -11,11 +11,13 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
+from aotcheck.figures.attribution import CLASSES
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
+from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
 from aotcheck.render.text import SUMMARY_HEADERS, summary_row
-from aotcheck.units import fmt_pct
+from aotcheck.units import fmt_bytes, fmt_pct
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -35,6 +37,25 @@ def _changes(outcome: Outcome, limit: int = 3) -> str:
     if len(moved) > limit:
         out.append(f"+{len(moved) - limit} more")
     return ", ".join(out)
+
+
+def _peak_block(outcome: Outcome) -> list[str]:
+    """The peak by class (against the golden when there is one) and the largest buffers, as Markdown."""
+    figures, golden = outcome.figures or {}, outcome.golden or {}
+    lines = []
+    if all(f"peak_{k}_bytes" in figures for k in CLASSES):
+        rows = []
+        for kind in CLASSES:
+            now, before = figures[f"peak_{kind}_bytes"], golden.get(f"peak_{kind}_bytes")
+            rows.append([kind, fmt_bytes(now), fmt_bytes(before) if before is not None else "-",
+                         fmt_pct(now / before - 1) if before else "-"])
+        lines += [markdown_table(["class", "now", "golden", "change"], rows), ""]
+    buffers = outcome.details.peak_buffers if outcome.details is not None else []
+    if buffers:
+        lines += [markdown_table(["bytes/device", "class", "buffer", "shape", "source"],
+                                 [[fmt_bytes(b.bytes), b.kind, f"`{b.name}`", b.shape, b.source or "-"]
+                                  for b in buffers]), ""]
+    return lines
 
 
 def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
@@ -60,6 +81,12 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
         for o in report.failed:
             lines += [f"<details><summary><code>{o.case.id}</code>: {o.verdict.value}</summary>", "",
                       "```", o.message, "```", "</details>", ""]
+    explained = [o for o in outcomes if (o.failed or o.verdict is Verdict.REGRESSION) and _peak_block(o)]
+    if explained:
+        lines += ["", "### What holds the HBM at the peak", ""]
+        for o in explained:
+            lines += [f"<details><summary><code>{o.case.id}</code>: peak {fmt_bytes((o.figures or {}).get('peak_bytes', 0))}"
+                      "</summary>", "", *_peak_block(o), "</details>", ""]
     if report.stale:
         lines += ["", f"**Stale golden files** (no registered case): {', '.join(report.stale)}"]
     bars = text_bars(outcomes)

@@ -1,0 +1,174 @@
+"""Peak attribution (aotcheck.figures.attribution) on programs built for the purpose, compiled for real.
+
+What each test shows: the classes sum to the peak; the parameters' class is the
+parameters' analytic bytes per device; a dominating temporary is named with the
+line that made it; a replicated copy of a parameter is a new buffer with its path;
+dropping remat moves bytes into temporaries and the gate's message names them; the
+dump changes nothing and leaves nothing behind; a missing dump is a note, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+from jax.sharding import PartitionSpec as P
+from toy import run
+
+import aotcheck
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURES, AttributionError, attribute, read_dump
+from aotcheck.figures.hlo import parse_module
+from aotcheck.figures.program import Details, program_figures
+from aotcheck.gate.case import Case
+from aotcheck.gate.measure import measure
+from aotcheck.gate.why import grown
+from aotcheck.models import lm
+from aotcheck.programs.lowering import lower_config, place, trainer_state_specs
+from aotcheck.targets.topology import Target
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+HERE = "tests/test_attribution.py"
+
+
+def analytic_param_bytes(config: aotcheck.TrainerConfig, target: Target) -> int:
+    """The parameters' bytes on one device, from their shapes and shardings alone (no compile)."""
+    state, _ = trainer_state_specs(config, place(config, target))
+    return sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
+               for leaf in jax.tree_util.tree_leaves(state["params"]))
+
+
+def _line(marker: str) -> int:
+    """The line of this file that carries ``marker`` (so the test does not hard-code line numbers)."""
+    lines = Path(__file__).read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if marker in line and "_line(" not in line)
+
+
+# A train step whose peak is un-rematted f32 logits [B, S, V]: B=16, S=128, V=16384, 4 devices.
+VOCAB, SEQ, BATCH, WIDTH = 16384, 128, 16, 64
+
+
+def logits_init(key):
+    k1, k2 = jax.random.split(key)
+    return {"embed": jax.random.normal(k1, (VOCAB, WIDTH)), "unembed": jax.random.normal(k2, (WIDTH, VOCAB))}
+
+
+def logits_loss(params, batch, *, replicate=False):
+    x = params["embed"][batch["tokens"]]
+    unembed = params["unembed"]
+    if replicate:  # A replicated copy of a sharded parameter: an all-gather the step did not need.
+        unembed = jax.lax.with_sharding_constraint(unembed, P())  # marker: replicated copy
+    logits = (x @ unembed).astype(jnp.float32)  # marker: logits
+    return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+
+
+def logits_config(*, replicate=False):
+    return aotcheck.TrainerConfig(
+        init_fn=logits_init,
+        loss_fn=lambda p, b: logits_loss(p, b, replicate=replicate),
+        optimizer=optax.sgd(0.1),
+        partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
+        batch_spec={"tokens": jax.ShapeDtypeStruct((BATCH, SEQ), jnp.int32)},
+        mesh=aotcheck.MeshSpec(("data",), (-1,)),
+    )
+
+
+@pytest.fixture(scope="module")
+def logits_case():
+    return measure(Case.of("logits", "train_step", "v4-8"), config=logits_config())
+
+
+def test_classes_sum_to_the_peak_and_name_the_dominating_temporary(logits_case):
+    figures = logits_case.figures
+    assert sum(figures[name] for name in PEAK_FIGURES) == figures["peak_bytes"]
+    assert all(figures[name] >= 0 for name in PEAK_FIGURES)
+    top = logits_case.details.peak_buffers[0]
+    per_device = BATCH * SEQ * VOCAB * 4 // 4  # f32 logits, a quarter per device (XLA picks which axis)
+    assert top.kind == "temp" and top.bytes >= per_device
+    dims = [int(d) for d in top.shape.removeprefix("f32[").rstrip("]").split(",")]
+    assert top.shape.startswith("f32[") and math.prod(dims) * 4 == per_device and SEQ in dims, top
+    assert top.source in {f"{HERE}:{_line('marker: logits')}", f"{HERE}:{_line('jax.nn.log_softmax(logits)')}"}
+    assert top.name.startswith("jit(train_step)/")
+    assert figures["peak_temp_bytes"] >= per_device
+    assert figures["peak_params_bytes"] == analytic_param_bytes(logits_config(), Target.of("v4-8"))
+
+
+def test_a_replicated_copy_of_a_parameter_is_a_new_buffer_with_its_path(logits_case):
+    copied = measure(Case.of("logits", "train_step", "v4-8"), config=logits_config(replicate=True))
+    new = [g.now for g in grown(logits_case.details.peak_buffers, copied.details.peak_buffers, limit=10)]
+    assert any(b.name == "all-gather of params/unembed" and b.kind == "temp" and b.shape.endswith(f"[{WIDTH},{VOCAB}]")
+               and b.source == f"{HERE}:{_line('marker: replicated copy')}" for b in new), new
+    gathers = grown(logits_case.details.collectives, copied.details.collectives, limit=10)
+    assert any(g.now.kind == "all-gather" and g.now.source == f"{HERE}:{_line('marker: replicated copy')}"
+               for g in gathers), gathers
+
+
+def test_the_dump_changes_nothing_and_leaves_nothing_behind(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    config = lm.trainer_config(lm.TINY)
+    lowered = lower_config(config, Target.of("v4-8"))["train_step"]
+    from aotcheck.programs.options import resolve_compiler_options
+
+    options = resolve_compiler_options(Target.of("v4-8").topology, 1, config.compiler_options, None)
+    plain = program_figures(lowered.compile(compiler_options=options), num_devices=4)
+    measured = measure(Case.of("lm-tiny", "train_step", "v4-8"), config=config)
+    assert {k: v for k, v in measured.figures.items() if k not in PEAK_FIGURES} == plain
+    assert measured.compiler_options == options  # The dump options never reach the cache key or golden.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_committed_golden_splits_its_peak_exactly():
+    files = sorted(GOLDEN.rglob("*.json"))
+    assert len(files) >= 24
+    for path in files:
+        figures = json.loads(path.read_text())["figures"]
+        assert sum(figures[name] for name in PEAK_FIGURES) == figures["peak_bytes"], path
+        buffers = json.loads(path.read_text())["details"]["peak_buffers"]
+        assert buffers and all(b["kind"] in CLASSES for b in buffers), path
+
+
+@pytest.mark.parametrize("name, cfg", [("lm-tiny", lm.TINY), ("lm-1b", lm.ONE_B)])
+def test_params_class_is_the_analytic_parameter_bytes_per_device(name, cfg):
+    """Against the committed goldens (real compiles: lm-1b's are the main job's), for every target."""
+    files = sorted((GOLDEN / name).glob("train_step@*.json"))
+    assert files
+    for path in files:
+        target = Target.parse(path.stem.split("@")[1])
+        measured = json.loads(path.read_text())["figures"]["peak_params_bytes"]
+        analytic = analytic_param_bytes(lm.trainer_config(cfg), target)
+        assert abs(measured - analytic) <= 0.01 * analytic, (path.name, measured, analytic)
+
+
+def test_dropping_remat_fails_with_the_temporaries_named(toy, monkeypatch):
+    run(toy, "--aot-topologies=v4-8", "-k", "lm and train_step", "--update-golden").assert_outcomes(passed=1)
+    monkeypatch.setenv("TOY_LM", "noremat")
+    result = run(toy, "--aot-topologies=v4-8", "-k", "lm and train_step", "--aot-no-cache")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "peak_temp_bytes" in out
+    result.stdout.fnmatch_lines(["*The peak grew in: temp +*", "*Buffers at the peak that are new or grew:*",
+                                 "*temp +*'jit(train_step)/*' at aotcheck/models/lm.py:*"])
+    assert "'broadcast." not in out  # Every buffer named by its JAX op, none by a bare HLO name.
+    assert "/while/body/" in out.split("Buffers at the peak")[1]  # The layers' ops (the scan over layers).
+
+
+def test_a_missing_dump_is_an_error_that_names_the_file(tmp_path):
+    with pytest.raises(AttributionError, match=r"no \*after_optimizations-buffer-assignment.txt"):
+        read_dump(tmp_path, hlo_text="", arguments=[], peak_bytes=1)
+    (tmp_path / "m.after_optimizations-buffer-assignment.txt").write_text("allocation 0: size 4, maybe-live-out:\n")
+    (tmp_path / "m.after_optimizations-live-range.txt").write_text("HloLiveRange (max 1):\n  (a new format)\n")
+    with pytest.raises(AttributionError, match="no 'Live ranges at N \\(peak\\)' section"):
+        read_dump(tmp_path, hlo_text="", arguments=[], peak_bytes=1)
+
+
+def test_a_dump_that_adds_up_past_the_peak_is_refused():
+    assignment = "allocation 0: size 64, preallocated-temp:\n value: <1 f.1 @0> (size=64,offset=0): f32[16]{0}\n"
+    live = "  Live ranges at 1 (peak):\n    f.1{}: 64 bytes (cumulative: 64 bytes)\n"
+    with pytest.raises(AttributionError, match="more than its peak"):
+        attribute(assignment, live, parse_module(""), arguments=[], peak_bytes=10)
