@@ -9,7 +9,10 @@ Prints, each against its baseline:
   time of bare scripts (one fresh process per chip family, as correct figures need,
   see aotcheck/targets/families.py) that pay the same jax/libtpu start-up (target: under 10%);
 - a rerun with a warm figures cache against the cold run (target: under 15%);
-- ``-n 2`` against ``-n 0``.
+- ``-n 2`` against ``-n 0``;
+- with ``--attribution``: each case's compile with XLA's dump and the peak attribution read
+  from it, against the same compile without (alternating, one process per chip family;
+  target: under 10%).
 """
 
 from __future__ import annotations
@@ -50,6 +53,41 @@ def bare(configs: str, topologies: str, slices: str) -> None:
     print(total)
 
 
+def attribution_cost(configs: str, topologies: str, slices: str) -> None:
+    """Per case, alternating: lower+compile, and lower+compile with the dump plus attribution.
+    Prints the two sums."""
+    import fnmatch
+
+    sys.path.insert(0, str(ROOT))
+    import conftest  # noqa: F401  (registers the reference configs)
+    from aotcheck.figures.attribution import dump_options, read_dump
+    from aotcheck.programs.lowering import arguments, lower_config
+    from aotcheck.programs.options import resolve_compiler_options
+    from aotcheck.programs.registry import REGISTRY
+    from aotcheck.targets.topology import Target
+
+    plain = attributed = 0.0
+    for entry in REGISTRY:
+        if not any(fnmatch.fnmatchcase(entry.name, g) for g in configs.split(",")):
+            continue
+        for program, config in entry.programs().items():
+            for topology in topologies.split(","):
+                for n in map(int, slices.split(",")):
+                    options = resolve_compiler_options(topology, n, config.compiler_options)
+                    start = time.perf_counter()
+                    lowered = lower_config(config, Target.of(topology, n), program=program)[program]
+                    lowered.compile(compiler_options=options)
+                    plain += time.perf_counter() - start
+                    start = time.perf_counter()
+                    lowered = lower_config(config, Target.of(topology, n), program=program)[program]
+                    with tempfile.TemporaryDirectory() as dump:
+                        compiled = lowered.compile(compiler_options={**options, **dump_options(dump)})
+                        read_dump(dump, hlo_text=compiled.as_text(), arguments=arguments(lowered, config),
+                                  peak_bytes=compiled.memory_analysis().peak_memory_in_bytes)
+                    attributed += time.perf_counter() - start
+    print(plain, attributed)
+
+
 def timed(cmd: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -64,10 +102,15 @@ def main() -> None:
     parser.add_argument("--configs", default="lm-tiny")
     parser.add_argument("--topologies", default="v4-8,v5e-16")
     parser.add_argument("--slices", default="1,2")
+    parser.add_argument("--attribution", action="store_true", help="measure the peak attribution's cost only")
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--attribution-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
         bare(args.configs, args.topologies, args.slices)
+        return
+    if args.attribution_worker:
+        attribution_cost(args.configs, args.topologies, args.slices)
         return
 
     py = sys.executable
@@ -78,6 +121,15 @@ def main() -> None:
     by_family: dict[str, list[str]] = {}
     for topology in args.topologies.split(","):
         by_family.setdefault(family_of(topology), []).append(topology)
+    if args.attribution:
+        plain = attributed = 0.0
+        for topologies in by_family.values():
+            out = timed([py, __file__, "--attribution-worker", "--configs", args.configs,
+                         "--topologies", ",".join(topologies), "--slices", args.slices])[1].split()
+            plain, attributed = plain + float(out[-2]), attributed + float(out[-1])
+        print(f"compile + dump + attribution / compile: {attributed / plain:.3f} "
+              f"({attributed:.1f}s / {plain:.1f}s)  target < 1.10")
+        return
     with tempfile.TemporaryDirectory() as cache:
         bare_wall, bare_compile = 0.0, 0.0
         for topologies in by_family.values():

@@ -167,8 +167,12 @@ def test_a_missing_dump_is_an_error_that_names_the_file(tmp_path):
         read_dump(tmp_path, hlo_text="", arguments=[], peak_bytes=1)
 
 
-def test_a_dump_that_adds_up_past_the_peak_is_refused():
-    assignment = "allocation 0: size 64, preallocated-temp:\n value: <1 f.1 @0> (size=64,offset=0): f32[16]{0}\n"
+def test_a_dump_that_adds_up_past_the_peak_nets_temporaries_or_is_refused():
+    assignment = ("allocation 0: size 64, parameter 0, shape |f32[16]| at ShapeIndex {}:\n"
+                  " value: <1 p @0> (size=64,offset=0): f32[16]{0}\n"
+                  "allocation 1: size 64, preallocated-temp:\n value: <2 f.1 @0> (size=64,offset=0): f32[16]{0}\n")
     live = "  Live ranges at 1 (peak):\n    f.1{}: 64 bytes (cumulative: 64 bytes)\n"
-    with pytest.raises(AttributionError, match="more than its peak"):
-        attribute(assignment, live, parse_module(""), arguments=[], peak_bytes=10)
+    found = attribute(assignment, live, parse_module(""), arguments=[], peak_bytes=100)
+    assert found.classes["temp"] == 36 and found.excess == 28 and sum(found.classes.values()) == 100
+    with pytest.raises(AttributionError, match="more than its peak of 50 beyond its temporaries"):
+        attribute(assignment, live, parse_module(""), arguments=[], peak_bytes=50)
