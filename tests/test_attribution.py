@@ -176,3 +176,52 @@ def test_a_dump_that_adds_up_past_the_peak_nets_temporaries_or_is_refused():
     assert found.classes["temp"] == 36 and found.excess == 28 and sum(found.classes.values()) == 100
     with pytest.raises(AttributionError, match="more than its peak of 50 beyond its temporaries"):
         attribute(assignment, live, parse_module(""), arguments=[], peak_bytes=50)
+
+
+def test_out_of_memory_shows_the_largest_buffers_from_the_dump(tmp_path):
+    from jax.sharding import NamedSharding
+
+    from aotcheck.gate.check import check_case
+    from aotcheck.gate.golden import GoldenStore
+    from aotcheck.render.text import outcome_message
+
+    def make_args(mesh):  # 20 GiB of f32 per device, then an f32 copy of it: more than a v4 device has.
+        return (jax.ShapeDtypeStruct((mesh.devices.size * 5 * 2**30,), jnp.float32,
+                                     sharding=NamedSharding(mesh, P("data"))),)
+
+    config = aotcheck.FunctionConfig(fn=lambda x: jnp.exp(x) * 2, make_args=make_args)
+    case = Case.of("oom", "step", "v4-8")
+    outcome = check_case(case, measure=lambda c: measure(c, config=config), store=GoldenStore(tmp_path))
+    assert outcome.verdict.value == "out-of-memory"
+    assert outcome.details is not None and outcome.details.peak_buffers
+    assert {b.name for b in outcome.details.peak_buffers} >= {"args[0]"}
+    message = outcome_message(outcome, golden_file="g.json", accept="pytest --update-golden")
+    assert "The largest buffers at XLA's peak" in message and "args[0]" in message and "20.00 GiB" in message
+
+
+def test_the_job_summary_and_chart_show_the_split(tmp_path):
+    """FAKE outcomes (plain data, as a report holds them) rendered: the Markdown block and the stacked bars."""
+    from aotcheck.figures.attribution import PeakBuffer
+    from aotcheck.gate.compare import DEFAULT_TOLERANCES, compare
+    from aotcheck.gate.outcome import Outcome
+    from aotcheck.gate.report import Merged, Report
+    from aotcheck.gate.verdict import Verdict
+    from aotcheck.render.chart import svg_chart, text_bars
+    from aotcheck.render.markdown import markdown
+
+    golden_doc = json.loads((GOLDEN / "lm-tiny" / "train_step@v4-8x1.json").read_text())
+    before = golden_doc["figures"]
+    now = {**before, "peak_temp_bytes": before["peak_temp_bytes"] + 2**30, "peak_bytes": before["peak_bytes"] + 2**30}
+    logits = PeakBuffer(2**30, "temp", "jit(train_step)/log_softmax", "f32[16,2048,8192]", "model.py:88")
+    details = Details.from_json(golden_doc["details"])
+    outcome = Outcome(Case.of("lm-tiny", "train_step", "v4-8"), Verdict.REGRESSION, failed=True, figures=now,
+                      golden=before, changes=[r for r in compare(before, now, DEFAULT_TOLERANCES) if r.change.value != "ok"],
+                      details=Details([logits, *details.peak_buffers], []), golden_details=details)
+    from aotcheck.render.text import outcome_message
+
+    outcome.message = outcome_message(outcome, golden_file="g.json", accept="pytest --update-golden")
+    assert "temp +1.00 GiB: f32[16,2048,8192] 'jit(train_step)/log_softmax' at model.py:88 (new at peak)" in outcome.message
+    text = markdown(Merged(Report(outcomes=[outcome], golden_dir="golden"), []))
+    block = text.split("### What holds the HBM at the peak")[1]
+    assert "<details>" in block and "| temp |" in block and "`jit(train_step)/log_softmax`" in block
+    assert "T temp" in text_bars([outcome]) and 'fill="#e36209"><title>temp</title>' in svg_chart([outcome])

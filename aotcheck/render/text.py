@@ -288,7 +288,9 @@ def why_lines(outcome: Outcome) -> list[str]:
         if growth:
             lines.append("The peak grew in: " + ", ".join(f"{kind} +{fmt_bytes(b)}" for kind, b in growth))
         if now is not None and before is not None:
-            buffers = grown(before.peak_buffers, now.peak_buffers)
+            # An argument entering the top of the list is not news unless its class grew.
+            grew = {kind for kind, _ in growth} | {"outputs", "temp", "other"}
+            buffers = grown(before.peak_buffers, [b for b in now.peak_buffers if b.kind in grew])
             if buffers:
                 lines += ["Buffers at the peak that are new or grew:", *map(_buffer_line, buffers)]
     if any(m.startswith("comm_") for m in moved) and now is not None and before is not None:
