@@ -211,16 +211,22 @@ def test_the_job_summary_and_chart_show_the_split(tmp_path):
 
     golden_doc = json.loads((GOLDEN / "lm-tiny" / "train_step@v4-8x1.json").read_text())
     before = golden_doc["figures"]
-    now = {**before, "peak_temp_bytes": before["peak_temp_bytes"] + 2**30, "peak_bytes": before["peak_bytes"] + 2**30}
+    now = {**before, "peak_temp_bytes": before["peak_temp_bytes"] + 2**30, "peak_bytes": before["peak_bytes"] + 2**30,
+           "comm_all_gather_bytes": before["comm_all_gather_bytes"] + 2**20}
     logits = PeakBuffer(2**30, "temp", "jit(train_step)/log_softmax", "f32[16,2048,8192]", "model.py:88")
     details = Details.from_json(golden_doc["details"])
+    from aotcheck.figures.hlo import CollectiveOp
+
+    gather = CollectiveOp("all-gather", "jit(train_step)/sharding_constraint", "model.py:90", 2, 2**20)
     outcome = Outcome(Case.of("lm-tiny", "train_step", "v4-8"), Verdict.REGRESSION, failed=True, figures=now,
                       golden=before, changes=[r for r in compare(before, now, DEFAULT_TOLERANCES) if r.change.value != "ok"],
-                      details=Details([logits, *details.peak_buffers], []), golden_details=details)
+                      details=Details([logits, *details.peak_buffers], [gather, *details.collectives]),
+                      golden_details=details)
     from aotcheck.render.text import outcome_message
 
     outcome.message = outcome_message(outcome, golden_file="g.json", accept="pytest --update-golden")
     assert "temp +1.00 GiB: f32[16,2048,8192] 'jit(train_step)/log_softmax' at model.py:88 (new at peak)" in outcome.message
+    assert "all-gather +1.00 MiB (2 per step): 'jit(train_step)/sharding_constraint' at model.py:90 (new)" in outcome.message
     text = markdown(Merged(Report(outcomes=[outcome], golden_dir="golden"), []))
     block = text.split("### What holds the HBM at the peak")[1]
     assert "<details>" in block and "| temp |" in block and "`jit(train_step)/log_softmax`" in block
