@@ -13,7 +13,11 @@ from aotcheck.models import lm
 
 @aotcheck.register("lm-tiny", description=f"tiny decoder LM, {lm.TINY.num_params():,} params")
 def lm_tiny():
-    return [lm.trainer_config(lm.TINY), lm.inference_config(lm.TINY)]
+    # Its real limit is ~10^5 sequences away, where one compile takes minutes on 2 cores: the fit
+    # search stops at 8x the configured batch (fit_max_batch is then that bound, said as such).
+    fit = dict(fit="batch", fit_upper=8 * lm.TINY.batch)
+    return [lm.trainer_config(lm.TINY, **fit),
+            lm.inference_config(lm.TINY, fit="batch", fit_upper=8 * lm.TINY.decode_batch)]
 
 
 @aotcheck.register("lm-1b", description=f"decoder LM, {lm.ONE_B.num_params():,} params (main job)")

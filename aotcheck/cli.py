@@ -8,6 +8,7 @@ Examples::
     python -m aotcheck configs
     python -m aotcheck compile lm-tiny --topology v5e-16 --slices 2
     python -m aotcheck compile lm-tiny --topology v4-8 --method sample_decode --json
+    python -m aotcheck fit lm-tiny --topology v5e-16 --program train_step
     python -m aotcheck report aot-report-*.json --format markdown --output summary.md
 
 Example:
@@ -39,7 +40,8 @@ from aotcheck.programs.lowering import LoweringError
 from aotcheck.programs.registry import REGISTRY, RegistryError
 from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
-from aotcheck.render.text import case_line, compile_table, explain, session_summary, summary_table, table
+from aotcheck.programs.knobs import knob_of
+from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
 from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, SettingsError, exit_status
 from aotcheck.targets.topology import CHIPS, Target, TopologyError, all_topologies
 from aotcheck.units import fmt_bytes, fmt_count
@@ -189,6 +191,33 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fit(args: argparse.Namespace) -> int:
+    _load(args.module)
+    target = Target.of(args.topology, args.slices)
+    entry = REGISTRY.get(args.config)
+    program = args.program or next(iter(entry.programs()))
+    knob_of(entry.program(program), args.knob, target)  # A knob it does not offer: before any compile.
+    measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom)
+    case = Case(entry.name, program, target)
+    try:
+        result = measurer(case)
+        found, status = result.details.fit, 0
+    except CompileError as e:
+        found, status = getattr(getattr(e, "details", None), "fit", None), 1
+        if found is None:
+            raise
+    except WorkerCrashed as e:
+        print(f"aotcheck: error: {e}", file=sys.stderr)
+        return 3
+    finally:
+        measurer.close()
+    if args.json:
+        print(json.dumps({"case": case.id, "fit": found.to_json()}, indent=2, sort_keys=True))
+    else:
+        print("\n".join(fit_lines(case.id, found, target.topology)))
+    return status if found.max_size else 1
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     merged = merge_reports([Path(p) for p in args.reports], expect_shards=args.expect_shards)
     for problem in merged.problems:
@@ -255,6 +284,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="show where the FLOPs and bytes come from")
     p.add_argument("--module", action="append", help=module_help)
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("fit", help="the largest batch (or other knob) that compiles and fits HBM")
+    p.add_argument("config")
+    p.add_argument("--topology", required=True, help="e.g. v5e-16 (see `topologies`)")
+    p.add_argument("--slices", type=int, default=1, help="number of slices (default 1)")
+    p.add_argument("--program", help="train_step, prefill, sample_decode, ...; default the config's first")
+    p.add_argument("--knob", default="batch", help="what to search (default batch; a config may offer more)")
+    p.add_argument("--headroom", type=float, default=1.0, help="share of HBM the max may fill (default 1.0)")
+    p.add_argument("--json", action="store_true", help="print the search as JSON")
+    p.add_argument("--module", action="append", help=module_help)
+    p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("report", help="render (and merge) JSON reports from --aot-report")
     p.add_argument("reports", nargs="+", help="report files, e.g. one per CI shard")

@@ -209,7 +209,7 @@ class GateSession:
                 "A registry of your own needs measure=...: the compile workers find configs by importing the "
                 "modules that registered them in aotcheck.REGISTRY. Pass e.g. measure=lambda case: "
                 "aotcheck.gate.measure.measure(case, registry=registry) to measure in this process.")
-        self._measurer = None if measure else Measurer(cache=self.cache)
+        self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
         self.warnings: list[str] = []

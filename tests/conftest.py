@@ -2,7 +2,7 @@
 
 import jax
 import pytest
-from toy import CONFTEST, INI
+from toy import CONFTEST, FIT, INI
 
 from aotcheck.targets import families
 
@@ -27,7 +27,9 @@ def project(pytester, monkeypatch):
     monkeypatch.setenv("TOY_WIDTH", "256")
     monkeypatch.delenv("TOY_EXTRAS", raising=False)
     monkeypatch.delenv("TOY_LM", raising=False)
+    monkeypatch.delenv("TOY_FIT", raising=False)
     pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(toy_fit=FIT)
     pytester.makeini(INI)
     pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
     return pytester

@@ -59,19 +59,16 @@ def logits_init(key):
     return {"embed": jax.random.normal(k1, (VOCAB, WIDTH)), "unembed": jax.random.normal(k2, (WIDTH, VOCAB))}
 
 
-def logits_loss(params, batch, *, replicate=False):
+def logits_loss(params, batch):
     x = params["embed"][batch["tokens"]]
-    unembed = params["unembed"]
-    if replicate:  # A replicated copy of a sharded parameter: an all-gather the step did not need.
-        unembed = jax.lax.with_sharding_constraint(unembed, P())  # marker: replicated copy
-    logits = (x @ unembed).astype(jnp.float32)  # marker: logits
+    logits = (x @ params["unembed"]).astype(jnp.float32)  # marker: logits
     return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
 
 
-def logits_config(*, replicate=False):
+def logits_config():
     return aotcheck.TrainerConfig(
         init_fn=logits_init,
-        loss_fn=lambda p, b: logits_loss(p, b, replicate=replicate),
+        loss_fn=logits_loss,
         optimizer=optax.sgd(0.1),
         partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
         batch_spec={"tokens": jax.ShapeDtypeStruct((BATCH, SEQ), jnp.int32)},
@@ -99,12 +96,29 @@ def test_classes_sum_to_the_peak_and_name_the_dominating_temporary(logits_case):
     assert figures["peak_params_bytes"] == analytic_param_bytes(logits_config(), Target.of("v4-8"))
 
 
-def test_a_replicated_copy_of_a_parameter_is_a_new_buffer_with_its_path(logits_case):
-    copied = measure(Case.of("logits", "train_step", "v4-8"), config=logits_config(replicate=True))
-    new = [g.now for g in grown(logits_case.details.peak_buffers, copied.details.peak_buffers, limit=10)]
-    assert any(b.name == "all-gather of params/unembed" and b.kind == "temp" and b.shape.endswith(f"[{WIDTH},{VOCAB}]")
+def copy_config(*, replicate: bool) -> aotcheck.InferenceConfig:
+    """A 64 MiB weight sharded over 4 devices, served; ``replicate`` asks for a whole copy of it on each."""
+
+    def apply(params, batch):
+        w = params["w"]
+        if replicate:
+            w = jax.lax.with_sharding_constraint(w, P())  # marker: replicated copy
+        return jnp.tanh(batch["x"] @ w)
+
+    return aotcheck.InferenceConfig(
+        init_fn=lambda key: {"w": jax.random.normal(key, (4096, 4096))}, methods={"apply": apply},
+        partition_rules=((r"^w$", P(None, "data")),),  # Sharded on its output: no gather needed.
+        input_batch_spec={"x": jax.ShapeDtypeStruct((16, 4096), jnp.float32)},
+        mesh=aotcheck.MeshSpec(("data",), (-1,)))
+
+
+def test_a_replicated_copy_of_a_parameter_is_a_new_buffer_with_its_path():
+    case = Case.of("copy", "apply", "v4-8")
+    plain, copied = (measure(case, config=copy_config(replicate=r)) for r in (False, True))
+    new = [g.now for g in grown(plain.details.peak_buffers, copied.details.peak_buffers, limit=10)]
+    assert any(b.name == "all-gather of params/w" and b.kind == "temp" and b.shape.endswith("[4096,4096]")
                and b.source == f"{HERE}:{_line('marker: replicated copy')}" for b in new), new
-    gathers = grown(logits_case.details.collectives, copied.details.collectives, limit=10)
+    gathers = grown(plain.details.collectives, copied.details.collectives, limit=10)
     assert any(g.now.kind == "all-gather" and g.now.source == f"{HERE}:{_line('marker: replicated copy')}"
                for g in gathers), gathers
 
@@ -163,7 +177,7 @@ def test_a_missing_dump_is_an_error_that_names_the_file(tmp_path):
         read_dump(tmp_path, hlo_text="", arguments=[], peak_bytes=1)
     (tmp_path / "m.after_optimizations-buffer-assignment.txt").write_text("allocation 0: size 4, maybe-live-out:\n")
     (tmp_path / "m.after_optimizations-live-range.txt").write_text("HloLiveRange (max 1):\n  (a new format)\n")
-    with pytest.raises(AttributionError, match="no 'Live ranges at N \\(peak\\)' section"):
+    with pytest.raises(AttributionError, match="no 'BufferLiveRange:' section"):
         read_dump(tmp_path, hlo_text="", arguments=[], peak_bytes=1)
 
 
@@ -171,7 +185,7 @@ def test_a_dump_that_adds_up_past_the_peak_nets_temporaries_or_is_refused():
     assignment = ("allocation 0: size 64, parameter 0, shape |f32[16]| at ShapeIndex {}:\n"
                   " value: <1 p @0> (size=64,offset=0): f32[16]{0}\n"
                   "allocation 1: size 64, preallocated-temp:\n value: <2 f.1 @0> (size=64,offset=0): f32[16]{0}\n")
-    live = "  Live ranges at 1 (peak):\n    f.1{}: 64 bytes (cumulative: 64 bytes)\n"
+    live = "  BufferLiveRange:\n    p{}:0-2\n    f.1{}:1-2\n"
     found = attribute(assignment, live, parse_module(""), arguments=[], peak_bytes=100)
     assert found.classes["temp"] == 36 and found.excess == 28 and sum(found.classes.values()) == 100
     with pytest.raises(AttributionError, match="more than its peak of 50 beyond its temporaries"):

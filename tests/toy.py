@@ -40,6 +40,9 @@ if os.environ.get("TOY_EXTRAS"):
 
     aotcheck.register("oom", aotcheck.FunctionConfig(fn=lambda x: x * 2, make_args=huge))
 
+if os.environ.get("TOY_FIT"):
+    import toy_fit  # noqa: F401  (a config that asks for a fit search)
+
 if os.environ.get("TOY_LM"):
     from aotcheck.models import lm
 
@@ -48,6 +51,39 @@ if os.environ.get("TOY_LM"):
     rules = ((".*", P()),) if os.environ["TOY_LM"] == "replicated" else lm.PARTITION_RULES
     model = dataclasses.replace(lm.TINY, remat=os.environ["TOY_LM"] != "noremat")  # noremat: a regressed edit
     aotcheck.register("lm", lambda: lm.trainer_config(model, partition_rules=rules))
+'''
+
+FIT = '''
+import os
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import PartitionSpec as P
+
+import aotcheck
+
+VOCAB, WIDTH = 16384, 64
+HEAVY = os.environ.get("TOY_FIT") == "heavy"  # An edit that doubles the activations.
+
+
+def init(key):
+    k1, k2 = jax.random.split(key)
+    return {"embed": jax.random.normal(k1, (VOCAB, WIDTH)), "unembed": jax.random.normal(k2, (WIDTH, VOCAB))}
+
+
+def loss(params, batch):
+    logits = (params["embed"][batch["tokens"]] @ params["unembed"]).astype(jnp.float32)
+    if HEAVY:
+        logits = jnp.concatenate([logits, jnp.tanh(logits)], axis=-1)
+    return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+
+
+aotcheck.register("fit", aotcheck.TrainerConfig(
+    init_fn=init, loss_fn=loss, optimizer=optax.sgd(0.1),
+    partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
+    batch_spec={"tokens": jax.ShapeDtypeStruct((16, 128), jnp.int32)},
+    mesh=aotcheck.MeshSpec(("data",), (-1,)), fit="batch"))
 '''
 
 INI = """

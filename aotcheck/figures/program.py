@@ -14,6 +14,7 @@ import jax
 import dataclasses
 
 from aotcheck.figures.attribution import PeakBuffer
+from aotcheck.figures.fit import Fit
 from aotcheck.figures.hlo import CollectiveOp, HloAnalysis, analyze_hlo
 from aotcheck.targets.topology import Topology, parse_topology
 
@@ -40,17 +41,22 @@ class Details:
 
     peak_buffers: list[PeakBuffer] = dataclasses.field(default_factory=list)
     collectives: list[CollectiveOp] = dataclasses.field(default_factory=list)
+    fit: Fit | None = None  # The fit search, for configs that ask for one.
 
     def to_json(self) -> dict[str, Any]:
-        return {"peak_buffers": [b.to_json() for b in self.peak_buffers],
-                "collectives": [c.to_json() for c in self.collectives]}
+        out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
+                               "collectives": [c.to_json() for c in self.collectives]}
+        if self.fit is not None:
+            out["fit"] = self.fit.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> "Details":
         """The inverse of :meth:`to_json` (None: no details); KeyError/TypeError/ValueError if malformed."""
         data = data or {}
         return cls([PeakBuffer.from_json(b) for b in data.get("peak_buffers") or []],
-                   [CollectiveOp.from_json(c) for c in data.get("collectives") or []])
+                   [CollectiveOp.from_json(c) for c in data.get("collectives") or []],
+                   Fit.from_json(data["fit"]) if data.get("fit") else None)
 
 
 def figures_problem(figures: object) -> str | None:

@@ -38,7 +38,8 @@ from aotcheck.gate.golden import atomic_write_text, probe_writable
 # 3: figures from family-isolated processes only. 4: collectives inside every called
 # computation (7x's sparsecore call-starts); entries validated field by field.
 # 5: the peak split by class (peak_*_bytes), its largest buffers and collectives.
-FIGURES_VERSION = 5
+# 6: the peak's moment found by a sweep over every live range; fit searches (fit_max_*).
+FIGURES_VERSION = 6
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

@@ -144,12 +144,18 @@ class Row:
         return self.delta / abs(self.golden)
 
 
+# Figures where more is better (headroom): a drop beyond tolerance is the regression.
+HIGHER_IS_BETTER = ("fit_max_*",)
+
+
 def compare_metric(metric: str, golden: float | None, now: float | None, tol: Tolerance) -> Row:
     if golden is None:
         return Row(metric, None, now, tol, Change.NEW)
     if now is None:
         return Row(metric, golden, None, tol, Change.GONE)
     delta = now - golden
+    if any(fnmatch.fnmatchcase(metric, glob) for glob in HIGHER_IS_BETTER):
+        delta = -delta
     allowed = tol.allowed(golden)
     change = Change.REGRESSION if delta > allowed else Change.IMPROVEMENT if -delta > allowed else Change.OK
     return Row(metric, golden, now, tol, change)

@@ -28,14 +28,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.figures.attribution import AttributionError, dump_options, read_dump
+from aotcheck.figures.attribution import PEAK_FIGURES, AttributionError, dump_options, read_dump
 from aotcheck.figures.hlo import analyze_hlo, parse_module, top_collectives
 from aotcheck.figures.program import Details, Figures, program_figures
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
-from aotcheck.figures.hbm import is_out_of_memory
+from aotcheck.figures.fit import Fit, Probe, search
+from aotcheck.figures.hbm import hbm_verdict, is_out_of_memory
 from aotcheck.programs.compile import CompileError, compile_lowered
 from aotcheck.programs.config import Config
+from aotcheck.programs.knobs import knob_of
 from aotcheck.programs.lowering import arguments, lower_config
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
@@ -72,8 +74,15 @@ def measure(
     config: Config | None = None,
     compiler_options: Mapping[str, Any] | None = None,
     cache: FiguresCache | None = None,
+    fit: str | None = None,
+    hbm_headroom: float = 1.0,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures.
+
+    ``fit``: also search the largest size of this knob (``"batch"``, or one the
+    config names) that fits ``hbm_headroom`` x the device's HBM; by default the
+    config's own ``fit``. Adds the figure ``fit_max_<knob>`` and the search to the
+    details (:mod:`aotcheck.figures.fit`); each probe is cached like a case.
 
     XLA dumps its buffer assignment and live ranges into a temporary directory
     (always removed) for :mod:`aotcheck.figures.attribution` to split the peak by
@@ -85,6 +94,64 @@ def measure(
     the registry's, mesh's and partitioning's own errors when the config is wrong.
     """
     config = config or registry.get(case.config).program(case.program)
+    knob = fit if fit is not None else getattr(config, "fit", None)
+    try:
+        result = _measure(case, config, compiler_options, cache)
+    except CompileError as e:
+        if knob and is_out_of_memory(str(e)):  # Then how far down it would fit.
+            found = fit_search(case, config, knob, compiler_options=compiler_options, cache=cache,
+                               hbm_headroom=hbm_headroom)
+            e.details = dataclasses.replace(getattr(e, "details", None) or Details(), fit=found)
+        raise
+    if knob:
+        found = fit_search(case, config, knob, first=result, compiler_options=compiler_options, cache=cache,
+                           hbm_headroom=hbm_headroom)
+        result.figures = {**result.figures, f"fit_max_{knob}": found.max_size}
+        result.details = dataclasses.replace(result.details, fit=found)
+    return result
+
+
+def fit_search(
+    case: Case, config: Config, knob_name: str, *, first: Measurement | None = None,
+    compiler_options: Mapping[str, Any] | None = None, cache: FiguresCache | None = None, hbm_headroom: float = 1.0,
+) -> Fit:
+    """The largest size of ``knob_name`` whose program compiles and fits (see :mod:`aotcheck.figures.fit`).
+
+    ``first`` is the case measured at its configured size, when there is one already.
+    Raises KnobError for a knob the config does not offer.
+    """
+    knob = knob_of(config, knob_name, case.target)
+    measured_at: dict[int, Measurement] = {}
+    chip = case.topology.chip
+    # The affine model aims at what the compiler lets a device use (below the datasheet's HBM).
+    limit = int(min(chip.hbm_bytes * hbm_headroom, chip.hbm_limit_bytes)) if chip else 2**62
+
+    def probe(size: int) -> Probe:
+        if size == knob.size and first is not None:
+            measured = first
+        else:
+            try:
+                measured = _measure(case, knob.rebuild(size), compiler_options, cache)
+            except CompileError as e:
+                if is_out_of_memory(str(e)):
+                    return Probe(size, None, False)
+                raise
+        measured_at[size] = measured
+        peak = int(measured.figures["peak_bytes"])
+        return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None)
+
+    found = search(probe, configured=knob.size, step=knob.step, limit=limit, knob=knob_name,
+                   upper=getattr(config, "fit_upper", None))
+    at_max = measured_at.get(found.max_size)
+    if at_max is None:
+        return found
+    return dataclasses.replace(found, buffers_at_max=at_max.details.peak_buffers,
+                               split_at_max={k: int(v) for k, v in at_max.figures.items() if k in PEAK_FIGURES})
+
+
+def _measure(
+    case: Case, config: Config, compiler_options: Mapping[str, Any] | None, cache: FiguresCache | None
+) -> Measurement:
     options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
     lowered = lower_config(config, case.target, program=case.program)[case.program]
     key = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 from jax.sharding import PartitionSpec
@@ -27,6 +27,22 @@ from aotcheck.targets.mesh import MeshSpec
 from aotcheck.targets.partition import Rules
 
 BatchSpec = Mapping[str, jax.ShapeDtypeStruct]
+
+
+class Knob(NamedTuple):
+    """A size a fit search may move: its configured value, the config rebuilt at another, its step.
+
+    Example:
+        >>> from aotcheck.models import lm
+        >>> import dataclasses
+        >>> seq = Knob(128, lambda n: lm.trainer_config(dataclasses.replace(lm.TINY, seq_len=n)), step=128)
+        >>> seq.rebuild(256).batch_spec["tokens"].shape
+        (32, 256)
+    """
+
+    size: int
+    rebuild: Callable[[int], Any]
+    step: int = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -54,11 +70,21 @@ class _Model(_Common):
         partition_rules: ``(regex over parameter paths, PartitionSpec)`` pairs.
         batch_partition: PartitionSpec of every batch input; by default the
             leading dimension over the first mesh axis.
+        fit: Search the largest size of this knob that fits HBM (``"batch"``, or a
+            name in ``knobs``) on every case, as the gated figure ``fit_max_batch``
+            (a few compiles each; see :mod:`aotcheck.gate.fit`). None: no search.
+        knobs: Other sizes a fit search may move, by name (sequence length, KV-cache
+            length, ...): each a :class:`Knob` that rebuilds the config at a size.
+        fit_upper: The largest size the fit search tries (None: 4096 x the configured
+            size). A small model's real limit can be far away, where compiles are slow.
     """
 
     init_fn: Callable[[jax.Array], Any]
     partition_rules: Rules
     batch_partition: PartitionSpec | None = None
+    fit: str | None = None
+    knobs: Mapping[str, "Knob"] = dataclasses.field(default_factory=dict)
+    fit_upper: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from aotcheck.figures.hbm import explain_oom
 from aotcheck.figures.hlo import analyze_hlo, iter_loops
 from aotcheck.figures.attribution import CLASSES, PeakBuffer
+from aotcheck.figures.fit import Fit
 from aotcheck.figures.hlo import CollectiveOp
 from aotcheck.figures.program import Details
 from aotcheck.gate.why import class_growth, grown
@@ -293,10 +294,46 @@ def why_lines(outcome: Outcome) -> list[str]:
             buffers = grown(before.peak_buffers, [b for b in now.peak_buffers if b.kind in grew])
             if buffers:
                 lines += ["Buffers at the peak that are new or grew:", *map(_buffer_line, buffers)]
+    for metric in sorted(m for m in moved if m.startswith("fit_max_")):
+        fit = now.fit if now is not None else None
+        configured = (f"; the configured {fit.knob} ({fit.configured}) still fits, peak "
+                      f"{fmt_bytes(fit.peak_at_configured)}" if fit and fit.peak_at_configured else "")
+        lines.append(f"Headroom lost: the largest {metric.removeprefix('fit_max_')} that fits fell from "
+                     f"{int((outcome.golden or {}).get(metric, 0))} to {int((outcome.figures or {}).get(metric, 0))}"
+                     f"{configured}.")
     if any(m.startswith("comm_") for m in moved) and now is not None and before is not None:
         ops = grown(before.collectives, now.collectives)
         if ops:
             lines += ["Collectives that are new or grew:", *map(_collective_line, ops)]
+    return lines
+
+
+def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
+    """What a fit search found, in words, with what fills the memory at the max."""
+    hbm = topology.chip.hbm_bytes if topology.chip else None
+    share = (lambda b: f" ({fmt_share(b / hbm)} of {fmt_bytes(hbm)})") if hbm else (lambda b: "")
+    how = ("bisection (the affine prediction was not confirmed: memory is not a straight line in the "
+           f"{fit.knob} here)" if fit.bisected else "the affine prediction, confirmed")
+    if fit.max_size == 0:
+        peak = f"; its peak there: {fmt_bytes(fit.smallest_peak)}{share(fit.smallest_peak)}" if fit.smallest_peak else \
+            " (XLA ran out of memory)"
+        return [f"{case_id}: does not fit even at the smallest {fit.knob} ({fit.step}){peak}. "
+                f"{fit.probes} compiles."]
+    lines = [f"{case_id}: the largest {fit.knob} that fits is {fit.max_size}"
+             + (" (the search's upper bound: the limit is higher)" if fit.upper_bound else "")
+             + (f", peak {fmt_bytes(fit.peak_at_max)}{share(fit.peak_at_max)}" if fit.peak_at_max else ""),
+             f"  configured {fit.knob} {fit.configured}"
+             + (f": peak {fmt_bytes(fit.peak_at_configured)}{share(fit.peak_at_configured)}"
+                if fit.peak_at_configured else " (does not fit)")
+             + (f"; {fit.max_size / fit.configured:.1f}x room" if fit.configured else ""),
+             f"  {fit.probes} compiles ({fit.knob} in steps of {fit.step}), by {how}"
+             + ("" if fit.upper_bound else f"; {fit.max_size + fit.step} does not fit")]
+    if fit.split_at_max:
+        lines.append("  at the max: " + ", ".join(
+            f"{kind} {fmt_bytes(fit.split_at_max[f'peak_{kind}_bytes'])}" for kind in CLASSES
+            if f"peak_{kind}_bytes" in fit.split_at_max))
+    if fit.buffers_at_max:
+        lines.append("What fills the memory at the max:\n" + buffers_table(fit.buffers_at_max, limit=5))
     return lines
 
 

@@ -1,0 +1,175 @@
+"""How much room is left: the largest batch (or other knob) whose program compiles and fits HBM.
+
+Peak memory is close to affine in the batch for a fixed program, so two
+compiles predict the limit and two more confirm it: the prediction fits and one
+step above does not. When a confirmation disagrees (remat and fusion choices
+make steps), the search falls back to bisection between what is known to fit
+and what is known not to. The answer is always confirmed by real compiles: the
+max fits, the next step does not (or the search says it hit its upper bound).
+
+Sizes are whole steps: a batch must divide over the devices it is sharded on.
+
+Example (FAKE probe: an affine peak, so nothing compiles):
+    >>> def probe(size):  # 1 GiB of parameters, 3 MiB per sequence; 16 GiB of HBM
+    ...     peak = 2**30 + size * 3 * 2**20
+    ...     return Probe(size, peak, peak <= 16 * 2**30)
+    >>> found = search(probe, configured=64, step=8, limit=16 * 2**30)
+    >>> found.max_size, found.probes, found.bisected
+    (5120, 4, False)
+
+Where the line bends (a fusion choice makes a step), bisection finds the answer:
+
+    >>> def stepped(size):
+    ...     peak = 2**30 + size * 3 * 2**20 + (2 * 2**30 if size > 3000 else 0)
+    ...     return Probe(size, peak, peak <= 16 * 2**30)
+    >>> found = search(stepped, configured=64, step=8, limit=16 * 2**30)
+    >>> found.max_size, found.bisected
+    (4432, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from aotcheck.figures.attribution import PeakBuffer
+
+DEFAULT_UPPER = 4096  # The search's upper bound, in multiples of the configured size.
+
+
+class Probe(NamedTuple):
+    """One compile of the program at ``size``: its peak (None when XLA ran out of memory) and whether it fits."""
+
+    size: int
+    peak_bytes: int | None
+    fits: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """What a fit search found.
+
+    Attributes:
+        knob: What was searched (``batch`` by default).
+        configured: The config's own size.
+        step: Sizes searched are multiples of it.
+        max_size: The largest size that compiled and fit (0: not even ``step``).
+        peak_at_max: Its peak per device.
+        peak_at_configured: The peak at the configured size.
+        probes: Compiles the search asked for (a cache hit counts: it stands for one).
+        bisected: The affine prediction was not confirmed; bisection found the answer.
+        upper_bound: ``max_size`` is the search's upper bound: the real limit may be higher.
+        smallest_peak: The peak at ``step`` when even that did not fit (None otherwise, or when XLA ran out).
+        split_at_max: The peak at the max by class (``peak_*_bytes``), when attributed.
+        buffers_at_max: The largest buffers at the peak at the max: what fills the memory there.
+    """
+
+    knob: str
+    configured: int
+    step: int
+    max_size: int
+    peak_at_max: int | None
+    peak_at_configured: int | None
+    probes: int
+    bisected: bool = False
+    upper_bound: bool = False
+    smallest_peak: int | None = None
+    split_at_max: dict[str, int] = dataclasses.field(default_factory=dict)
+    buffers_at_max: list[PeakBuffer] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "buffers_at_max": [b.to_json() for b in self.buffers_at_max]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Fit":
+        """The inverse of :meth:`to_json`; KeyError/TypeError/ValueError if malformed."""
+        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        fields["buffers_at_max"] = [PeakBuffer.from_json(b) for b in data.get("buffers_at_max") or []]
+        fields["split_at_max"] = {str(k): int(v) for k, v in (data.get("split_at_max") or {}).items()}
+        return cls(**fields)
+
+
+def search(
+    probe: Callable[[int], Probe], *, configured: int, step: int, limit: int, upper: int | None = None,
+    knob: str = "batch",
+) -> Fit:
+    """The largest multiple of ``step`` that ``probe`` says fits (see the module's docstring).
+
+    ``limit`` is the HBM a device may use (the affine model's target); ``upper``
+    caps the search (default :data:`DEFAULT_UPPER` times the configured size).
+    """
+    base = max(1, configured // step)
+    top = max(base, (upper // step) if upper else DEFAULT_UPPER * base)
+    seen: dict[int, Probe] = {}
+
+    def at(k: int) -> Probe:
+        if k not in seen:
+            seen[k] = probe(k * step)
+        return seen[k]
+
+    def done(lo: int, *, bisected: bool) -> Fit:
+        return Fit(knob, configured, step, lo * step, at(lo).peak_bytes if lo else None, at(base).peak_bytes,
+                   len(seen), bisected, upper_bound=lo == top)
+
+    if not at(base).fits:
+        if base == 1 or not at(1).fits:
+            return Fit(knob, configured, step, 0, None, at(base).peak_bytes, len(seen), smallest_peak=at(1).peak_bytes)
+        lo, hi = 1, base
+    else:
+        lo, hi = base, None
+        # A second point far from the first makes the line's slope exact where it matters. Assuming
+        # no fixed part (all of the peak grows with the size) underestimates the limit: 90% of that
+        # should fit, and lands close to the limit.
+        peak = at(base).peak_bytes or 1
+        second = min(top, max(base + 1, int(0.9 * base * limit / peak)))
+        if at(second).fits:
+            lo = second
+        else:
+            hi = second
+        if lo == top:
+            return done(lo, bisected=False)
+    for _ in range(2):  # The prediction, then once more through the probe nearest the limit.
+        predicted = _predict(seen, limit)
+        if predicted is None or (hi is not None and hi - lo <= 1):
+            break
+        k = max(lo + 1, min(predicted, (hi - 1) if hi else top))
+        if at(k).fits:
+            lo = k
+            if k == top:
+                return done(lo, bisected=False)
+            if not at(k + 1).fits:
+                return done(k, bisected=False)
+            lo = k + 1
+        else:
+            hi = k
+            if at(k - 1).fits:
+                return done(k - 1, bisected=False)
+            hi = k - 1
+    # Bisection: find a size that does not fit (doubling), then halve the gap.
+    if hi is not None and hi - lo <= 1:
+        return done(lo, bisected=False)
+    while hi is None:
+        k = min(2 * lo, top)
+        if at(k).fits:
+            lo = k
+            if k == top:
+                return done(lo, bisected=True)
+        else:
+            hi = k
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if at(mid).fits else (lo, mid)
+    return done(lo, bisected=True)
+
+
+def _predict(seen: Mapping[int, Probe], limit: int) -> int | None:
+    """The largest k whose affine peak (through the two largest fitting probes) stays within ``limit``."""
+    points = sorted((k, p.peak_bytes) for k, p in seen.items() if p.fits and p.peak_bytes is not None)
+    if len(points) < 2:
+        return None
+    (k0, p0), (k1, p1) = points[-2], points[-1]
+    slope = (p1 - p0) / (k1 - k0)
+    if slope <= 0:
+        return None
+    return int((limit - p0) // slope) + k0

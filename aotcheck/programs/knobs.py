@@ -1,0 +1,60 @@
+"""The sizes a fit search moves: a config's batch, or a knob it names, rebuilt at another size.
+
+Example:
+    >>> from aotcheck.models import lm
+    >>> knob = knob_of(lm.trainer_config(lm.TINY), "batch", Target.of("v5e-16", 2))
+    >>> knob.size, knob.step  # 32 sequences, sharded over the data axis (16 of the 32 devices)
+    (32, 16)
+    >>> knob.rebuild(64).batch_spec["tokens"].shape
+    (64, 128)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+
+from aotcheck.programs.config import Config, InferenceConfig, Knob, TrainerConfig
+from aotcheck.programs.lowering import place
+from aotcheck.targets.topology import Target
+
+
+class KnobError(ValueError):
+    """A knob the config does not offer, or a batch a fit search cannot move; the message lists what it offers."""
+
+
+def knobs_offered(config: Config) -> list[str]:
+    """The knob names ``config`` offers a fit search: ``batch`` for models, then its own."""
+    if isinstance(config, (TrainerConfig, InferenceConfig)):
+        return ["batch", *config.knobs]
+    return []
+
+
+def knob_of(config: Config, name: str, target: Target) -> Knob:
+    """The knob ``name`` of ``config`` on ``target``: its size, how to rebuild the config, its step."""
+    offered = knobs_offered(config)
+    if name not in offered:
+        raise KnobError(f"This config offers no knob {name!r}; it offers: {', '.join(offered) or 'none'} "
+                        "(a FunctionConfig has no batch to move; give a model config a Knob in knobs=).")
+    assert isinstance(config, (TrainerConfig, InferenceConfig))
+    if name != "batch":
+        return config.knobs[name]
+    field = "batch_spec" if isinstance(config, TrainerConfig) else "input_batch_spec"
+    spec = getattr(config, field)
+    sizes = {leaf.shape[0] for leaf in spec.values() if leaf.shape}
+    if len(sizes) != 1:
+        raise KnobError(f"The batch inputs ({', '.join(spec)}) do not share one leading size ({sorted(sizes)}); "
+                        "name the size to search with a Knob in knobs=.")
+    mesh = place(config, target).mesh
+    partition = config.batch_partition
+    first = partition[0] if partition is not None and len(partition) else mesh.axis_names[0]
+    axes = first if isinstance(first, tuple) else (first,) if first is not None else ()
+    step = math.prod(dict(zip(mesh.axis_names, mesh.devices.shape))[a] for a in axes)
+
+    def rebuild(size: int) -> Config:
+        return dataclasses.replace(config, **{field: {
+            k: jax.ShapeDtypeStruct((size, *leaf.shape[1:]), leaf.dtype) for k, leaf in spec.items()}})
+
+    return Knob(sizes.pop(), rebuild, step)
