@@ -208,7 +208,8 @@ def _peak_live(
         allocation = allocations[number]
         if allocation.kind == "parameter" or allocation.color in off_chip:
             continue
-        size = int(sum(a.bytes for a in parse_arrays(shape)))
+        # A tuple-shaped value is its index table; its elements are values of their own.
+        size = 0 if shape.startswith("(") else int(sum(a.bytes for a in parse_arrays(shape)))
         spans.setdefault((number, offset), []).append((int(match[2]), int(match[3]), size, value))
     # Values at one place whose ranges overlap are one buffer (a loop's values); at other times,
     # the place holds other buffers.

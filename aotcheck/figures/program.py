@@ -42,12 +42,15 @@ class Details:
     peak_buffers: list[PeakBuffer] = dataclasses.field(default_factory=list)
     collectives: list[CollectiveOp] = dataclasses.field(default_factory=list)
     fit: Fit | None = None  # The fit search, for configs that ask for one.
+    peak_excess_bytes: int = 0  # How much more XLA lists live at the peak than its peak figure (temp is net).
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
                                "collectives": [c.to_json() for c in self.collectives]}
         if self.fit is not None:
             out["fit"] = self.fit.to_json()
+        if self.peak_excess_bytes:
+            out["peak_excess_bytes"] = self.peak_excess_bytes
         return out
 
     @classmethod
@@ -56,7 +59,7 @@ class Details:
         data = data or {}
         return cls([PeakBuffer.from_json(b) for b in data.get("peak_buffers") or []],
                    [CollectiveOp.from_json(c) for c in data.get("collectives") or []],
-                   Fit.from_json(data["fit"]) if data.get("fit") else None)
+                   Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0))
 
 
 def figures_problem(figures: object) -> str | None:

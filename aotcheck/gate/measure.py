@@ -179,16 +179,17 @@ def _measure(
         module = parse_module(text)
         analysis = analyze_hlo(text, module=module)
         figures = program_figures(compiled, num_devices=case.target.num_devices, analysis=analysis)
-        problem, buffers = None, []
+        problem, buffers, excess = None, [], 0
         try:
             attribution = read_dump(dump, hlo_text=text, module=module, arguments=arguments(lowered, config),
                                     peak_bytes=int(figures["peak_bytes"]))
             figures.update(attribution.figures())
-            buffers = attribution.buffers
+            buffers, excess = attribution.buffers, attribution.excess
         except AttributionError as e:
             problem = f"the peak is not split by class: {e}"
     result = Measurement(case, figures, options, seconds, compiled=compiled,
-                         details=Details(buffers, top_collectives(analysis)), attribution_problem=problem)
+                         details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess),
+                         attribution_problem=problem)
     if cache is not None and key is not None:
         cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain(),
                   details=result.details.to_json(),

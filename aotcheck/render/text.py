@@ -358,7 +358,10 @@ def explain(hlo_text: str, figures: Figures, *, details: Details | None = None, 
         lines.append("The largest collectives, per step:\n" + collectives_table(details.collectives, limit=limit))
     split = peak_table(figures)
     if split:
-        lines.append("What holds the HBM at the peak (per device):\n" + split)
+        excess = details.peak_excess_bytes if details is not None else 0
+        note = (f"\n(XLA's live ranges list {fmt_bytes(excess)} more at the peak than its peak figure; "
+                "temp is shown net of that.)") if excess else ""
+        lines.append("What holds the HBM at the peak (per device):\n" + split + note)
     if details is not None and details.peak_buffers:
         lines.append("The largest buffers at the peak:\n" + buffers_table(details.peak_buffers, limit=limit))
     return "\n\n".join(lines)
