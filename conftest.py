@@ -15,9 +15,7 @@ from aotcheck.models import lm
 def lm_tiny():
     # Its real limit is ~10^5 sequences away, where one compile takes minutes on 2 cores: the fit
     # search stops at 8x the configured batch (fit_max_batch is then that bound, said as such).
-    fit = dict(fit="batch", fit_upper=8 * lm.TINY.batch)
-    return [lm.trainer_config(lm.TINY, **fit),
-            lm.inference_config(lm.TINY, fit="batch", fit_upper=8 * lm.TINY.decode_batch)]
+    return lm.gate_configs(lm.TINY, fit_upper=8)
 
 
 @aotcheck.register("lm-1b", description=f"decoder LM, {lm.ONE_B.num_params():,} params (main job)")

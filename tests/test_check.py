@@ -126,3 +126,22 @@ def test_a_pytest_free_run_finishes_with_a_report_and_stale_goldens(tmp_path):
     assert [(o.case.id, o.verdict) for o in report.outcomes] == [("toy/step@v5e-4x1", Verdict.REGRESSION)]
     assert report.stale == ["gone/step@v5e-4x1.json"] and report.golden_dir == "golden" and not report.passed
     assert json.loads((tmp_path / "r.json").read_text())["cases"][0]["golden_path"] == "toy/step@v5e-4x1.json"
+
+
+def test_a_peak_that_could_not_be_split_is_a_note_and_the_rest_is_judged(tmp_path):
+    """A libtpu that wrote no dump (or one this version cannot read): the peak_* figures are missing
+    this time; the case says why and passes or fails on the figures it has."""
+    split = {"peak_params_bytes": 10, "peak_opt_state_bytes": 0, "peak_batch_bytes": 0, "peak_outputs_bytes": 0,
+             "peak_temp_bytes": 90 * 2**20, "peak_other_bytes": 10 * 2**20 - 10}
+    write_golden(tmp_path, {**FIGURES, **split})
+    problem = "the peak is not split by class: XLA wrote no *after_optimizations-live-range.txt into its dump directory"
+
+    def measure(case, figures=FIGURES):
+        return Measurement(case, dict(figures), {"opt": "1"}, 1.5, attribution_problem=problem)
+
+    gate = GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4"], cache_dir=None), measure=measure)
+    outcome = gate.check(CASE)
+    assert (outcome.verdict, outcome.failed) == (Verdict.PASS, False) and problem in outcome.notes
+    grown = GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4"], cache_dir=None),
+                        measure=lambda c: measure(c, {**FIGURES, "peak_bytes": 200 * 2**20}))
+    assert grown.check(CASE).verdict is Verdict.REGRESSION  # Judged on the figures it still has.

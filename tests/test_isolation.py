@@ -77,7 +77,7 @@ def test_a_7x_matrix_finishes_with_its_compiler_crashes_as_failed_cases(pytester
     # other case is checked, and the summary and report are written.
     pytester.makeconftest(
         "import aotcheck\nfrom aotcheck.models import lm\n"
-        "aotcheck.register('lm-tiny', lambda: [lm.trainer_config(lm.TINY), lm.inference_config(lm.TINY)])\n")
+        "aotcheck.register('lm-tiny', lambda: lm.gate_configs(lm.TINY, fit_upper=8))\n")  # As the repo does.
     pytester.makeini("[pytest]\naot_golden_dir = golden\n")
     repo_goldens = Path(__file__).resolve().parents[1] / "golden" / "lm-tiny"
     shutil.copytree(repo_goldens, pytester.path / "golden" / "lm-tiny")

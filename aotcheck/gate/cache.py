@@ -39,7 +39,8 @@ from aotcheck.gate.golden import atomic_write_text, probe_writable
 # computation (7x's sparsecore call-starts); entries validated field by field.
 # 5: the peak split by class (peak_*_bytes), its largest buffers and collectives.
 # 6: the peak's moment found by a sweep over every live range; fit searches (fit_max_*).
-FIGURES_VERSION = 6
+# 7: VMEM-colored buffers counted in the peak's classes, as XLA's peak counts them.
+FIGURES_VERSION = 7
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

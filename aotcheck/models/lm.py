@@ -295,3 +295,19 @@ ONE_B = LMConfig(
     # Pure FSDP by default; tensor parallel on the 16-GiB v5e chips.
     mesh=MeshSpec(("data", "model"), (-1, 1), overrides={"v5e-*": (-1, 2)}),
 )
+
+
+def gate_configs(cfg: LMConfig, *, fit_upper: int | None = None) -> list[TrainerConfig | InferenceConfig]:
+    """The train step and the inference methods, each with a fit search of its batch, as the
+    repository's gate registers them. ``fit_upper``: the search's cap, as a multiple of each
+    config's batch (None: the search's default).
+
+    Example:
+        >>> [(c.fit, c.fit_upper) for c in gate_configs(TINY, fit_upper=8)]
+        [('batch', 256), ('batch', 256)]
+    """
+    def cap(batch: int) -> int | None:
+        return fit_upper * batch if fit_upper else None
+
+    return [trainer_config(cfg, fit="batch", fit_upper=cap(cfg.batch)),
+            inference_config(cfg, fit="batch", fit_upper=cap(cfg.decode_batch))]
