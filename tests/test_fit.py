@@ -93,6 +93,8 @@ def fit_project(project, monkeypatch):
     return project
 
 
+@pytest.mark.main_job
+@pytest.mark.aotcheck
 def test_the_search_agrees_with_an_exhaustive_bisection(fit_project, tmp_path):
     """Real compiles of the toy 'fit' config (f32 logits [B, 128, 16384]) on v4-8: the search's answer
     equals a plain bisection's over the same compiles (shared through the figures cache)."""
@@ -151,6 +153,8 @@ def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit
                                  "the configured batch (16) still fits, peak *"])
 
 
+@pytest.mark.main_job
+@pytest.mark.aotcheck
 def test_the_fit_command(fit_project):
     def fit(*args):
         return subprocess.run([sys.executable, "-m", "aotcheck", "fit", "fit", "--topology", "v4-8", *args],
