@@ -40,7 +40,7 @@ from aotcheck.programs.lowering import LoweringError
 from aotcheck.programs.registry import REGISTRY, RegistryError
 from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
-from aotcheck.programs.knobs import knob_of
+from aotcheck.programs.knobs import check_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
 from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, SettingsError, exit_status
 from aotcheck.targets.topology import CHIPS, Target, TopologyError, all_topologies
@@ -196,7 +196,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     target = Target.of(args.topology, args.slices)
     entry = REGISTRY.get(args.config)
     program = args.program or next(iter(entry.programs()))
-    knob_of(entry.program(program), args.knob, target)  # A knob it does not offer: before any compile.
+    # Bad input before any compile, and without libtpu in this process (compiles run in workers).
+    check_knob(entry.program(program), args.knob)
+    if not 0 < args.headroom <= 1:
+        raise SettingsError(f"--headroom: {args.headroom} must be a number in (0, 1], e.g. 0.95")
     measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom)
     case = Case(entry.name, program, target)
     try:

@@ -27,64 +27,56 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bare(configs: str, topologies: str, slices: str) -> None:
-    """Compiles every case with plain JAX calls; prints the summed lower+compile seconds."""
+def cases(configs: str, topologies: str, slices: str):
+    """(config, program, Target, compiler options) of every reference case selected."""
     import fnmatch
 
     sys.path.insert(0, str(ROOT))
     import conftest  # noqa: F401  (registers the reference configs)
-    from aotcheck.programs.lowering import lower_config
     from aotcheck.programs.options import resolve_compiler_options
     from aotcheck.programs.registry import REGISTRY
     from aotcheck.targets.topology import Target
 
-    total = 0.0
     for entry in REGISTRY:
         if not any(fnmatch.fnmatchcase(entry.name, g) for g in configs.split(",")):
             continue
         for program, config in entry.programs().items():
             for topology in topologies.split(","):
                 for n in map(int, slices.split(",")):
-                    options = resolve_compiler_options(topology, n, config.compiler_options)
-                    start = time.perf_counter()
-                    lowered = lower_config(config, Target.of(topology, n), program=program)[program]
-                    lowered.compile(compiler_options=options)
-                    total += time.perf_counter() - start
+                    yield config, program, Target.of(topology, n), resolve_compiler_options(
+                        topology, n, config.compiler_options)
+
+
+def bare(configs: str, topologies: str, slices: str) -> None:
+    """Compiles every case with plain JAX calls; prints the summed lower+compile seconds."""
+    from aotcheck.programs.lowering import lower_config
+
+    total = 0.0
+    for config, program, target, options in cases(configs, topologies, slices):
+        start = time.perf_counter()
+        lower_config(config, target, program=program)[program].compile(compiler_options=options)
+        total += time.perf_counter() - start
     print(total)
 
 
 def attribution_cost(configs: str, topologies: str, slices: str) -> None:
     """Per case, alternating: lower+compile, and lower+compile with the dump plus attribution.
     Prints the two sums."""
-    import fnmatch
-
-    sys.path.insert(0, str(ROOT))
-    import conftest  # noqa: F401  (registers the reference configs)
     from aotcheck.figures.attribution import dump_options, read_dump
     from aotcheck.programs.lowering import arguments, lower_config
-    from aotcheck.programs.options import resolve_compiler_options
-    from aotcheck.programs.registry import REGISTRY
-    from aotcheck.targets.topology import Target
 
     plain = attributed = 0.0
-    for entry in REGISTRY:
-        if not any(fnmatch.fnmatchcase(entry.name, g) for g in configs.split(",")):
-            continue
-        for program, config in entry.programs().items():
-            for topology in topologies.split(","):
-                for n in map(int, slices.split(",")):
-                    options = resolve_compiler_options(topology, n, config.compiler_options)
-                    start = time.perf_counter()
-                    lowered = lower_config(config, Target.of(topology, n), program=program)[program]
-                    lowered.compile(compiler_options=options)
-                    plain += time.perf_counter() - start
-                    start = time.perf_counter()
-                    lowered = lower_config(config, Target.of(topology, n), program=program)[program]
-                    with tempfile.TemporaryDirectory() as dump:
-                        compiled = lowered.compile(compiler_options={**options, **dump_options(dump)})
-                        read_dump(dump, hlo_text=compiled.as_text(), arguments=arguments(lowered, config),
-                                  peak_bytes=compiled.memory_analysis().peak_memory_in_bytes)
-                    attributed += time.perf_counter() - start
+    for config, program, target, options in cases(configs, topologies, slices):
+        start = time.perf_counter()
+        lower_config(config, target, program=program)[program].compile(compiler_options=options)
+        plain += time.perf_counter() - start
+        start = time.perf_counter()
+        lowered = lower_config(config, target, program=program)[program]
+        with tempfile.TemporaryDirectory() as dump:
+            compiled = lowered.compile(compiler_options={**options, **dump_options(dump)})
+            read_dump(dump, hlo_text=compiled.as_text(), arguments=arguments(lowered, config),
+                      peak_bytes=compiled.memory_analysis().peak_memory_in_bytes)
+        attributed += time.perf_counter() - start
     print(plain, attributed)
 
 

@@ -197,6 +197,10 @@ GOLDEN_FAULTS = [
      "figure 'peak_bytes' must be a number"),
     ('{"figures": {"peak_bytes": true}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
      "figure 'peak_bytes' must be a number"),
+    ('{"figures": {}, "toolchain": {}, "compiler_options": {}, "details": "x"}', "corrupt-golden",
+     "its 'details' (peak buffers, collectives) cannot be read"),
+    ('{"figures": {}, "toolchain": {}, "compiler_options": {}, "details": {"peak_buffers": [{"bytes": 1}]}}',
+     "corrupt-golden", "its 'details' (peak buffers, collectives) cannot be read (KeyError"),
     ("DIRECTORY", "corrupt-golden", "cannot be read"),
     ("\udcff", "corrupt-golden", "cannot be read"),
 ]
@@ -306,6 +310,9 @@ CLI = [
     (["compile", "lm-tiny", "--topology", "v4-8", "--slices", "0"], "The number of slices must be >= 1, got 0"),
     (["compile", "lm-tiny", "--topology", "v4-8", "--method", "nope"], "Config 'lm-tiny' has no program 'nope'"),
     (["compile", "lm-tiny", "--topology", "v4-8", "--module", "no_such_module"], "Importing config module 'no_such_module'"),
+    (["fit", "lm-tiny", "--topology", "v4-8", "--knob", "seq"], "This config offers no knob 'seq'; it offers: batch"),
+    (["fit", "lm-tiny", "--topology", "v4-8", "--headroom", "0"], "--headroom: 0.0 must be a number in (0, 1]"),
+    (["fit", "lm-tiny", "--topology", "v4-8", "--program", "nope"], "Config 'lm-tiny' has no program 'nope'"),
     (["check", "--topologies", "v5e-17"], "--topologies: Unknown topology 'v5e-17'"),
     (["check", "--topologies", ""], "--topologies is empty"),
     (["check", "--topologies", "v4-8", "--slices", "x"], "--slices: 'x' is not a slice count"),
@@ -336,7 +343,7 @@ def cli_dir(tmp_path):
 @pytest.mark.parametrize("args,words", CLI, ids=[" ".join(a) for a, _ in CLI])
 def test_cli_bad_input_is_one_clear_line(cli_dir, args, words, capsys, monkeypatch):
     root = Path(__file__).resolve().parents[1]
-    monkeypatch.chdir(root if args[0] == "compile" else cli_dir)
+    monkeypatch.chdir(root if args[0] in ("compile", "fit") else cli_dir)
     code = cli.main(args)
     err = capsys.readouterr().err
     assert code in (1, 2) and words in err, err

@@ -32,12 +32,17 @@ def knobs_offered(config: Config) -> list[str]:
     return []
 
 
-def knob_of(config: Config, name: str, target: Target) -> Knob:
-    """The knob ``name`` of ``config`` on ``target``: its size, how to rebuild the config, its step."""
+def check_knob(config: Config, name: str) -> None:
+    """KnobError unless ``config`` offers the knob ``name`` (no devices, no mesh: safe anywhere)."""
     offered = knobs_offered(config)
     if name not in offered:
         raise KnobError(f"This config offers no knob {name!r}; it offers: {', '.join(offered) or 'none'} "
                         "(a FunctionConfig has no batch to move; give a model config a Knob in knobs=).")
+
+
+def knob_of(config: Config, name: str, target: Target) -> Knob:
+    """The knob ``name`` of ``config`` on ``target``: its size, how to rebuild the config, its step."""
+    check_knob(config, name)
     assert isinstance(config, (TrainerConfig, InferenceConfig))
     if name != "batch":
         return config.knobs[name]
