@@ -81,6 +81,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         tolerances=ini.lines("aot_tolerances"),
         report=args.report,
         hbm_headroom=ini.get("aot_hbm_headroom", "1.0"),
+        fit=args.fit if args.fit is not None else ini.get("aot_fit", ""),
         cache_dir=None if args.no_cache else (args.cache_dir or ini.get("aot_cache_dir", ".aotcheck-cache")),
         shard=args.shard,
         config_modules=ini.lines("aot_config_modules") + list(args.module or []),
@@ -264,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail on improvements beyond tolerance too")
     p.add_argument("--report", metavar="PATH", help="write the JSON report here")
     p.add_argument("--shard", metavar="K/N", help="run only shard K of N of the matrix")
+    p.add_argument("--fit", metavar="KNOB", help="search the largest KNOB (e.g. batch) that fits on every config "
+                   "that offers it (default: aot_fit, or each config's own fit=)")
     p.add_argument("--cache-dir", help="figures cache directory (default .aotcheck-cache)")
     p.add_argument("--no-cache", action="store_true", help="compile every case; no figures cache")
     p.add_argument("--module", action="append", help=module_help)

@@ -42,6 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--aot-cache-dir", help="figures cache directory (default .aotcheck-cache at the rootdir)")
     group.addoption("--aot-no-cache", action="store_true", default=False,
                     help="compile every case, neither reading nor writing the figures cache")
+    group.addoption("--aot-fit", metavar="KNOB",
+                    help="search the largest KNOB (e.g. batch) that fits on every config that offers it, "
+                    "gated as fit_max_KNOB (default: each config's own fit=)")
     group.addoption("--aot-shard", metavar="K/N", help="run only shard K of N of the case matrix (for CI runners)")
     parser.addini("aot_topologies", "default --aot-topologies", type="args", default=[])
     parser.addini("aot_slices", "default --aot-slices", type="args", default=[])
@@ -51,6 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("aot_strict", "default --aot-strict", type="bool", default=False)
     parser.addini("aot_hbm_headroom", "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
                   default="1.0")
+    parser.addini("aot_fit", "default --aot-fit", default="")
     parser.addini("aot_tolerances", "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
                   type="linelist", default=[])
     parser.addini("aot_metric_drift", "figures new or gone against a golden: fail (default) or warn",
@@ -84,6 +88,7 @@ def settings_from_pytest(config: pytest.Config) -> GateSettings:
         tolerances=config.getini("aot_tolerances"),
         report=config.getoption("aot_report"),
         hbm_headroom=config.getini("aot_hbm_headroom"),
+        fit=pick("aot_fit"),
         cache_dir=None if config.getoption("aot_no_cache") else pick("aot_cache_dir"),
         shard=config.getoption("aot_shard"),
         config_modules=config.getini("aot_config_modules"),

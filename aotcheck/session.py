@@ -61,10 +61,12 @@ class SettingsError(ValueError):
 # How each front end spells its options, for error messages.
 PYTEST_FLAGS = {"topologies": "--aot-topologies", "slices": "--aot-slices", "tolerances": "aot_tolerances",
                 "hbm_headroom": "aot_hbm_headroom", "shard": "--aot-shard", "config_modules": "aot_config_modules",
-                "golden_dir": "--aot-golden-dir", "report": "--aot-report", "metric_drift": "aot_metric_drift"}
+                "golden_dir": "--aot-golden-dir", "report": "--aot-report", "metric_drift": "aot_metric_drift",
+                "fit": "--aot-fit"}
 CLI_FLAGS = {"topologies": "--topologies", "slices": "--slices", "tolerances": "aot_tolerances",
              "hbm_headroom": "aot_hbm_headroom", "shard": "--shard", "config_modules": "--module",
-             "golden_dir": "--golden-dir", "report": "--report", "metric_drift": "aot_metric_drift"}
+             "golden_dir": "--golden-dir", "report": "--report", "metric_drift": "aot_metric_drift",
+             "fit": "--fit"}
 METRIC_DRIFT = ("fail", "warn")
 
 
@@ -88,6 +90,7 @@ class GateSettings:
     tolerances: tuple[tuple[str, Tolerance], ...] = DEFAULT_TOLERANCES
     report_path: Path | None = None
     hbm_headroom: float = 1.0
+    fit: str | None = None  # Search this knob on every config that offers it (else each config's own ``fit``).
     cache_dir: Path | None = None
     shard: tuple[int, int] | None = None
     config_modules: tuple[str, ...] = ()
@@ -108,6 +111,7 @@ class GateSettings:
         tolerances: Sequence[str] = (),
         report: str | None = None,
         hbm_headroom: str | float = 1.0,
+        fit: str | None = None,
         cache_dir: str | None = ".aotcheck-cache",
         shard: str | None = None,
         config_modules: Sequence[str] = (),
@@ -136,6 +140,10 @@ class GateSettings:
                 raise ValueError
         except ValueError:
             raise SettingsError(f"{flags['hbm_headroom']}: {hbm_headroom!r} must be a number in (0, 1], e.g. 0.95") from None
+        fit = (fit or "").strip() or None
+        if fit is not None and not fit.isidentifier():
+            raise SettingsError(f"{flags['fit']}: {fit!r} is not a knob name; name what to search on every config, "
+                                f"e.g. {flags['fit']}=batch (a config may offer more knobs in knobs=)")
         try:
             parsed_shard = parse_shard(shard) if shard else None
         except ShardError as e:
@@ -162,6 +170,7 @@ class GateSettings:
             tolerances=parsed_tolerances,
             report_path=report_path,
             hbm_headroom=headroom,
+            fit=fit,
             cache_dir=root / cache_dir if cache_dir else None,
             shard=parsed_shard,
             config_modules=tuple(config_modules),
@@ -209,7 +218,8 @@ class GateSession:
                 "A registry of your own needs measure=...: the compile workers find configs by importing the "
                 "modules that registered them in aotcheck.REGISTRY. Pass e.g. measure=lambda case: "
                 "aotcheck.gate.measure.measure(case, registry=registry) to measure in this process.")
-        self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom)
+        self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
+                                                          fit_default=settings.fit)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
         self.warnings: list[str] = []
@@ -407,6 +417,9 @@ class GateSession:
         lines = header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
                              cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
                              toolchain=_runtime.toolchain(), foreign=self.foreign_toolchain_goldens())
+        if s.fit:
+            lines.append(f"aotcheck: fit search of {s.fit!r} on every config that offers it (a few compiles each; "
+                         f"gated as fit_max_{s.fit})")
         if not s.update and not self.store.root.is_dir():
             lines.append(f"aotcheck: WARNING: the golden directory {self.store.root} does not exist, so every case "
                          f"will be missing its golden. The rootdir is {s.rootdir}; if your goldens are elsewhere, "

@@ -28,6 +28,7 @@ def project(pytester, monkeypatch):
     monkeypatch.delenv("TOY_EXTRAS", raising=False)
     monkeypatch.delenv("TOY_LM", raising=False)
     monkeypatch.delenv("TOY_FIT", raising=False)
+    monkeypatch.delenv("TOY_FIT_FIELD", raising=False)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(toy_fit=FIT)
     pytester.makeini(INI)

@@ -61,6 +61,8 @@ USAGE = [
     (["--aot-topologies=v4-8"], "aot_config_modules = raising", "Importing config module 'raising' failed: RuntimeError: boom"),
     (["--aot-topologies=v4-8"], "aot_metric_drift = maybe", "aot_metric_drift: 'maybe' must be 'fail'"),
     (["--aot-topologies=v4-8"], "aot_strict = maybe", "invalid truth value 'maybe'"),  # pytest's own check
+    (["--aot-topologies=v4-8", "--aot-fit=3x"], "", "--aot-fit: '3x' is not a knob name; name what to search"),
+    (["--aot-topologies=v4-8"], "aot_fit = max batch", "--aot-fit: 'max batch' is not a knob name"),
 ]
 
 
@@ -318,6 +320,7 @@ CLI = [
     (["check", "--topologies", "v4-8", "--slices", "x"], "--slices: 'x' is not a slice count"),
     (["check", "--topologies", "v4-8", "--shard", "5/2"], "--shard: '5/2': K must be between 1 and N"),
     (["check", "--topologies", "v4-8", "--report", "."], "--report: . is a directory"),
+    (["check", "--topologies", "v4-8", "--fit", "max-batch"], "--fit: 'max-batch' is not a knob name"),
     (["report", "missing.json"], "missing.json: not a readable JSON report"),
     (["report", "notjson.json"], "notjson.json: not a readable JSON report"),
     (["report", "format1.json"], "format1.json: not an aotcheck report of format 2 (found 1)"),

@@ -137,10 +137,19 @@ def test_the_search_agrees_with_an_exhaustive_bisection(fit_project, tmp_path):
 
 def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit_project, monkeypatch, tmp_path):
     cache = f"--aot-cache-dir={tmp_path / 'cache'}"
-    run(fit_project, "--aot-topologies=v4-8", "-k", "fit", "--update-golden", cache).assert_outcomes(passed=1)
+    # First the gate's --aot-fit asks for the search (the config names none): the toy FunctionConfig,
+    # which offers no knob, is checked without one.
+    monkeypatch.setenv("TOY_FIT_FIELD", "none")
+    first = run(fit_project, "--aot-topologies=v4-8", "-k", "fit or toy", "--aot-fit=batch", "--update-golden", cache)
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines(["*fit search of 'batch' on every config that offers it*"])
     golden = json.loads((fit_project.path / "golden/fit/train_step@v4-8x1.json").read_text())
     assert golden["figures"]["fit_max_batch"] > 16 and golden["details"]["fit"]["configured"] == 16
+    toy = json.loads((fit_project.path / "golden/toy/step@v4-8x1.json").read_text())
+    assert not any(k.startswith("fit_max") for k in toy["figures"]) and "fit" not in toy["details"]
     entries = len(list((tmp_path / "cache").rglob("*.json")))
+    # The config's own fit="batch" is the same search: a warm run compiles nothing and agrees.
+    monkeypatch.delenv("TOY_FIT_FIELD")
     warm = run(fit_project, "--aot-topologies=v4-8", "-k", "fit", cache)
     warm.assert_outcomes(passed=1)
     assert len(list((tmp_path / "cache").rglob("*.json"))) == entries  # Every probe came from the cache.

@@ -238,11 +238,12 @@ class Measurer:
     """
 
     def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False, hbm_headroom: float = 1.0,
-                 fit: str | None = None) -> None:
+                 fit: str | None = None, fit_default: str | None = None) -> None:
         self.cache = cache
         self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
         self.hbm_headroom = hbm_headroom  # What a fit search may fill.
         self.fit = fit  # Search this knob on every case (else each config's own ``fit``).
+        self.fit_default = fit_default  # ... on every config that offers it and names none of its own.
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
 
@@ -264,6 +265,7 @@ class Measurer:
                 "hlo": self.keep_hlo,
                 "hbm_headroom": self.hbm_headroom,
                 "fit": self.fit,
+                "fit_default": self.fit_default,
             })
         except WorkerCrashed:
             self._workers.pop(family, None)
@@ -302,7 +304,7 @@ def serve(reply_fd: int) -> None:
             cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
             _runtime.reset_peak_rss()
             result = measure(Case.parse(request["case"]), cache=cache, fit=request.get("fit"),
-                             hbm_headroom=float(request.get("hbm_headroom", 1.0)))
+                             fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)))
             reply: dict[str, Any] = {"figures": result.figures, "compiler_options": result.compiler_options,
                                      "compile_seconds": result.compile_seconds, "cached": result.cached,
                                      "host_peak_bytes": _runtime.peak_rss_bytes(), "details": result.details.to_json(),

@@ -37,7 +37,7 @@ from aotcheck.figures.fit import Fit, Probe, search
 from aotcheck.figures.hbm import hbm_verdict, is_out_of_memory
 from aotcheck.programs.compile import CompileError, compile_lowered
 from aotcheck.programs.config import Config
-from aotcheck.programs.knobs import knob_of
+from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.lowering import arguments, lower_config
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
@@ -75,13 +75,15 @@ def measure(
     compiler_options: Mapping[str, Any] | None = None,
     cache: FiguresCache | None = None,
     fit: str | None = None,
+    fit_default: str | None = None,
     hbm_headroom: float = 1.0,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures.
 
     ``fit``: also search the largest size of this knob (``"batch"``, or one the
     config names) that fits ``hbm_headroom`` x the device's HBM; by default the
-    config's own ``fit``. Adds the figure ``fit_max_<knob>`` and the search to the
+    config's own ``fit``, else ``fit_default`` where the config offers that knob
+    (the gate's ``--aot-fit``). Adds the figure ``fit_max_<knob>`` and the search to the
     details (:mod:`aotcheck.figures.fit`); each probe is cached like a case.
 
     XLA dumps its buffer assignment and live ranges into a temporary directory
@@ -95,6 +97,8 @@ def measure(
     """
     config = config or registry.get(case.config).program(case.program)
     knob = fit if fit is not None else getattr(config, "fit", None)
+    if knob is None and fit_default is not None and fit_default in knobs_offered(config):
+        knob = fit_default
     try:
         result = _measure(case, config, compiler_options, cache)
     except CompileError as e:
