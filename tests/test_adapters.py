@@ -1,0 +1,225 @@
+"""The adapters: models as Flax Linen, Flax NNX and Equinox users write them, with the shardings the
+models declare, through to real compiles checked against goldens (tests/adapter_models.py).
+
+Shardings are read on the real v5e-16 mesh (libtpu's devices, no compile); the figures come from
+the gate's own compiles of the registered configs, compared with the committed goldens.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from aotcheck.adapters.base import AdapterError
+from aotcheck.programs.lowering import place, trainer_state_specs
+from aotcheck.targets.partition import PartitionError, path_to_str
+
+ROOT = Path(__file__).resolve().parents[1]
+OPT = optax.adamw(1e-3)
+
+
+def _adapter_models():
+    """tests/adapter_models.py as the ini's aot_config_modules loaded it (importing it again would
+    register its configs twice), or imported here when this run's ini does not load it."""
+    path = Path(__file__).with_name("adapter_models.py").resolve()
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) and Path(module.__file__).resolve() == path:
+            return module
+    import adapter_models
+
+    return adapter_models
+
+
+am = _adapter_models()
+
+
+def shardings(adapted, *, topology="v5e-16", mesh=am.MESH):
+    """Per parameter path: (its spec, the spec of its first Adam moment), on ``topology``'s devices."""
+    config = adapted.trainer(batch_spec={"tokens": am.TOKENS}, optimizer=OPT, mesh=mesh,
+                             loss_fn=lambda model, batch: jnp.zeros(()))
+    state, _ = trainer_state_specs(config, place(config, topology))
+    mu = state["opt_state"][0].mu
+    flat = jax.tree_util.tree_flatten_with_path(state["params"])[0]
+    moments = jax.tree_util.tree_leaves(mu)
+    return {path_to_str(p): (leaf.sharding.spec, m.sharding.spec) for (p, leaf), m in zip(flat, moments)}
+
+
+# --- Flax Linen --------------------------------------------------------------------------------------
+
+def test_linen_shardings_come_from_the_model_and_moments_follow():
+    found = shardings(am.linen_adapted())
+    assert {k: v[0] for k, v in found.items()} == {
+        "Embed_0/embedding": P("model", "data"),  # logical (vocab, embed) through LOGICAL
+        "up_0/kernel": P("data", "model"), "up_1/kernel": P("data", "model"),  # logical (embed, mlp)
+        "down_0/kernel": P("model", None), "down_1/kernel": P("model", None),  # nn.with_partitioning: mesh axes
+        "norm_0/scale": P(), "norm_0/bias": P(), "norm_1/scale": P(), "norm_1/bias": P(),  # the override
+    }
+    assert all(param == moment for param, moment in found.values())
+
+
+def test_linen_overrides_decide_before_the_model():
+    found = shardings(am.linen_adapted(overrides=[(r"up_0/kernel$", P(None, "data")), (r"norm", P())]))
+    assert found["up_0/kernel"][0] == P(None, "data") and found["up_1/kernel"][0] == P("data", "model")
+
+
+def test_linen_unannotated_parameters_are_all_listed_or_replicated_on_request():
+    with pytest.raises(PartitionError) as e:
+        shardings(am.linen_adapted(overrides=()))
+    message = str(e.value)
+    assert "decides 4 parameter(s)" in message
+    assert all(f"{p} (shape (128,))" in message for p in ("norm_0/scale", "norm_0/bias", "norm_1/scale", "norm_1/bias"))
+    found = shardings(am.linen_adapted(overrides=(), unannotated="replicate"))
+    assert found["norm_1/bias"][0] == P() and found["up_0/kernel"][0] == P("data", "model")
+
+
+def test_linen_logical_names_need_rules():
+    from aotcheck.adapters import flax_linen
+
+    with pytest.raises(AdapterError, match=r"Embed_0/embedding is annotated with logical axis names .*"
+                                           r"logical_axis_rules"):
+        flax_linen.adapt(am.LinenLM(), (am.TOKENS,))
+
+
+def test_linen_other_variable_collections_are_refused_by_name():
+    import flax.linen as nn
+
+    from aotcheck.adapters import flax_linen
+
+    class WithBatchNorm(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.BatchNorm(use_running_average=True)(nn.Dense(8)(x))
+
+    with pytest.raises(AdapterError, match=r"WithBatchNorm has variable collections \['batch_stats'\]"):
+        flax_linen.adapt(WithBatchNorm(), jax.ShapeDtypeStruct((4, 8), jnp.float32))
+
+
+def test_a_logical_axis_missing_from_the_mesh_is_named():
+    with pytest.raises(Exception, match=r"mesh axis 'model' is not in the mesh"):
+        shardings(am.linen_adapted(), mesh=am.aotcheck.MeshSpec(("data",), (-1,)))
+
+
+# --- Flax NNX ----------------------------------------------------------------------------------------
+
+def test_nnx_shardings_come_from_the_model_and_moments_follow():
+    found = shardings(am.nnx_adapted())
+    assert {k: v[0] for k, v in found.items()} == {
+        "embed/embedding": P("model", "data"), "up/kernel": P("data", "model"), "down/kernel": P("model", "data"),
+        "norm/scale": P(), "norm/bias": P(),  # unannotated="replicate"
+    }
+    assert all(param == moment for param, moment in found.values())
+
+
+def test_nnx_mesh_axis_annotations_without_rules_and_unannotated_errors():
+    from flax import nnx
+
+    from aotcheck.adapters import flax_nnx
+
+    class Direct(nnx.Module):
+        def __init__(self, rngs):
+            init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, "model"))
+            self.w = nnx.Linear(128, 512, kernel_init=init, rngs=rngs)
+
+    adapted = flax_nnx.adapt(lambda: Direct(nnx.Rngs(0)))
+    assert adapted.model_specs == {"w/bias": None, "w/kernel": P(None, "model")}
+    with pytest.raises(PartitionError, match=r"(?s)decides 2 parameter\(s\).*norm/bias \(shape \(128,\)\).*"
+                                             r"norm/scale \(shape \(128,\)\)"):
+        shardings(am.nnx_adapted(unannotated="error"))
+
+
+# --- Equinox -----------------------------------------------------------------------------------------
+
+def test_equinox_rules_shard_the_array_leaves():
+    found = shardings(am.eqx_adapted())
+    assert found["embed/weight"][0] == P("model", None)  # the regex, before fsdp
+    assert found["mlp/layers/1/weight"][0] == P("data", None) and found["head/weight"][0] == P("data", None)
+    assert found["mlp/layers/2/weight"][0] == P(None, "data")  # (128, 512): the larger dimension
+    assert all(param == moment for param, moment in found.values())
+
+
+def test_equinox_without_rules_lists_every_leaf():
+    with pytest.raises(PartitionError, match=r"(?s)decides 8 parameter\(s\).*embed/weight.*head/weight"):
+        shardings(am.eqx_adapted(rules=()))
+
+
+def test_a_missing_library_names_the_extra(monkeypatch):
+    from aotcheck.adapters import equinox, flax_nnx
+
+    monkeypatch.setitem(sys.modules, "equinox", None)  # What Python does when the import fails.
+    with pytest.raises(AdapterError, match=r"needs Equinox, which is not installed .*pip install 'aotcheck\[equinox\]'"):
+        equinox.adapt(am.EqxLM)
+    monkeypatch.setitem(sys.modules, "flax.nnx", None)
+    with pytest.raises(AdapterError, match=r"pip install 'aotcheck\[flax\]'"):
+        flax_nnx.adapt(lambda: None)
+
+
+def test_unannotated_takes_error_replicate_or_rules():
+    with pytest.raises(AdapterError, match=r"unannotated='shard': say 'error'"):
+        am.nnx_adapted(unannotated="shard")
+
+
+# --- Real compiles against the goldens ----------------------------------------------------------------
+
+ADAPTED_CASES = ["linen-tiny/train_step", "linen-tiny/forward", "nnx-tiny/train_step", "eqx-tiny/train_step",
+                 "esm2-8m/train_step"]
+
+
+def test_adapted_models_compile_and_match_their_goldens(tmp_path):
+    """The gate's CLI over the repository's ini (which loads tests/adapter_models.py), on v5e-16."""
+    report = tmp_path / "report.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "aotcheck", "check", "--configs", "linen-tiny,nnx-tiny,eqx-tiny,esm2-8m",
+         "--topologies", "v5e-16", "--slices", "1", f"--cache-dir={tmp_path / 'cache'}", f"--report={report}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    cases = {c["case"]: c for c in json.loads(report.read_text())["cases"]}
+    assert sorted(cases) == sorted(f"{c}@v5e-16x1" for c in ADAPTED_CASES)
+    assert all(c["verdict"] == "pass" and c["golden"] for c in cases.values()), cases
+    # ESM2's scan over its 6 layers is counted 6 times (XLA's raw figure counts the body once).
+    esm = cases["esm2-8m/train_step@v5e-16x1"]["figures"]
+    assert esm["flops"] > 3 * esm["flops_xla"]
+
+
+# --- What user code evaluates while it is traced -----------------------------------------------------
+
+def test_constants_computed_while_tracing_work_under_the_abstract_mesh():
+    """A model that evaluates a table eagerly while traced (``jax.ensure_compile_time_eval``) lowers
+    for a deviceless TPU target: the trace sees the target's mesh only abstractly."""
+    import flax.linen as nn
+
+    from aotcheck.adapters import flax_linen
+    from aotcheck.programs.lowering import lower_config
+    from aotcheck.targets.topology import Target
+
+    class WithTable(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            with jax.ensure_compile_time_eval():
+                table = jnp.sin(jnp.arange(x.shape[-1], dtype=jnp.float32))
+            return nn.Dense(8, use_bias=False)(x * table)
+
+    x = jax.ShapeDtypeStruct((32, 16), jnp.float32)
+    config = flax_linen.adapt(WithTable(), (x,), unannotated="replicate").trainer(
+        batch_spec={"x": x}, optimizer=OPT, loss_fn=lambda model, batch: model(batch["x"]).mean())
+    lowered = lower_config(config, Target.of("v5e-16"))["train_step"]
+    assert "sine" not in lowered.as_text()  # The table is a constant, computed on the host.
+
+
+def test_equinox_arrays_cached_while_tracing_do_not_carry_a_mesh_to_the_next_target():
+    """Equinox keeps its rotary tables in a process-wide cache; ESM2 lowered for v4-8 and then for
+    v4-8 x2 in one process (as a gate worker does) must not see the first target's mesh."""
+    from aotcheck.programs.lowering import lower_config
+    from aotcheck.targets.topology import Target
+
+    config = am.esm2_config(num_layers=1, embed_size=40, num_heads=2, batch=16, seq=32)
+    assert config.trace_in_mesh is False
+    for target in (Target.of("v4-8"), Target.of("v4-8", 2)):
+        assert "train_step" in lower_config(config, target)
