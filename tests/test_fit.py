@@ -135,6 +135,37 @@ def test_the_search_agrees_with_an_exhaustive_bisection(fit_project, tmp_path):
     assert sum(found.split_at_max.values()) == found.peak_at_max
 
 
+@pytest.mark.main_job
+@pytest.mark.aotcheck
+@pytest.mark.parametrize("topology,headroom", [("v4-8", 0.0012), ("v5e-16", 0.001)])
+def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, tmp_path):
+    """lm-tiny's real limit is ~10^5 sequences away, where compiles take minutes; a small HBM headroom
+    brings it within the gate's cap (8x the batch), where both searches run on real compiles."""
+    from aotcheck.figures.hbm import hbm_verdict
+    from aotcheck.gate.cache import FiguresCache
+    from aotcheck.gate.case import Case
+    from aotcheck.gate.measure import _measure, fit_search
+    from aotcheck.models import lm
+    from aotcheck.programs.knobs import knob_of
+
+    config = lm.gate_configs(lm.TINY, fit_upper=8)[0]
+    case = Case.of("lm-tiny", "train_step", topology)
+    cache = FiguresCache(tmp_path / "cache")
+    found = fit_search(case, config, "batch", cache=cache, hbm_headroom=headroom)
+    knob = knob_of(config, "batch", case.target)
+
+    def fits(steps):
+        peak = _measure(case, knob.rebuild(steps * knob.step), None, cache).figures["peak_bytes"]
+        return hbm_verdict(int(peak), case.topology, headroom=headroom) is None
+
+    lo, hi = 0, config.fit_upper // knob.step + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    assert 0 < found.max_size == lo * knob.step < config.fit_upper, found
+    assert not found.upper_bound and found.probes <= 6, found
+
+
 def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit_project, monkeypatch, tmp_path):
     cache = f"--aot-cache-dir={tmp_path / 'cache'}"
     # First the gate's --aot-fit asks for the search (the config names none): the toy FunctionConfig,
