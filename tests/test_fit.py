@@ -93,50 +93,11 @@ def fit_project(project, monkeypatch):
     return project
 
 
-@pytest.mark.main_job
 @pytest.mark.aotcheck
-def test_the_search_agrees_with_an_exhaustive_bisection(fit_project, tmp_path):
-    """Real compiles of the toy 'fit' config (f32 logits [B, 128, 16384]) on v4-8: the search's answer
-    equals a plain bisection's over the same compiles (shared through the figures cache)."""
-    sys.path.insert(0, str(fit_project.path))
-    try:
-        import toy_fit  # noqa: F401  (registers the 'fit' config)
-    finally:
-        sys.path.remove(str(fit_project.path))
-    import aotcheck
-    from aotcheck.figures.hbm import hbm_verdict
-    from aotcheck.gate.cache import FiguresCache
-    from aotcheck.gate.case import Case
-    from aotcheck.gate.measure import _measure, fit_search
-    from aotcheck.programs.compile import CompileError
-    from aotcheck.programs.knobs import knob_of
-
-    case = Case.of("fit", "train_step", "v4-8")
-    config = aotcheck.REGISTRY.get("fit").program("train_step")
-    cache = FiguresCache(tmp_path / "cache")
-    found = fit_search(case, config, "batch", cache=cache)
-    knob = knob_of(config, "batch", case.target)
-
-    def fits(size):
-        try:
-            peak = _measure(case, knob.rebuild(size), None, cache).figures["peak_bytes"]
-        except CompileError:
-            return False
-        return hbm_verdict(int(peak), case.topology) is None
-
-    lo, hi = 1, 4096  # In steps of 4 devices: 4 .. 16384 sequences; 16384 does not fit.
-    assert fits(lo * knob.step) and not fits(hi * knob.step)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid * knob.step) else (lo, mid)
-    assert found.max_size == lo * knob.step and not found.upper_bound
-    assert found.probes <= 6, found  # Measured: 6 (4 where the line is exactly straight).
-    assert found.buffers_at_max and found.buffers_at_max[0].kind == "temp"
-    assert sum(found.split_at_max.values()) == found.peak_at_max
-
-
-@pytest.mark.main_job
-@pytest.mark.aotcheck
+# Both families may compile in this one process (xdist deals the cases): the search and the bisection
+# read the same process's compiles (one cache), so they agree or not regardless of libtpu's
+# cross-family state, which only the goldens' figures must be kept from (the plugin isolates those).
+@pytest.mark.filterwarnings("ignore:aotcheck. this process compiled for:RuntimeWarning")
 @pytest.mark.parametrize("topology,headroom", [("v4-8", 0.0012), ("v5e-16", 0.001)])
 def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, tmp_path):
     """lm-tiny's real limit is ~10^5 sequences away, where compiles take minutes; a small HBM headroom
@@ -164,6 +125,9 @@ def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, 
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     assert 0 < found.max_size == lo * knob.step < config.fit_upper, found
     assert not found.upper_bound and found.probes <= 6, found
+    # What fills the memory at the max: the activations (temp), and the split adds up to the peak.
+    assert found.buffers_at_max and found.buffers_at_max[0].kind == "temp"
+    assert sum(found.split_at_max.values()) == found.peak_at_max
 
 
 def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit_project, monkeypatch, tmp_path):
