@@ -28,11 +28,11 @@ Example:
 from __future__ import annotations
 
 import importlib.util
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
+
+from aotcheck.gate.golden import atomic_write_text
 
 # Where the reusable action lives (action.yml at the root of aotcheck's repository).
 ACTION = "aotcheck/aotcheck@v1"
@@ -75,8 +75,11 @@ def plan_init(root: Path, *, model: str = "auto", topologies: str = "v5e-16") ->
     files = {root / "conftest.py": CONFTESTS[model], root / ".github/workflows/aot-gate.yml": workflow(names)}
     appends: dict[Path, str] = {}
     existing = [p.relative_to(root).as_posix() for p in files if p.exists()]
+    # pytest reads pytest.ini first whatever it holds (even empty), so one there is never written over
+    # nor bypassed by settings added to pyproject.toml.
     settings = [name for name, section in SETTINGS_FILES
-                if (root / name).is_file() and section in (root / name).read_text(errors="replace")]
+                if (root / name).is_file() and (name in ("pytest.ini", ".pytest.ini")
+                                                or section in (root / name).read_text(errors="replace"))]
     if existing or settings:
         said = [f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}"] if existing else []
         said += [f"{', '.join(settings)} already has pytest settings"] if settings else []
@@ -92,11 +95,7 @@ def plan_init(root: Path, *, model: str = "auto", topologies: str = "v5e-16") ->
 def write_init(plan: InitPlan) -> None:
     """Writes the plan: each new file whole (atomically), each append at the end of its file."""
     for path, text in plan.files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        atomic_write_text(path, text)  # As goldens are written: whole or not at all, with the umask's mode.
     for path, text in plan.appends.items():
         before = path.read_text()
         with path.open("a") as f:

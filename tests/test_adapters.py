@@ -7,6 +7,8 @@ the gate's own compiles of the registered configs, compared with the committed g
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -223,3 +225,100 @@ def test_equinox_arrays_cached_while_tracing_do_not_carry_a_mesh_to_the_next_tar
     assert config.trace_in_mesh is False
     for target in (Target.of("v4-8"), Target.of("v4-8", 2)):
         assert "train_step" in lower_config(config, target)
+
+
+# --- What a second read of the adapters found ---------------------------------------------------------
+
+def test_the_undecided_error_tells_an_adapter_user_what_to_pass():
+    """A regex '.*' among the overrides would decide before the model and replicate everything:
+    the advice for parameters the model leaves bare names the adapter's own arguments instead."""
+    with pytest.raises(PartitionError) as e:
+        shardings(am.linen_adapted(overrides=()))
+    assert "unannotated='replicate'" in str(e.value) and "('.*', PartitionSpec())" not in str(e.value)
+
+
+def test_fallback_regexes_may_match_nothing_but_overrides_may_not():
+    """A fallback rule has nothing to decide when the model annotates every parameter; an override
+    that matches nothing is a typo."""
+    from aotcheck import fsdp
+    from aotcheck.adapters import flax_linen
+
+    found = shardings(am.linen_adapted(overrides=(), unannotated=[(r"norm_\d/(scale|bias)$", P()), (r"nothing", P())]))
+    assert found["norm_0/scale"][0] == P() and found["up_0/kernel"][0] == P("data", "model")
+    with pytest.raises(PartitionError, match=r"Partition rule\(s\) \['typo'\] match no parameter"):
+        shardings(am.linen_adapted(overrides=[("typo", P())], unannotated="replicate"))
+    # One rule alone is a list of one; anything else is refused by name.
+    alone = flax_linen.adapt(am.LinenLM(), (am.TOKENS,), logical_axis_rules=am.LOGICAL, unannotated=fsdp("data"))
+    assert shardings(alone)["norm_0/scale"][0] == P("data")  # (128,): the 8-way data axis divides it.
+    with pytest.raises(AdapterError, match=r"overrides: \('w', 'data'\) is not a rule"):
+        am.linen_adapted(overrides=[("w", "data")])
+
+
+def test_an_import_error_inside_an_installed_library_is_not_called_missing(monkeypatch):
+    from aotcheck.adapters.base import require
+
+    def broken(name, *args, **kwargs):
+        raise ModuleNotFoundError("No module named 'jax._src.gone'", name="jax._src.gone")
+
+    monkeypatch.setattr("importlib.import_module", broken)
+    with pytest.raises(ModuleNotFoundError, match="jax._src.gone"):
+        require("flax.nnx", extra="flax", library="Flax")
+
+
+def test_logical_activation_constraints_shard_as_in_training():
+    """``nn.with_logical_constraint`` is a no-op outside ``nn.logical_axis_rules``: the adapter runs the
+    loss under the model's rules, so the constraint reaches the program (with the mesh axis)."""
+    import flax.linen as nn
+
+    from aotcheck.adapters import flax_linen
+    from aotcheck.programs.lowering import lower_config
+    from aotcheck.targets.topology import Target
+
+    class Constrained(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.Dense(512, use_bias=False,
+                         kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp")))(x)
+            h = nn.with_logical_constraint(h, ("batch", "mlp"))
+            return nn.Dropout(0.1, deterministic=False)(h)
+
+    x = jax.ShapeDtypeStruct((32, 128), jnp.float32)
+    adapted = flax_linen.adapt(Constrained(), (x,), rng_streams=("dropout",),
+                               logical_axis_rules=[("batch", "data"), ("embed", None), ("mlp", "model")])
+    def constraints(adapted):
+        config = adapted.trainer(batch_spec={"x": x}, optimizer=OPT, mesh=am.MESH,
+                                 loss_fn=lambda model, batch: model(batch["x"]).mean())
+        text = lower_config(config, Target.of("v5e-16"))["train_step"].as_text()
+        return text.count("sdy.sharding_constraint") + text.count("@Sharding")
+
+    # Without the rules around the loss the constraint vanishes (what the adapter used to compile).
+    assert constraints(adapted) > constraints(dataclasses.replace(adapted, trace_context=contextlib.nullcontext))
+
+
+def test_equinox_integer_buffers_and_keys_are_constants_not_parameters():
+    import equinox as eqx
+
+    from aotcheck.adapters import equinox as eqx_adapter
+    from aotcheck.programs.lowering import lower_config
+    from aotcheck.targets.topology import Target
+
+    class WithBuffers(eqx.Module):
+        linear: eqx.nn.Linear
+        positions: jax.Array
+        key: jax.Array
+
+        def __init__(self, key):
+            self.linear = eqx.nn.Linear(64, 64, key=key)
+            self.positions = jnp.arange(64)
+            self.key = jax.random.key(1)
+
+        def __call__(self, x):
+            noise = jax.random.normal(self.key, x.shape)
+            return self.linear(x + noise + self.positions)
+
+    adapted = eqx_adapter.adapt(WithBuffers, rules=[am.aotcheck.fsdp("data")], unannotated="replicate")
+    assert sorted(adapted.model_specs) == ["linear/bias", "linear/weight"]
+    x = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+    config = adapted.trainer(batch_spec={"x": x}, optimizer=OPT, mesh=am.aotcheck.MeshSpec(("data",), (-1,)),
+                             loss_fn=lambda model, batch: jax.vmap(model)(batch["x"]).mean())
+    assert "train_step" in lower_config(config, Target.of("v5e-16"))

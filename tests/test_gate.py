@@ -256,6 +256,44 @@ def test_the_action_and_the_workflow_that_uses_it_are_valid(tmp_path):
     assert any("lm-1b" in line for line in collected) and any("esm2-8m" in line for line in collected), out.stdout
 
 
+def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, monkeypatch):
+    """What the check step must not touch while it makes its patch: a golden file of the user's that
+    git does not track, the user's staged change, and, on first adoption, a golden dir that was never
+    there (the patch then creates every golden)."""
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    toy.makeini(INI + "aot_topologies = v5e-16\n")
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+
+    def sh(command):
+        return subprocess.run(command, shell=True, cwd=toy.path, env=env, capture_output=True, text=True)
+
+    check = action_step("Check this shard of the matrix")
+    inputs = {"shards": "1", "shard": "1", "configs": "toy", "workers": "0"}
+    step_env = {"PYTEST_ADDOPTS": "-p no:randomly -p no:cacheprovider"}
+    assert sh("git init -q && git add -A && git commit -qm start").returncode == 0
+    out = run_step(check, inputs, cwd=toy.path, env=step_env)  # First adoption: no golden dir at all.
+    assert out.returncode == 1, out.stdout[-1500:] + out.stderr[-1500:]
+    assert not (toy.path / "golden").exists()
+    assert "new file mode" in (toy.path / "golden-1.patch").read_text()
+    assert sh("git apply golden-1.patch && git add golden && git commit -qm goldens").returncode == 0
+
+    (toy.path / "golden/NOTES.md").write_text("mine, not tracked\n")
+    (toy.path / "README.md").write_text("staged\n")
+    assert sh("git add README.md").returncode == 0
+    status = "git status --porcelain --untracked-files=all -- golden README.md"
+    before = sh(status).stdout
+    assert before == "A  README.md\n?? golden/NOTES.md\n", before
+    monkeypatch.setenv("TOY_WIDTH", "512")  # The figures move.
+    out = run_step(check, inputs, cwd=toy.path, env=step_env)
+    assert out.returncode == 1, out.stdout[-1500:] + out.stderr[-1500:]
+    assert sh(status).stdout == before  # The staged change still staged, no golden touched.
+    assert (toy.path / "golden/NOTES.md").read_text() == "mine, not tracked\n"
+    patch = (toy.path / "golden-1.patch").read_text()
+    assert "golden/toy/step@v5e-16x1.json" in patch and "NOTES.md" not in patch.split("diff --git")[0]
+
+
 def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy, monkeypatch, tmp_path):
     """The action's own scripts, run in a git repository as the runner would: each failing shard writes
     a patch that turns a clean checkout's golden/ into what --update-golden writes, and the summary

@@ -5,12 +5,19 @@ overwrites anything."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def aotcheck(*args, cwd):
@@ -29,6 +36,8 @@ def test_init_makes_a_gate_that_compiles_and_passes(model, tmp_path):
     assert f"through the {model} adapter" in out.stdout
     assert {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()} == {
         "pytest.ini", "conftest.py", ".github/workflows/aot-gate.yml"}
+    # Written whole, with the mode any new file of the user's gets (not a temp file's 0600).
+    assert (tmp_path / "conftest.py").stat().st_mode & 0o777 == 0o666 & ~_umask()
     first = pytest_in(tmp_path, "-m", "aotcheck", "--update-golden")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     golden = json.loads((tmp_path / "golden/my-model/train_step@v5e-16x1.json").read_text())
@@ -64,6 +73,9 @@ def test_an_existing_pyproject_gets_the_settings_added_and_keeps_its_text(tmp_pa
 @pytest.mark.parametrize("existing,said", [
     ({"conftest.py": "# mine\n"}, "conftest.py already exists"),
     ({"tox.ini": "[pytest]\naddopts = -x\n"}, "tox.ini already has pytest settings"),
+    # pytest reads a pytest.ini whatever it holds: an empty one is never written over, and settings
+    # added to pyproject.toml beside it would be ignored.
+    ({"pytest.ini": "", "pyproject.toml": "[project]\nname = 'x'\n"}, "pytest.ini already has pytest settings"),
     ({"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-x'\n", ".github/workflows/aot-gate.yml": "x"},
      ".github/workflows/aot-gate.yml already exists, pyproject.toml already has pytest settings"),
 ])

@@ -34,8 +34,11 @@ Example (a model written as plain functions, to show the pieces):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -62,8 +65,12 @@ def require(module: str, *, extra: str, library: str) -> ModuleType:
     """
     try:
         return importlib.import_module(module)
-    except ImportError as e:
-        raise AdapterError(f"This adapter needs {library}, which is not installed ({e.name or module}): "
+    except ModuleNotFoundError as e:
+        # Only the library itself missing is "not installed"; an import error from inside an installed
+        # library (e.g. a version that does not match your jax) is raised as it is, since it says more.
+        if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
+            raise
+        raise AdapterError(f"This adapter needs {library}, which is not installed ({e.name}): "
                            f"pip install 'aotcheck[{extra}]'") from None
 
 
@@ -80,6 +87,10 @@ def model_rule(specs: Mapping[str, PartitionSpec | None]) -> Callable[..., Parti
         return specs.get(path)
 
     rule.__name__ = rule.__qualname__ = "the model's own shardings"
+    rule.undecided_advice = (  # type: ignore[attr-defined]  (read by match_partition_specs)
+        "The model declares no sharding for them: pass unannotated='replicate' or "
+        "unannotated=[aotcheck.fsdp('data')] to the adapter, or overrides=[(regex, PartitionSpec(...))] "
+        "for some (overrides decide before the model).")
     return rule
 
 
@@ -101,6 +112,9 @@ class Adapted:
         fallback: Rules for what neither decides (e.g. ``(aotcheck.fsdp("data"),)``).
         trace_in_mesh: The configs' default for tracing under the target's abstract mesh
             (see :class:`aotcheck.programs.config.TrainerConfig`).
+        trace_context: Entered around every call of the user's loss and methods, e.g.
+            Flax's ``logical_axis_rules``, so the model's activation constraints
+            (``nn.with_logical_constraint``) shard as they do in training.
     """
 
     init_fn: Callable[[jax.Array], Any]
@@ -109,6 +123,7 @@ class Adapted:
     overrides: Rules = ()
     fallback: Rules = ()
     trace_in_mesh: bool = True
+    trace_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
     @property
     def partition_rules(self) -> list[Any]:
@@ -129,10 +144,8 @@ class Adapted:
         ``fields``: any other TrainerConfig field (``mesh``, ``batch_partition``,
         ``fit``, ``compiler_options``, ...).
         """
-        bind = self.bind
         return TrainerConfig(init_fn=self.init_fn, partition_rules=self.partition_rules,
-                             loss_fn=lambda params, batch: loss_fn(bind(params), batch),
-                             optimizer=optimizer, batch_spec=batch_spec,
+                             loss_fn=self._call(loss_fn), optimizer=optimizer, batch_spec=batch_spec,
                              **{"trace_in_mesh": self.trace_in_mesh, **fields})
 
     def inference(
@@ -140,15 +153,60 @@ class Adapted:
         **fields: Any,
     ) -> InferenceConfig:
         """An InferenceConfig whose methods ``fn(model, batch)`` get the bound model."""
-        bind = self.bind
-
-        def method(fn: Callable[[Any, Mapping[str, jax.Array]], Any]) -> Callable[[Any, Any], Any]:
-            return lambda params, batch: fn(bind(params), batch)
-
         return InferenceConfig(init_fn=self.init_fn, partition_rules=self.partition_rules,
-                               methods={name: method(fn) for name, fn in methods.items()},
+                               methods={name: self._call(fn) for name, fn in methods.items()},
                                input_batch_spec=input_batch_spec,
                                **{"trace_in_mesh": self.trace_in_mesh, **fields})
+
+
+    def _call(self, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """``(params, batch) -> fn(model, batch)``, inside the adapter's trace context."""
+        bind, context = self.bind, self.trace_context
+
+        def call(params: Any, batch: Any) -> Any:
+            with context():
+                return fn(bind(params), batch)
+
+        return call
+
+
+def as_rules(rules: Any, *, what: str) -> tuple[Any, ...]:
+    """``rules`` as a tuple of partition rules: one rule alone is taken as a list of one.
+
+    Example:
+        >>> from aotcheck import fsdp
+        >>> [r.__name__ for r in as_rules(fsdp("data"), what="rules")]
+        ["fsdp('data')"]
+        >>> as_rules([(".*", PartitionSpec())], what="overrides")
+        (('.*', P()),)
+        >>> as_rules([("w", "data")], what="overrides")
+        Traceback (most recent call last):
+        ...
+        aotcheck.adapters.base.AdapterError: overrides: ('w', 'data') is not a rule: give (regex, PartitionSpec(...)) pairs or callables (path, shape, axis_sizes) -> PartitionSpec | None, e.g. aotcheck.fsdp('data')
+    """
+    if callable(rules) or _is_pair(rules):
+        rules = [rules]
+    out = tuple(rules)
+    for rule in out:
+        if not (callable(rule) or _is_pair(rule)):
+            raise AdapterError(f"{what}: {rule!r} is not a rule: give (regex, PartitionSpec(...)) pairs or callables "
+                               "(path, shape, axis_sizes) -> PartitionSpec | None, e.g. aotcheck.fsdp('data')")
+    return out
+
+
+def _is_pair(rule: Any) -> bool:
+    return isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str) and isinstance(rule[1], PartitionSpec)
+
+
+def _quiet(rule: tuple[str, PartitionSpec]) -> Callable[..., PartitionSpec | None]:
+    """A regex pair as a callable: a fallback that matches nothing is fine (the model said it all)."""
+    pattern, spec = re.compile(rule[0]), rule[1]
+
+    def decide(path: str, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> PartitionSpec | None:
+        return spec if pattern.search(path) else None
+
+    decide.__name__ = decide.__qualname__ = repr(rule)
+    return decide
 
 
 def fallback_rules(unannotated: str | Rules) -> Rules:
@@ -172,7 +230,7 @@ def fallback_rules(unannotated: str | Rules) -> Rules:
             return (replicate,)
         raise AdapterError(f"unannotated={unannotated!r}: say 'error' (list them), 'replicate', or give rules, "
                            "e.g. [aotcheck.fsdp('data')]")
-    return tuple(unannotated)
+    return tuple(rule if callable(rule) else _quiet(rule) for rule in as_rules(unannotated, what="unannotated"))
 
 
 def as_abstract(example: Any) -> Any:
@@ -180,9 +238,28 @@ def as_abstract(example: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), example)
 
 
-def zeros_like_abstract(tree: Any) -> Any:
-    """Zeros shaped like a tree of ShapeDtypeStructs (inside a trace these cost nothing)."""
-    return jax.tree_util.tree_map(lambda s: jax.numpy.zeros(s.shape, s.dtype), tree)
+def constants_like(tree: Any) -> Any:
+    """Values shaped like a tree of ShapeDtypeStructs, made inside the trace (PRNG keys included).
+
+    State that is not trained (RNG streams, counters, integer buffers, example inputs) enters
+    the program this way: a compile needs its shapes, not its values.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tree = {"n": jax.ShapeDtypeStruct((2,), jnp.int32), "key": jax.eval_shape(lambda: jax.random.key(0))}
+        >>> out = jax.eval_shape(lambda: constants_like(tree))
+        >>> out["n"].shape, jax.dtypes.issubdtype(out["key"].dtype, jax.dtypes.prng_key)
+        ((2,), True)
+    """
+    return jax.tree_util.tree_map(_constant, tree)
 
 
-__all__: Sequence[str] = ("Adapted", "AdapterError", "fallback_rules", "model_rule", "require")
+def _constant(leaf: jax.ShapeDtypeStruct) -> jax.Array:
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        impl = getattr(leaf.dtype, "_impl", None) or jax.random.key_impl(jax.random.key(0))
+        return jax.random.split(jax.random.key(0, impl=impl), max(1, math.prod(leaf.shape))).reshape(leaf.shape)
+    return jax.numpy.zeros(leaf.shape, leaf.dtype)
+
+
+__all__: Sequence[str] = ("Adapted", "AdapterError", "as_abstract", "as_rules", "constants_like", "fallback_rules",
+                          "leaf_paths", "model_rule", "require")

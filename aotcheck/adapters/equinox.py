@@ -27,7 +27,7 @@ from typing import Any
 
 import jax
 
-from aotcheck.adapters.base import Adapted, fallback_rules, leaf_paths, require
+from aotcheck.adapters.base import Adapted, as_rules, constants_like, fallback_rules, leaf_paths, require
 from aotcheck.targets.partition import Rules
 
 
@@ -39,12 +39,16 @@ def adapt(make: Callable[[jax.Array], Any], *, rules: Rules = (), unannotated: s
     """
     eqx = require("equinox", extra="equinox", library="Equinox")
     abstract = eqx.filter_eval_shape(make, jax.random.key(0))
-    is_leaf_array = lambda x: isinstance(x, jax.ShapeDtypeStruct)  # noqa: E731
-    params, static = eqx.partition(abstract, is_leaf_array)
+    # Floating arrays are the parameters (what gradients flow to); other arrays (integer buffers,
+    # stored PRNG keys) enter the program as constants, as eqx.filter_grad would leave them alone.
+    is_param = lambda x: isinstance(x, jax.ShapeDtypeStruct) and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)  # noqa: E731
+    is_other = lambda x: isinstance(x, jax.ShapeDtypeStruct) and not is_param(x)  # noqa: E731
+    params, rest = eqx.partition(abstract, is_param)
+    others, static = eqx.partition(rest, is_other)
 
     def init_fn(rng: jax.Array) -> Any:
-        return eqx.filter(make(rng), eqx.is_array)
+        return eqx.filter(make(rng), eqx.is_inexact_array)
 
-    return Adapted(init_fn=init_fn, bind=lambda p: eqx.combine(p, static),
+    return Adapted(init_fn=init_fn, bind=lambda p: eqx.combine(p, constants_like(others), static),
                    model_specs={path: None for path, _ in leaf_paths(params)},
-                   overrides=tuple(rules), fallback=fallback_rules(unannotated), trace_in_mesh=False)
+                   overrides=as_rules(rules, what="rules"), fallback=fallback_rules(unannotated), trace_in_mesh=False)

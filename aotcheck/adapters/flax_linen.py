@@ -27,14 +27,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import PartitionSpec
 
-from aotcheck.adapters.base import Adapted, AdapterError, as_abstract, fallback_rules, leaf_paths, require, \
-    zeros_like_abstract
+from aotcheck.adapters.base import Adapted, AdapterError, as_abstract, as_rules, constants_like, fallback_rules, \
+    leaf_paths, require
 from aotcheck.targets.partition import Rules
 
 
@@ -46,6 +47,7 @@ def adapt(
     overrides: Rules = (),
     unannotated: str | Rules = "error",
     init_kwargs: Mapping[str, Any] | None = None,
+    rng_streams: Sequence[str] = (),
 ) -> Adapted:
     """Reads a Linen ``module``; ``example`` is what ``module.init`` takes after the rng.
 
@@ -54,13 +56,17 @@ def adapt(
     ``(logical name, mesh axis or None)`` pairs for ``nn.with_logical_partitioning``.
     ``overrides`` decide first; ``unannotated`` says what happens to parameters the
     module leaves without a sharding (see :func:`aotcheck.adapters.base.fallback_rules`).
+    ``rng_streams``: RNG streams the module draws from when applied (e.g. ``("dropout",)``);
+    each gets a key made inside the program. The loss and methods run inside
+    ``nn.logical_axis_rules(logical_axis_rules)``, so ``nn.with_logical_constraint`` on
+    activations shards as it does in training.
     """
     nn = require("flax.linen", extra="flax", library="Flax")
     args, kwargs = _split_example(as_abstract(example))
     init_kwargs = dict(init_kwargs or {})
 
     def init_variables(rng: jax.Array) -> Any:
-        a, k = zeros_like_abstract((args, kwargs))
+        a, k = constants_like((args, kwargs))
         return module.init(rng, *a, **k, **init_kwargs)
 
     boxed = jax.eval_shape(init_variables, jax.random.key(0))
@@ -76,8 +82,14 @@ def adapt(
     def init_fn(rng: jax.Array) -> Any:
         return nn.meta.unbox(init_variables(rng))["params"]
 
-    return Adapted(init_fn=init_fn, bind=lambda params: module.bind({"params": params}), model_specs=specs,
-                   overrides=tuple(overrides), fallback=fallback_rules(unannotated))
+    def bind(params: Any) -> Any:
+        rngs = {name: jax.random.fold_in(jax.random.key(0), i) for i, name in enumerate(rng_streams)}
+        return module.bind({"params": params}, rngs=rngs or None)
+
+    rules = tuple(logical_axis_rules) if logical_axis_rules is not None else None
+    return Adapted(init_fn=init_fn, bind=bind, model_specs=specs,
+                   overrides=as_rules(overrides, what="overrides"), fallback=fallback_rules(unannotated),
+                   trace_context=(lambda: nn.logical_axis_rules(rules)) if rules else contextlib.nullcontext)
 
 
 def _split_example(example: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -26,14 +26,14 @@ Example:
 
 from __future__ import annotations
 
-import math
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import PartitionSpec
 
-from aotcheck.adapters.base import Adapted, fallback_rules, leaf_paths, require
+from aotcheck.adapters.base import Adapted, as_rules, constants_like, fallback_rules, leaf_paths, require
 from aotcheck.targets.partition import Rules
 
 
@@ -57,16 +57,16 @@ def adapt(
         with nnx.use_eager_sharding(False):  # No mesh here: the shardings are read, not applied.
             return make()
 
+    rules = tuple(logical_axis_rules) if logical_axis_rules is not None else None
+    # The loss runs under the same rules, so logical activation constraints shard as in training.
+    context = (lambda: spmd.logical_axis_rules(rules)) if rules else contextlib.nullcontext
     graphdef, params, rest = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
     specs: dict[str, PartitionSpec | None] = {}
     for path, var in leaf_paths(params, is_leaf=lambda x: isinstance(x, nnx.Variable)):
-        names = var.get_metadata().get("out_sharding")
-        if not names:
+        if not var.get_metadata().get("out_sharding"):
             specs[path] = None
-        elif logical_axis_rules is not None:
-            with spmd.logical_axis_rules(logical_axis_rules):
-                specs[path] = nnx.get_partition_spec(var).get_value()
-        else:
+            continue
+        with context():
             specs[path] = nnx.get_partition_spec(var).get_value()
 
     def init_fn(rng: jax.Array) -> Any:
@@ -77,15 +77,8 @@ def adapt(
         nnx.replace_by_pure_dict(state, pure)
         # Other state (RNG streams, counters, batch statistics) enters the program as constants: a
         # compile needs their shapes, not their values.
-        return nnx.merge(graphdef, state, jax.tree_util.tree_map(_constant, rest))
+        return nnx.merge(graphdef, state, constants_like(rest))
 
-    return Adapted(init_fn=init_fn, bind=bind, model_specs=specs, overrides=tuple(overrides),
-                   fallback=fallback_rules(unannotated))
+    return Adapted(init_fn=init_fn, bind=bind, model_specs=specs, overrides=as_rules(overrides, what="overrides"),
+                   fallback=fallback_rules(unannotated), trace_context=context)
 
-
-def _constant(leaf: jax.ShapeDtypeStruct) -> jax.Array:
-    """A value of ``leaf``'s shape and dtype, made inside the trace (PRNG keys included)."""
-    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        impl = jax.random.key_impl(jax.random.key(0)) if not hasattr(leaf.dtype, "_impl") else leaf.dtype._impl
-        return jax.random.split(jax.random.key(0, impl=impl), max(1, math.prod(leaf.shape))).reshape(leaf.shape)
-    return jax.numpy.zeros(leaf.shape, leaf.dtype)

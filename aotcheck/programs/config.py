@@ -72,7 +72,9 @@ class _Model(_Common):
 
     Attributes:
         init_fn: ``rng -> params``; only traced (``jax.eval_shape``), never run.
-        partition_rules: ``(regex over parameter paths, PartitionSpec)`` pairs.
+        partition_rules: ``(regex over parameter paths, PartitionSpec)`` pairs or callables
+            ``(path, shape, axis_sizes) -> PartitionSpec | None`` such as :func:`aotcheck.fsdp`;
+            the first that decides a parameter wins (see :mod:`aotcheck.targets.partition`).
         batch_partition: PartitionSpec of every batch input; by default the
             leading dimension over the first mesh axis.
         fit: Search the largest size of this knob that fits HBM (``"batch"``, or a

@@ -111,10 +111,12 @@ def match_partition_specs(
     specs = jax.tree_util.tree_map_with_path(assign, tree)
     if undecided:
         listed = "\n  ".join(undecided[:20]) + (f"\n  ... ({len(undecided)} in all)" if len(undecided) > 20 else "")
+        # A rule may know better advice (an adapter's "the model's own shardings" does).
+        advice = next((r.undecided_advice for r in rules if getattr(r, "undecided_advice", None)), None)
         raise PartitionError(
-            f"No partition rule decides {len(undecided)} {what}(s):\n  {listed}\nAdd rules for them, or a last "
-            "rule that replicates the rest (aotcheck.replicate, or ('.*', PartitionSpec())), or one that shards "
-            "them (aotcheck.fsdp('data'))."
+            f"No partition rule decides {len(undecided)} {what}(s):\n  {listed}\n" + (advice or
+            "Add rules for them, or a last rule that replicates the rest (aotcheck.replicate, or "
+            "('.*', PartitionSpec())), or one that shards them (aotcheck.fsdp('data')).")
         )
     unused = [rule[0] for rule, hit in zip(rules, used) if not hit and not callable(rule)]
     if unused:
