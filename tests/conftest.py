@@ -29,6 +29,7 @@ def project(pytester, monkeypatch):
     monkeypatch.delenv("TOY_LM", raising=False)
     monkeypatch.delenv("TOY_FIT", raising=False)
     monkeypatch.delenv("TOY_FIT_FIELD", raising=False)
+    monkeypatch.delenv("TOY_FIT_TARGETS", raising=False)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(toy_fit=FIT)
     pytester.makeini(INI)

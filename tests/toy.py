@@ -84,7 +84,8 @@ aotcheck.register("fit", aotcheck.TrainerConfig(
     partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
     batch_spec={"tokens": jax.ShapeDtypeStruct((16, 128), jnp.int32)},
     mesh=aotcheck.MeshSpec(("data",), (-1,)),
-    fit=None if os.environ.get("TOY_FIT_FIELD") == "none" else "batch"))  # none: the gate's --aot-fit asks
+    fit=None if os.environ.get("TOY_FIT_FIELD") == "none" else "batch",  # none: the gate's --aot-fit asks
+    fit_targets=tuple(os.environ.get("TOY_FIT_TARGETS", "*").split())))
 '''
 
 INI = """

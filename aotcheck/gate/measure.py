@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import tempfile
 import time
 from collections.abc import Mapping
@@ -99,6 +100,9 @@ def measure(
     knob = fit if fit is not None else getattr(config, "fit", None)
     if knob is None and fit_default is not None and fit_default in knobs_offered(config):
         knob = fit_default
+    if fit is None and not any(fnmatch.fnmatchcase(str(case.target), glob)
+                               for glob in getattr(config, "fit_targets", ("*",))):
+        knob = None  # The config asks for its searches elsewhere.
     try:
         result = _measure(case, config, compiler_options, cache)
     except CompileError as e:

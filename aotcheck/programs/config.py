@@ -84,6 +84,9 @@ class _Model(_Common):
             length, ...): each a :class:`Knob` that rebuilds the config at a size.
         fit_upper: The largest size the fit search tries (None: 4096 x the configured
             size). A small model's real limit can be far away, where compiles are slow.
+        fit_targets: Globs over the targets (``v5e-16x1``, ``v4-8x*``) where the gate runs
+            the search, the config's ``fit`` or the gate's ``--aot-fit`` alike: each costs
+            compiles, and one target per chip can be enough. ``aotcheck fit`` runs anywhere.
     """
 
     init_fn: Callable[[jax.Array], Any]
@@ -92,6 +95,7 @@ class _Model(_Common):
     fit: str | None = None
     knobs: Mapping[str, "Knob"] = dataclasses.field(default_factory=dict)
     fit_upper: int | None = None
+    fit_targets: tuple[str, ...] = ("*",)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
