@@ -322,3 +322,15 @@ def test_equinox_integer_buffers_and_keys_are_constants_not_parameters():
     config = adapted.trainer(batch_spec={"x": x}, optimizer=OPT, mesh=am.aotcheck.MeshSpec(("data",), (-1,)),
                              loss_fn=lambda model, batch: jax.vmap(model)(batch["x"]).mean())
     assert "train_step" in lower_config(config, Target.of("v5e-16"))
+
+
+def test_nnx_logical_names_without_rules_point_at_the_rules():
+    """NNX cannot tell logical names from mesh axes, so without rules they reach the mesh as axes:
+    the error names the axis and the argument that maps it."""
+    from flax import nnx
+
+    from aotcheck.adapters import flax_nnx
+
+    adapted = flax_nnx.adapt(lambda: am.NNXLM(nnx.Rngs(0)), unannotated="replicate")
+    with pytest.raises(PartitionError, match=r"mesh axis '(vocab|embed|mlp)' is not in the mesh .* logical_axis_rules"):
+        shardings(adapted)

@@ -69,7 +69,8 @@ def check_spec(
         unknown = [a for a in axes if a not in axis_sizes]
         if unknown:
             raise PartitionError(
-                f"{where}: mesh axis {unknown[0]!r} is not in the mesh {dict(axis_sizes)}."
+                f"{where}: mesh axis {unknown[0]!r} is not in the mesh {dict(axis_sizes)}. If it is a "
+                "logical axis name (Flax's with_partitioning), map it to a mesh axis with logical_axis_rules."
             )
         ways = math.prod(axis_sizes[a] for a in axes)
         if dim % ways:
