@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 
@@ -94,6 +93,8 @@ def fit_project(project, monkeypatch):
     return project
 
 
+@pytest.mark.main_job  # ~80 s of real compiles: with the main job, which has the room.
+@pytest.mark.aotcheck
 # Both families may compile in this one process (xdist deals the cases): the search and the bisection
 # read the same process's compiles (one cache), so they agree or not regardless of libtpu's
 # cross-family state, which only the goldens' figures must be kept from (the plugin isolates those).
@@ -161,15 +162,13 @@ def test_fit_targets_limit_where_the_gate_searches(fit_project, monkeypatch, tmp
     """A search costs compiles: fit_targets=("*x1",) runs it on one slice only, for the config's own
     fit and the gate's --aot-fit alike; the other targets are gated without the figure."""
     monkeypatch.setenv("TOY_FIT_TARGETS", "*x1")
-    for extra in ([], ["--aot-fit=batch"]):
-        shutil.rmtree(fit_project.path / "golden", ignore_errors=True)
-        out = run(fit_project, "--aot-topologies=v4-8", "--aot-slices=1,2", "-k", "fit", "--update-golden",
-                  f"--aot-cache-dir={tmp_path / 'cache'}", *extra)
-        out.assert_outcomes(passed=2)
-        one, two = (json.loads((fit_project.path / f"golden/fit/train_step@v4-8x{n}.json").read_text())
-                    for n in (1, 2))
-        assert one["figures"]["fit_max_batch"] > 16 and "fit" in one["details"]
-        assert "fit_max_batch" not in two["figures"] and "fit" not in two["details"]
+    monkeypatch.setenv("TOY_FIT_FIELD", "none")  # The gate asks (--aot-fit); the config limits where.
+    out = run(fit_project, "--aot-topologies=v4-8", "--aot-slices=1,2", "-k", "fit", "--update-golden",
+              "--aot-fit=batch", f"--aot-cache-dir={tmp_path / 'cache'}")
+    out.assert_outcomes(passed=2)
+    one, two = (json.loads((fit_project.path / f"golden/fit/train_step@v4-8x{n}.json").read_text()) for n in (1, 2))
+    assert one["figures"]["fit_max_batch"] > 16 and "fit" in one["details"]
+    assert "fit_max_batch" not in two["figures"] and "fit" not in two["details"]
 
 
 def test_the_fit_command(fit_project):
