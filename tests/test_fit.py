@@ -158,6 +158,14 @@ def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit
                                  "the configured batch (16) still fits, peak *"])
 
 
+def test_one_fit_target_glob_alone_is_a_tuple_of_one():
+    """Pure config logic: "*x1" iterated by character would be "*", "x", "1", and "*" matches all."""
+    from aotcheck.models import lm
+
+    assert lm.trainer_config(lm.TINY, fit_targets="*x1").fit_targets == ("*x1",)
+    assert lm.inference_config(lm.TINY, fit_targets=("v4-8x1", "v5e-*")).fit_targets == ("v4-8x1", "v5e-*")
+
+
 def test_fit_targets_limit_where_the_gate_searches(fit_project, monkeypatch, tmp_path):
     """A search costs compiles: fit_targets=("*x1",) runs it on one slice only, for the config's own
     fit and the gate's --aot-fit alike; the other targets are gated without the figure."""

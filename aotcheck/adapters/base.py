@@ -158,7 +158,6 @@ class Adapted:
                                input_batch_spec=input_batch_spec,
                                **{"trace_in_mesh": self.trace_in_mesh, **fields})
 
-
     def _call(self, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """``(params, batch) -> fn(model, batch)``, inside the adapter's trace context."""
         bind, context = self.bind, self.trace_context

@@ -84,9 +84,10 @@ class _Model(_Common):
             length, ...): each a :class:`Knob` that rebuilds the config at a size.
         fit_upper: The largest size the fit search tries (None: 4096 x the configured
             size). A small model's real limit can be far away, where compiles are slow.
-        fit_targets: Globs over the targets (``v5e-16x1``, ``v4-8x*``) where the gate runs
-            the search, the config's ``fit`` or the gate's ``--aot-fit`` alike: each costs
-            compiles, and one target per chip can be enough. ``aotcheck fit`` runs anywhere.
+        fit_targets: Globs over the targets (``v5e-16x1``, ``v4-8x*``; one glob alone is
+            taken as a tuple of one) where the gate runs the search, the config's ``fit`` or
+            the gate's ``--aot-fit`` alike: each costs compiles, and one target per chip can be
+            enough. ``aotcheck fit`` runs anywhere.
     """
 
     init_fn: Callable[[jax.Array], Any]
@@ -96,6 +97,11 @@ class _Model(_Common):
     knobs: Mapping[str, "Knob"] = dataclasses.field(default_factory=dict)
     fit_upper: int | None = None
     fit_targets: tuple[str, ...] = ("*",)
+
+    def __post_init__(self) -> None:
+        # One glob alone is a tuple of one: iterating "*x1" by character would match every target.
+        if isinstance(self.fit_targets, str):
+            object.__setattr__(self, "fit_targets", (self.fit_targets,))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
