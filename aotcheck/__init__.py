@@ -29,7 +29,7 @@ from aotcheck.programs.compile import (
     lower_trainer_programs,
 )
 from aotcheck.programs.config import FunctionConfig, InferenceConfig, TrainerConfig
-from aotcheck.programs.options import default_compiler_options
+from aotcheck.programs.options import OptionsError, default_compiler_options, parse_libtpu_init_args
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, ProgramNotFound, Registry, RegistryError, register
 from aotcheck.session import GateSession, GateSettings
 from aotcheck.targets.mesh import MeshError, MeshSpec, build_mesh
@@ -47,6 +47,7 @@ __all__ = [
     "GateSettings",
     "InferenceConfig",
     "MeshError",
+    "OptionsError",
     "MeshSpec",
     "Outcome",
     "PartitionError",
@@ -66,6 +67,7 @@ __all__ = [
     "default_compiler_options",
     "get_devices_for_topology",
     "lower_inference_programs",
+    "parse_libtpu_init_args",
     "lower_trainer_programs",
     "parse_topology",
     "program_figures",

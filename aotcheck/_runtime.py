@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import importlib.metadata
 import os
 import sys
@@ -27,6 +28,19 @@ from collections.abc import Iterator
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 # No metadata server to ask on a CPU machine (axlearn sets the same).
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+
+
+def has_accelerator() -> bool:
+    """Whether this host has a TPU or an NVIDIA GPU attached (their device files)."""
+    return any(glob.glob(pattern) for pattern in ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*"))
+
+
+# On a host without an accelerator, jax's backend start-up would load libtpu as a *runtime*, which
+# finds no TPU and prints a wall of errors, in every process that touches a jax array (pytest's,
+# each xdist worker's). Deviceless topologies need no runtime: they work with the CPU backend
+# alone (both toolchains, tested). A user's own JAX_PLATFORMS, or a real accelerator, wins.
+if "JAX_PLATFORMS" not in os.environ and not has_accelerator():
+    os.environ["JAX_PLATFORMS"] = "cpu"
 
 # Lines libtpu prints on every deviceless load; they say nothing to our users.
 _LIBTPU_NOISE = (

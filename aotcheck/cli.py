@@ -88,6 +88,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         shard=args.shard,
         config_modules=ini.lines("aot_config_modules") + list(args.module or []),
         metric_drift=ini.get("aot_metric_drift", "fail"),
+        libtpu_init_args=args.libtpu_init_args if args.libtpu_init_args is not None else ini.get("aot_libtpu_init_args"),
+        default_options=args.default_options or ini.get("aot_default_options", "aotcheck"),
         flags=CLI_FLAGS,
     )
     if args.topologies is not None and not args.topologies.strip():
@@ -157,7 +159,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for program in programs:
         entry.program(program)  # ProgramNotFound before any compile.
     # Compiles run in a worker process: a libtpu crash is reported, not suffered.
-    measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain))
+    measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), **_compile_options(args))
     try:
         results = [measurer(Case(entry.name, program, target)) for program in programs]
     except WorkerCrashed as e:
@@ -203,7 +205,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     check_knob(entry.program(program), args.knob)
     if not 0 < args.headroom <= 1:
         raise SettingsError(f"--headroom: {args.headroom} must be a number in (0, 1], e.g. 0.95")
-    measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom)
+    measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom, **_compile_options(args))
     case = Case(entry.name, program, target)
     try:
         result = measurer(case)
@@ -264,6 +266,23 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _option_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--libtpu-init-args", metavar="FLAGS", help="your job's LIBTPU_INIT_ARGS string, e.g. "
+                   "--libtpu-init-args='--xla_tpu_scoped_vmem_limit_kib=98304' (default: aot_libtpu_init_args)")
+    p.add_argument("--default-options", help="aotcheck (its per-chip presets under your options; the default) or "
+                   "none (only your options, as your job sends them)")
+
+
+def _compile_options(args: argparse.Namespace) -> dict[str, object]:
+    """The caller's options and the presets switch for ``compile`` and ``fit``, as ``check`` reads them."""
+    ini = find_ini(Path.cwd())
+    settings = GateSettings.parse(
+        rootdir=ini.rootdir, cache_dir=None, flags=CLI_FLAGS,
+        libtpu_init_args=args.libtpu_init_args if args.libtpu_init_args is not None else ini.get("aot_libtpu_init_args"),
+        default_options=args.default_options or ini.get("aot_default_options", "aotcheck"))
+    return {"compiler_options": settings.compiler_options, "presets": settings.presets}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -282,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", metavar="K/N", help="run only shard K of N of the matrix")
     p.add_argument("--fit", metavar="KNOB", help="search the largest KNOB (e.g. batch) that fits on every config "
                    "that offers it (default: aot_fit, or each config's own fit=)")
+    _option_arguments(p)
     p.add_argument("--cache-dir", help="figures cache directory (default .aotcheck-cache)")
     p.add_argument("--no-cache", action="store_true", help="compile every case; no figures cache")
     p.add_argument("--module", action="append", help=module_help)
@@ -303,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print figures as JSON")
     p.add_argument("--dump-hlo", metavar="DIR", help="write each program's optimized HLO text here")
     p.add_argument("--explain", action="store_true", help="show where the FLOPs and bytes come from")
+    _option_arguments(p)
     p.add_argument("--module", action="append", help=module_help)
     p.set_defaults(func=cmd_compile)
 
@@ -314,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--knob", default="batch", help="what to search (default batch; a config may offer more)")
     p.add_argument("--headroom", type=float, default=1.0, help="share of HBM the max may fill (default 1.0)")
     p.add_argument("--json", action="store_true", help="print the search as JSON")
+    _option_arguments(p)
     p.add_argument("--module", action="append", help=module_help)
     p.set_defaults(func=cmd_fit)
 

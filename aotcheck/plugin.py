@@ -45,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--aot-fit", metavar="KNOB",
                     help="search the largest KNOB (e.g. batch) that fits on every config that offers it, "
                     "gated as fit_max_KNOB (default: each config's own fit=)")
+    group.addoption("--aot-libtpu-init-args", metavar="FLAGS",
+                    help="your job's LIBTPU_INIT_ARGS string, e.g. '--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=98304 "
+                    "--xla_tpu_enable_latency_hiding_scheduler=true' (runtime-only flags are dropped)")
     group.addoption("--aot-shard", metavar="K/N", help="run only shard K of N of the case matrix (for CI runners)")
     parser.addini("aot_topologies", "default --aot-topologies", type="args", default=[])
     parser.addini("aot_slices", "default --aot-slices", type="args", default=[])
@@ -59,6 +62,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   type="linelist", default=[])
     parser.addini("aot_metric_drift", "figures new or gone against a golden: fail (default) or warn",
                   default="fail")
+    parser.addini("aot_libtpu_init_args", "default --aot-libtpu-init-args: your job's LIBTPU_INIT_ARGS string",
+                  default="")
+    parser.addini("aot_default_options", "aotcheck's per-chip compiler presets under your options: aotcheck "
+                  "(default) or none (only your options, as your job sends them)", default="aotcheck")
     parser.addini("aot_config_modules", "modules or .py files (rootdir-relative) that register configs",
                   type="linelist", default=[])
 
@@ -93,6 +100,8 @@ def settings_from_pytest(config: pytest.Config) -> GateSettings:
         shard=config.getoption("aot_shard"),
         config_modules=config.getini("aot_config_modules"),
         metric_drift=config.getini("aot_metric_drift"),
+        libtpu_init_args=pick("aot_libtpu_init_args"),
+        default_options=config.getini("aot_default_options"),
         flags=PYTEST_FLAGS,
     )
 

@@ -48,6 +48,8 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.shard import ShardError, assign_shards, parse_shard
 from aotcheck.programs.loader import LoaderError, load_config_modules
+from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, parse_libtpu_init_args, refusal_lines,
+                                       runtime_only)
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
 from aotcheck.targets.families import family_of
@@ -62,12 +64,14 @@ class SettingsError(ValueError):
 PYTEST_FLAGS = {"topologies": "--aot-topologies", "slices": "--aot-slices", "tolerances": "aot_tolerances",
                 "hbm_headroom": "aot_hbm_headroom", "shard": "--aot-shard", "config_modules": "aot_config_modules",
                 "golden_dir": "--aot-golden-dir", "report": "--aot-report", "metric_drift": "aot_metric_drift",
-                "fit": "--aot-fit"}
+                "fit": "--aot-fit", "libtpu_init_args": "--aot-libtpu-init-args",
+                "default_options": "aot_default_options"}
 CLI_FLAGS = {"topologies": "--topologies", "slices": "--slices", "tolerances": "aot_tolerances",
              "hbm_headroom": "aot_hbm_headroom", "shard": "--shard", "config_modules": "--module",
              "golden_dir": "--golden-dir", "report": "--report", "metric_drift": "aot_metric_drift",
-             "fit": "--fit"}
+             "fit": "--fit", "libtpu_init_args": "--libtpu-init-args", "default_options": "--default-options"}
 METRIC_DRIFT = ("fail", "warn")
+DEFAULT_OPTIONS = ("aotcheck", "none")
 
 
 def split_list(value: str | Sequence[str] | None) -> list[str]:
@@ -95,6 +99,8 @@ class GateSettings:
     shard: tuple[int, int] | None = None
     config_modules: tuple[str, ...] = ()
     metric_drift: str = "fail"
+    compiler_options: dict[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
+    presets: bool = True  # aotcheck's per-chip presets under the user's options (aot_default_options).
 
     @classmethod
     def parse(
@@ -116,6 +122,8 @@ class GateSettings:
         shard: str | None = None,
         config_modules: Sequence[str] = (),
         metric_drift: str = "fail",
+        libtpu_init_args: str | Sequence[str] = "",
+        default_options: str = "aotcheck",
         flags: Mapping[str, str] = PYTEST_FLAGS,
     ) -> "GateSettings":
         """Parses option values as users write them; SettingsError names the bad one."""
@@ -152,6 +160,16 @@ class GateSettings:
         if drift not in METRIC_DRIFT:
             raise SettingsError(f"{flags['metric_drift']}: {metric_drift!r} must be 'fail' (figures new or gone "
                                 "against the golden fail the case) or 'warn' (they pass with a warning)")
+        init_args = libtpu_init_args if isinstance(libtpu_init_args, str) else " ".join(libtpu_init_args)
+        try:
+            compiler_options = parse_libtpu_init_args(init_args, what=flags["libtpu_init_args"])
+        except OptionsError as e:
+            raise SettingsError(str(e)) from None
+        presets = (default_options or "aotcheck").strip().lower()
+        if presets not in DEFAULT_OPTIONS:
+            raise SettingsError(f"{flags['default_options']}: {default_options!r} must be 'aotcheck' (aotcheck's "
+                                "per-chip presets under your options) or 'none' (only your options, as your job "
+                                "sends them)")
         report_path = Path(report) if report else None
         if report_path is not None and (report_path.is_dir() or report_path.name in ("", ".", "..")):
             raise SettingsError(f"{flags['report']}: {report} is a directory; give a file path, "
@@ -175,6 +193,8 @@ class GateSettings:
             shard=parsed_shard,
             config_modules=tuple(config_modules),
             metric_drift=drift,
+            compiler_options=compiler_options,
+            presets=presets == "aotcheck",
         )
 
     @property
@@ -219,7 +239,9 @@ class GateSession:
                 "modules that registered them in aotcheck.REGISTRY. Pass e.g. measure=lambda case: "
                 "aotcheck.gate.measure.measure(case, registry=registry) to measure in this process.")
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
-                                                          fit_default=settings.fit)
+                                                          fit_default=settings.fit,
+                                                          compiler_options=settings.compiler_options,
+                                                          presets=settings.presets)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
         self.warnings: list[str] = []
@@ -417,6 +439,14 @@ class GateSession:
         lines = header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
                              cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
                              toolchain=_runtime.toolchain(), foreign=self.foreign_toolchain_goldens())
+        if s.presets:
+            lines += refusal_lines({family_of(t.topology) for t in s.targets})
+        if s.compiler_options or not s.presets:
+            sent = {k: v for k, v in s.compiler_options.items() if not runtime_only(k)}
+            dropped = len(s.compiler_options) - len(sent)
+            lines.append("aotcheck: your launch flags: " + (format_libtpu_init_args(sent) or "none")
+                         + (f" ({dropped} runtime-only dropped)" if dropped else "")
+                         + ("" if s.presets else "; aotcheck's presets off (aot_default_options = none)"))
         if s.fit:
             lines.append(f"aotcheck: fit search of {s.fit!r} on every config that offers it (a few compiles each; "
                          f"gated as fit_max_{s.fit})")

@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "aotcheck"
 
 LAYERS = [
-    ("aotcheck._runtime", "aotcheck.units"),
+    ("aotcheck._runtime", "aotcheck.units", "aotcheck._files"),
     ("aotcheck.targets",),
     ("aotcheck.programs", "aotcheck.models", "aotcheck.adapters"),
     ("aotcheck.figures",),

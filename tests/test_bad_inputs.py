@@ -63,6 +63,13 @@ USAGE = [
     (["--aot-topologies=v4-8"], "aot_strict = maybe", "invalid truth value 'maybe'"),  # pytest's own check
     (["--aot-topologies=v4-8", "--aot-fit=3x"], "", "--aot-fit: '3x' is not a knob name; name what to search"),
     (["--aot-topologies=v4-8"], "aot_fit = max batch", "--aot-fit: 'max batch' is not a knob name"),
+    (["--aot-topologies=v4-8", "--aot-libtpu-init-args=xla_tpu_foo=1"], "",
+     "--aot-libtpu-init-args: 'xla_tpu_foo=1' is not a flag; write it as libtpu reads flags, --xla_tpu_foo=1"),
+    (["--aot-topologies=v4-8"], "aot_libtpu_init_args = --xla_a=1 ,--xla_b=2",
+     "--aot-libtpu-init-args: ',--xla_b=2' is not a flag; each flag is --name=value, separated by spaces"),
+    (["--aot-topologies=v4-8"], "aot_libtpu_init_args = --xla_a='1'", "--aot-libtpu-init-args: \"--xla_a='1'\" keeps its quotes"),
+    (["--aot-topologies=v4-8"], "aot_default_options = off",
+     "aot_default_options: 'off' must be 'aotcheck' (aotcheck's per-chip presets under your options) or 'none'"),
 ]
 
 
@@ -321,6 +328,11 @@ CLI = [
     (["check", "--topologies", "v4-8", "--shard", "5/2"], "--shard: '5/2': K must be between 1 and N"),
     (["check", "--topologies", "v4-8", "--report", "."], "--report: . is a directory"),
     (["check", "--topologies", "v4-8", "--fit", "max-batch"], "--fit: 'max-batch' is not a knob name"),
+    (["check", "--topologies", "v4-8", "--libtpu-init-args=xla_x=1"],
+     "--libtpu-init-args: 'xla_x=1' is not a flag; write it as libtpu reads flags, --xla_x=1"),
+    (["check", "--topologies", "v4-8", "--default-options", "some"], "--default-options: 'some' must be 'aotcheck'"),
+    (["compile", "lm-tiny", "--topology", "v4-8", "--libtpu-init-args=-xla_x"], "--libtpu-init-args: '-xla_x' is not a flag"),
+    (["fit", "lm-tiny", "--topology", "v4-8", "--default-options", "off"], "--default-options: 'off' must be"),
     (["report", "missing.json"], "missing.json: not a readable JSON report"),
     (["report", "notjson.json"], "notjson.json: not a readable JSON report"),
     (["report", "format1.json"], "format1.json: not an aotcheck report of format 2 (found 1)"),

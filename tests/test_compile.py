@@ -1,6 +1,7 @@
 """The seed API against XLA's real TPU compiler (tiny programs, seconds each)."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -11,9 +12,11 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import aotcheck
 from aotcheck.programs.compile import CompileError
 from aotcheck.programs.lowering import LoweringError
-from aotcheck.programs.options import resolve_compiler_options
+from aotcheck.programs import options as presets
+from aotcheck.programs.options import OptionsError, parse_libtpu_init_args, resolve_compiler_options
 from aotcheck.models import lm
-from aotcheck.targets.topology import get_devices_for_topology
+from aotcheck._runtime import toolchain
+from aotcheck.targets.topology import Target, get_devices_for_topology
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,10 @@ def test_compile_function_escape_hatch():
     assert aotcheck.program_figures(compiled)["flops_xla"] == 2 * 512**3 / 4
 
 
-@pytest.mark.parametrize("topology,slices", [("v4-8", 1), ("v5p-8", 2), ("v5e-4", 1), ("v6e-4", 2), ("7x-8", 1)])
+FAMILIES = [("v4-8", 1), ("v5p-8", 2), ("v5e-4", 1), ("v6e-4", 2), ("7x-8", 1)]
+
+
+@pytest.mark.parametrize("topology,slices", FAMILIES)
 def test_default_options_are_accepted_by_each_family(topology, slices):
     options = resolve_compiler_options(topology, slices)
     assert options["xla_tpu_enable_latency_hiding_scheduler"] == "true"
@@ -111,3 +117,68 @@ def test_rejected_option_is_named():
 def test_cpu_topology_needs_no_libtpu():
     out = aotcheck.compile_trainer_programs(lm.trainer_config(lm.TINY), topology="cpu-4")
     assert aotcheck.program_figures(out["train_step"])["flops_xla"] > 0
+
+
+@pytest.mark.parametrize("topology,slices", FAMILIES)
+def test_the_preset_table_agrees_with_a_probe_of_this_libtpu(topology, slices):
+    # KNOWN_REFUSALS says, per libtpu, which presets a chip refuses; a probe asks the running libtpu.
+    family = Target.of(topology, slices).topology.chip.family
+    known = presets.known_refusal(family)
+    assert known is not None, f"libtpu {toolchain()['libtpu']} (the lock's) is not in KNOWN_REFUSALS"
+    assert presets.probe_refused_presets(topology, slices) == known
+
+
+def test_an_unknown_libtpu_is_probed_once_and_remembered(monkeypatch, tmp_path):
+    expected = presets.known_refusal("v4")
+    monkeypatch.setattr(presets, "KNOWN_REFUSALS", {})
+    monkeypatch.setattr(presets, "_probed", {})
+    monkeypatch.setattr(presets, "_notes", [])
+    first = presets.refused_presets("v4-8", 1, store=tmp_path)
+    assert first == (expected, "probe")
+    assert [p.name for p in (tmp_path / "presets").iterdir()] == [
+        f"libtpu-{toolchain()['libtpu']}-v4-one.json"]
+    monkeypatch.setattr(presets, "_probed", {})  # A new process: the file answers, no compile.
+    assert presets.refused_presets("v4-8", 1, store=tmp_path) == (expected, "remembered")
+    options = resolve_compiler_options("v4-8", 1, store=tmp_path)
+    assert not set(options) & expected and options["xla_tpu_enable_latency_hiding_scheduler"] == "true"
+    assert bool(presets.probe_notes()) == bool(expected)
+
+
+def test_a_refused_preset_is_not_sent_but_a_users_refused_option_is_an_error():
+    refused = presets.known_refusal("v4")
+    if not refused:
+        pytest.skip(f"libtpu {toolchain()['libtpu']} refuses no preset on v4")
+    assert not set(resolve_compiler_options("v4-8", 1)) & refused  # Not sent: the compile works.
+    aotcheck.compile_trainer_programs(lm.trainer_config(lm.TINY), topology="v4-8")
+    theirs = {name: True for name in refused}
+    with pytest.raises(CompileError, match=r"refuses compiler option 'xla_tpu_enable_async_collective_fusion"
+                                           r".*Remove it from the config's compiler_options or your launch flags"):
+        aotcheck.compile_trainer_programs(lm.trainer_config(lm.TINY), topology="v4-8", compiler_options=theirs)
+
+
+def test_launch_flags_as_libtpu_reads_them_and_presets_off():
+    flags = parse_libtpu_init_args("--xla_tpu_enable_latency_hiding_scheduler=false  --xla_enable_async_all_gather\n"
+                                   "--noxla_tpu_spmd_rng_bit_generator_unsafe --megascale_port=8080 "
+                                   "--xla_tpu_scoped_vmem_limit_kib=98304")
+    assert flags == {"xla_tpu_enable_latency_hiding_scheduler": "false", "xla_enable_async_all_gather": "true",
+                     "xla_tpu_spmd_rng_bit_generator_unsafe": "false", "megascale_port": "8080",
+                     "xla_tpu_scoped_vmem_limit_kib": "98304"}
+    sent = resolve_compiler_options("v5e-4", 1, flags, presets=False)
+    assert sent == {k: v for k, v in flags.items() if k != "megascale_port"}  # Runtime-only: dropped.
+    config = lm.trainer_config(lm.TINY)
+    config = dataclasses.replace(config, libtpu_init_args="--xla_tpu_scoped_vmem_limit_kib=65536",
+                                 compiler_options={"xla_enable_async_all_gather": False})
+    assert config.options == {"xla_tpu_scoped_vmem_limit_kib": "65536", "xla_enable_async_all_gather": False}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("xla_foo=1", "'xla_foo=1' is not a flag; write it as libtpu reads flags, --xla_foo=1"),
+    ("--xla_a=1 -xla_b=2", "'-xla_b=2' is not a flag; write it as libtpu reads flags, --xla_b=2"),
+    ("--=3", "'--=3' is not a flag; each flag is --name=value"),
+    ('--xla_a="1"', "keeps its quotes; libtpu does not remove quotes, so give the value without them (--xla_a=1)"),
+])
+def test_bad_launch_flags_name_the_token(text, message):
+    with pytest.raises(OptionsError, match=re.escape(message)):
+        parse_libtpu_init_args(text)
+    with pytest.raises(OptionsError, match="libtpu_init_args: "):  # A config's bad flags fail when it is built.
+        dataclasses.replace(lm.trainer_config(lm.TINY), libtpu_init_args=text)

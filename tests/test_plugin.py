@@ -12,6 +12,10 @@ import pytest
 
 from toy import CONFTEST, INI, golden, run
 
+from aotcheck._runtime import toolchain
+
+from aotcheck._runtime import toolchain
+
 
 def test_without_topologies_the_plugin_adds_nothing(project):
     result = run(project)
@@ -181,7 +185,13 @@ def test_foreign_toolchain_is_named_in_the_header(project):
     result.stdout.fnmatch_lines([
         "*1 golden file(s) were made with another toolchain (toy/step@v4-8x1.json*libtpu 0.0.1*",
         "*toy/step@v4-8x1 regressed*",
-        "*Note: golden made with another toolchain (libtpu 0.0.1 -> 0.0.42.1)*",
+        f"*Note: golden made with another toolchain (libtpu 0.0.1 -> {toolchain()['libtpu']})*",
+        "*toolchain upgrade: 1 case(s) judged against goldens made with jax *, libtpu 0.0.1; now jax *"
+        "1 moved, 0 did not.*",
+        "*case*figure*golden*now*change*",
+        "toy/step@v4-8x1*argument_bytes*",
+        "*To accept the new toolchain's figures for all of them: pytest --update-golden --aot-configs=toy "
+        "--aot-topologies=v4-8x1",
     ])
 
 
@@ -222,3 +232,34 @@ def test_host_cpu_topologies_need_no_libtpu_and_no_hbm(project):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*toy/step@cpu-4x2*-*created*"])
     assert json.loads(golden(project, "toy/step@cpu-4x2.json").read_text())["figures"]["flops"] > 0
+
+
+def test_no_libtpu_noise_reaches_the_terminal(project, monkeypatch):
+    # Every process here would otherwise print libtpu's start-up errors: pytest's, each xdist worker's
+    # (a plain test touching a jax array starts jax's backends) and the compile workers.
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # Set by this process's own aotcheck import.
+    project.makepyfile(test_jax="import jax.numpy as jnp\n\n\ndef test_jax():\n    assert float(jnp.ones(3).sum()) == 3\n")
+    result = run(project, "-n", "2", "--aot-topologies=v4-8,v5e-4", "--update-golden")
+    result.assert_outcomes(passed=4)
+    out = result.stdout.str() + result.stderr.str()
+    for noise in ("E0000", "W0000", "TPU_WORKER_HOSTNAMES", "TPU_ACCELERATOR_TYPE", "Source Location Trace",
+                  "InitGoogle", "libtpu_init_utils", "unexpected worker hostname"):
+        assert noise not in out, out
+
+
+def test_launch_flags_with_presets_off_are_exactly_what_is_sent(project):
+    project.makeini(INI + "aot_libtpu_init_args = --xla_tpu_scoped_vmem_limit_kib=65536 --megascale_port=8471\n"
+                          "aot_default_options = none\n")
+    result = run(project, "--aot-topologies=v5e-4", "--update-golden")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["aotcheck: your launch flags: --xla_tpu_scoped_vmem_limit_kib=65536 "
+                                 "(1 runtime-only dropped); aotcheck's presets off (aot_default_options = none)"])
+    doc = json.loads(golden(project, "toy/step@v5e-4x1.json").read_text())
+    assert doc["compiler_options"] == {"xla_tpu_scoped_vmem_limit_kib": "65536"}
+    # The command line's flags win over the ini's; with the presets back, both are sent.
+    project.makeini(INI + "aot_libtpu_init_args = --xla_tpu_scoped_vmem_limit_kib=65536\n")
+    run(project, "--aot-topologies=v5e-4", "--update-golden",
+        "--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=32768").assert_outcomes(passed=2)
+    options = json.loads(golden(project, "toy/step@v5e-4x1.json").read_text())["compiler_options"]
+    assert options["xla_tpu_scoped_vmem_limit_kib"] == "32768"
+    assert options["xla_tpu_enable_latency_hiding_scheduler"] == "true"

@@ -1,36 +1,69 @@
-"""The repository's promises: CI runs README's test command; the pins agree."""
+"""The repository's promises: CI runs README's test commands; the pins agree with the ranges."""
 
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+# Each lock and the Python it is tested on (tests/test_toolchains.py; CI itself runs the first).
+LOCKS = {"requirements.lock": "3.12", "requirements-oldest.lock": "3.11"}
 
 
-def test_ci_runs_exactly_the_readme_test_command():
+def readme_test_commands() -> list[str]:
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"# The test suite \(what CI runs\):\n(.+)\n", readme)
-    assert block, "README must give the test command under '# The test suite (what CI runs):'"
+    block = re.search(r"# The test suite \(what CI runs\):\n((?:[^\n#`][^\n]*\n)+)", readme)
+    assert block, "README must give the test commands under '# The test suite (what CI runs):'"
+    return [line.strip() for line in block[1].splitlines() if line.strip()]
+
+
+def test_ci_runs_exactly_the_readme_test_commands():
+    commands = readme_test_commands()
     ci_lines = [l.strip() for l in (ROOT / ".ci/run").read_text().splitlines() if l.strip() and not l.startswith("#")]
-    assert ci_lines[-1] == block[1].strip()
+    assert ci_lines[-len(commands):] == commands
+    assert any("-m toolchains" in c for c in commands), "the toolchain legs run in CI's second command"
+    assert "PYENV_VERSION=3.12 python3.12 -m venv" in (ROOT / ".ci/run").read_text()
 
 
-def test_the_lock_pins_the_toolchain_and_the_package_only_ranges_it():
-    """requirements.lock holds the exact toolchain the goldens were made with; pyproject.toml gives
-    compatible ranges (no exact pins: aotcheck must not pick a user's pytest or optax) that the lock
-    satisfies; README names the locked toolchain."""
+def read_lock(name: str) -> dict[str, str]:
+    return dict(l.split("==") for l in (ROOT / name).read_text().split() if "==" in l)
+
+
+@pytest.mark.parametrize("lock_name", sorted(LOCKS))
+def test_each_lock_pins_a_toolchain_the_package_ranges_admit(lock_name):
+    """Each lock holds an exact toolchain; pyproject.toml gives ranges (no exact pins: aotcheck must not
+    pick a user's pytest or optax) that every lock satisfies on its own Python; README names both."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    lock = read_lock(lock_name)
+    python = LOCKS[lock_name]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert SpecifierSet(project["requires-python"]).contains(python + ".0")
+    requirements = [Requirement(r) for r in project["dependencies"]]
+    requirements += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    applied = 0
+    for requirement in requirements:
+        assert not any(spec.operator in ("==", "===") for spec in requirement.specifier), requirement
+        if requirement.marker and not requirement.marker.evaluate({"python_version": python}):
+            continue
+        applied += 1
+        assert requirement.name in lock, f"{requirement.name} is a dependency but not in {lock_name}"
+        assert requirement.specifier.contains(lock[requirement.name]), (requirement, lock[requirement.name])
+    assert applied >= 8 and {"jax", "jaxlib", "libtpu", "optax", "pytest", "flax"} <= set(lock)
+    readme = (ROOT / "README.md").read_text()
+    assert f"jax {lock['jax']}, jaxlib {lock['jaxlib']}, libtpu {lock['libtpu']}" in readme
+
+
+def test_flax_is_ranged_apart_where_jax_outgrew_it():
+    # flax <= 0.12.8 breaks under jax >= 0.11.1, which only exists for Python >= 3.12.
     import tomllib
 
     from packaging.requirements import Requirement
 
-    lock = dict(l.split("==") for l in (ROOT / "requirements.lock").read_text().split() if "==" in l)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = [Requirement(r) for r in project["dependencies"]]
-    requirements += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
-    for requirement in requirements:
-        assert not any(spec.operator in ("==", "===") for spec in requirement.specifier), requirement
-        assert requirement.name in lock, f"{requirement.name} is a dependency but not in requirements.lock"
-        assert requirement.specifier.contains(lock[requirement.name]), (requirement, lock[requirement.name])
-    assert {"jax", "jaxlib", "libtpu", "optax", "pytest"} <= set(lock)
-    readme = (ROOT / "README.md").read_text()
-    assert f"jax {lock['jax']}, jaxlib {lock['jaxlib']}, libtpu" in readme
-    assert lock["libtpu"] in readme
+    flax = [Requirement(r) for r in project["optional-dependencies"]["flax"]]
+    on_312 = [r for r in flax if r.marker.evaluate({"python_version": "3.12"})]
+    assert len(on_312) == 1 and not on_312[0].specifier.contains("0.12.8") and on_312[0].specifier.contains("0.12.12")

@@ -40,7 +40,8 @@ from aotcheck.gate.golden import atomic_write_text, probe_writable
 # 5: the peak split by class (peak_*_bytes), its largest buffers and collectives.
 # 6: the peak's moment found by a sweep over every live range; fit searches (fit_max_*).
 # 7: VMEM-colored buffers counted in the peak's classes, as XLA's peak counts them.
-FIGURES_VERSION = 7
+# 8: compile cost (compile_cpu_seconds, lower_cpu_seconds); presets this libtpu refuses not sent.
+FIGURES_VERSION = 8
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

@@ -43,7 +43,7 @@ from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.hbm import explain_oom, hbm_verdict
 from aotcheck.figures.program import Details
 from aotcheck.gate.case import Case
-from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, verdict
+from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
 from aotcheck.gate.isolation import WorkerCrashed, error_type
 from aotcheck.gate.measure import Measurement
@@ -111,7 +111,13 @@ def _decide(
         return Outcome(case, Verdict.OVER_HBM, detail=over, **measured)
     if update:
         try:
-            action = store.write(case, figures, toolchain=_runtime.toolchain(),
+            previous = store.read(case)
+        except GoldenError:  # A corrupt golden is simply replaced.
+            previous = None
+        same_toolchain = previous is not None and toolchain_note(previous.toolchain) is None
+        written = settle_noisy(previous.figures if same_toolchain else None, figures, tolerances)
+        try:
+            action = store.write(case, written, toolchain=_runtime.toolchain(),
                                  compiler_options=result.compiler_options, details=result.details.to_json())
         except OSError as e:
             return Outcome(case, Verdict.ERROR, detail=f"cannot write its golden file {store.path(case)}: "
@@ -131,4 +137,4 @@ def _decide(
         found = Verdict.METRICS_CHANGED
     return Outcome(case, found, golden=golden.figures, changes=[r for r in rows if r.change is not Change.OK],
                    toolchain_note=toolchain_note(golden.toolchain), golden_details=Details.from_json(golden.details),
-                   **measured)
+                   golden_toolchain=dict(golden.toolchain), **measured)

@@ -39,7 +39,9 @@ from aotcheck.gate.cache import FiguresCache
 from aotcheck.gate.case import Case
 from aotcheck.figures.program import Details
 from aotcheck.gate.measure import Measurement, measure
+from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_sources
+from aotcheck.programs.options import probe_notes
 from aotcheck.programs.registry import REGISTRY
 from aotcheck.targets.families import family_of
 
@@ -144,7 +146,7 @@ class FamilyWorker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env[_runtime.WORKER_ENV] = "1"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd})"],
+            [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd}, {family!r})"],
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(write_fd,),
@@ -238,12 +240,15 @@ class Measurer:
     """
 
     def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False, hbm_headroom: float = 1.0,
-                 fit: str | None = None, fit_default: str | None = None) -> None:
+                 fit: str | None = None, fit_default: str | None = None,
+                 compiler_options: dict[str, str] | None = None, presets: bool = True) -> None:
         self.cache = cache
         self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
         self.hbm_headroom = hbm_headroom  # What a fit search may fill.
         self.fit = fit  # Search this knob on every case (else each config's own ``fit``).
         self.fit_default = fit_default  # ... on every config that offers it and names none of its own.
+        self.compiler_options = dict(compiler_options or {})  # The caller's (the user's launch flags).
+        self.presets = presets  # aotcheck's per-chip presets under them.
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
 
@@ -266,6 +271,8 @@ class Measurer:
                 "hbm_headroom": self.hbm_headroom,
                 "fit": self.fit,
                 "fit_default": self.fit_default,
+                "compiler_options": self.compiler_options,
+                "presets": self.presets,
             })
         except WorkerCrashed:
             self._workers.pop(family, None)
@@ -290,11 +297,13 @@ class Measurer:
             self._workers.popitem()[1].close()
 
 
-def serve(reply_fd: int) -> None:
+def serve(reply_fd: int, family: str | None = None) -> None:
     """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``."""
     os.set_inheritable(reply_fd, False)  # A process the compile starts must not hold the reply pipe open.
     replies = os.fdopen(reply_fd, "w")
     os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.
+    if family and family != "cpu":
+        warm_up(family)  # While the parent still collects: the first case's compile cost is its own.
     caches: dict[str, FiguresCache] = {}
     for line in sys.stdin:
         request = json.loads(line)
@@ -304,7 +313,8 @@ def serve(reply_fd: int) -> None:
             cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
             _runtime.reset_peak_rss()
             result = measure(Case.parse(request["case"]), cache=cache, fit=request.get("fit"),
-                             fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)))
+                             fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)),
+                             compiler_options=request.get("compiler_options"), presets=request.get("presets", True))
             reply: dict[str, Any] = {"figures": result.figures, "compiler_options": result.compiler_options,
                                      "compile_seconds": result.compile_seconds, "cached": result.cached,
                                      "host_peak_bytes": _runtime.peak_rss_bytes(), "details": result.details.to_json(),
@@ -313,7 +323,7 @@ def serve(reply_fd: int) -> None:
                 reply["hlo_text"] = result.compiled.as_text()
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
             reply = {"error": encode_error(e)}
-        reply["notes"] = [n for c in caches.values() for n in c.notes]
+        reply["notes"] = [n for c in caches.values() for n in c.notes] + probe_notes()
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 

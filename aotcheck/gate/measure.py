@@ -78,6 +78,7 @@ def measure(
     fit: str | None = None,
     fit_default: str | None = None,
     hbm_headroom: float = 1.0,
+    presets: bool = True,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures.
 
@@ -93,6 +94,9 @@ def measure(
     (tests/test_attribution.py compares). A dump that cannot be read leaves the
     ``peak_*`` figures out and says why in ``attribution_problem``.
 
+    ``compiler_options`` (the caller's: the gate's launch flags) go over the config's, which go over
+    aotcheck's presets this libtpu accepts for the chip; ``presets=False`` leaves the presets out.
+
     Raises what lowering and compiling raise: CompileError when XLA refuses,
     the registry's, mesh's and partitioning's own errors when the config is wrong.
     """
@@ -104,16 +108,16 @@ def measure(
                                for glob in getattr(config, "fit_targets", ("*",))):
         knob = None  # The config asks for its searches elsewhere.
     try:
-        result = _measure(case, config, compiler_options, cache)
+        result = _measure(case, config, compiler_options, cache, presets=presets)
     except CompileError as e:
         if knob and is_out_of_memory(str(e)):  # Then how far down it would fit.
             found = fit_search(case, config, knob, compiler_options=compiler_options, cache=cache,
-                               hbm_headroom=hbm_headroom)
+                               hbm_headroom=hbm_headroom, presets=presets)
             e.details = dataclasses.replace(getattr(e, "details", None) or Details(), fit=found)
         raise
     if knob:
         found = fit_search(case, config, knob, first=result, compiler_options=compiler_options, cache=cache,
-                           hbm_headroom=hbm_headroom)
+                           hbm_headroom=hbm_headroom, presets=presets)
         result.figures = {**result.figures, f"fit_max_{knob}": found.max_size}
         result.details = dataclasses.replace(result.details, fit=found)
     return result
@@ -122,6 +126,7 @@ def measure(
 def fit_search(
     case: Case, config: Config, knob_name: str, *, first: Measurement | None = None,
     compiler_options: Mapping[str, Any] | None = None, cache: FiguresCache | None = None, hbm_headroom: float = 1.0,
+    presets: bool = True,
 ) -> Fit:
     """The largest size of ``knob_name`` whose program compiles and fits (see :mod:`aotcheck.figures.fit`).
 
@@ -139,7 +144,7 @@ def fit_search(
             measured = first
         else:
             try:
-                measured = _measure(case, knob.rebuild(size), compiler_options, cache)
+                measured = _measure(case, knob.rebuild(size), compiler_options, cache, presets=presets)
             except CompileError as e:
                 if is_out_of_memory(str(e)):
                     return Probe(size, None, False)
@@ -158,21 +163,25 @@ def fit_search(
 
 
 def _measure(
-    case: Case, config: Config, compiler_options: Mapping[str, Any] | None, cache: FiguresCache | None
+    case: Case, config: Config, compiler_options: Mapping[str, Any] | None, cache: FiguresCache | None, *,
+    presets: bool = True,
 ) -> Measurement:
-    options = resolve_compiler_options(case.topology, case.num_slices, config.compiler_options, compiler_options)
+    options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
+                                       presets=presets, store=cache.root if cache is not None else None)
+    cpu = time.process_time()  # The process's own counters (user + sys, every thread), not wall time.
     lowered = lower_config(config, case.target, program=case.program)[case.program]
+    lower_cpu = round(time.process_time() - cpu, 2)
     key = None
     if cache is not None:
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology.name,
                         num_slices=case.num_slices, toolchain=_runtime.toolchain())
         entry = cache.get(key, toolchain=_runtime.toolchain())
-        if entry is not None:
+        if entry is not None:  # Every figure as the compile that made the entry measured it (its costs too).
             return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True,
                                attribution_problem=entry.get("attribution_problem"),
                                details=Details.from_json(entry.get("details")))
     with tempfile.TemporaryDirectory(prefix="aotcheck-dump-") as dump:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             compiled = compile_lowered(lowered, {**options, **dump_options(dump)}, what=case.id,
                                        topology=case.topology)
@@ -182,11 +191,12 @@ def _measure(
                     found = read_dump(dump, hlo_text=None, arguments=arguments(lowered, config), peak_bytes=None)
                     e.details = Details(found.buffers, [])
             raise
-        seconds = time.perf_counter() - start
+        seconds, compile_cpu = time.perf_counter() - start, round(time.process_time() - cpu, 2)
         text = compiled.as_text()
         module = parse_module(text)
         analysis = analyze_hlo(text, module=module)
         figures = program_figures(compiled, num_devices=case.target.num_devices, analysis=analysis)
+        figures.update(compile_cpu_seconds=compile_cpu, lower_cpu_seconds=lower_cpu)
         problem, buffers, excess = None, [], 0
         try:
             attribution = read_dump(dump, hlo_text=text, module=module, arguments=arguments(lowered, config),

@@ -50,6 +50,7 @@ class Outcome:
         notes: What the session had to say once while checking it (e.g. a cache that stopped working).
         details: What explains the figures: the peak's largest buffers, the largest collectives.
         golden_details: The golden's details, when one was compared.
+        golden_toolchain: The toolchain the golden was made with, when one was compared.
     """
 
     case: Case
@@ -69,6 +70,7 @@ class Outcome:
     notes: list[str] = dataclasses.field(default_factory=list)
     details: Details | None = None
     golden_details: Details | None = None
+    golden_toolchain: dict[str, str | None] | None = None
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -113,6 +115,7 @@ class Outcome:
             "notes": list(self.notes),
             "details": self.details.to_json() if self.details is not None else None,
             "golden_details": self.golden_details.to_json() if self.golden_details is not None else None,
+            "golden_toolchain": self.golden_toolchain,
         }
 
     @classmethod
@@ -137,6 +140,7 @@ class Outcome:
             details=Details.from_json(data["details"]) if data.get("details") is not None else None,
             golden_details=Details.from_json(data["golden_details"]) if data.get("golden_details") is not None
             else None,
+            golden_toolchain=dict(data["golden_toolchain"]) if data.get("golden_toolchain") else None,
         )
 
 

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -71,9 +72,35 @@ def compile_lowered(
             raise CompileError(
                 f"XLA rejected compiler option {option[1]!r} while compiling {what}: this "
                 f"libtpu does not know it. Remove it from the config's or the caller's "
-                f"compiler_options."
+                f"compiler_options (or launch flags)."
+            ) from e
+        refused = [k for k in options if re.search(rf"\b{re.escape(k)}\b", message)]
+        if refused and message.startswith(("FAILED_PRECONDITION", "INVALID_ARGUMENT")):
+            # aotcheck sends only the presets this libtpu accepts (programs/options.py): so the user's.
+            raise CompileError(
+                f"This libtpu refuses compiler option {refused[0]!r} (= {options[refused[0]]}) for {topology}, "
+                f"while compiling {what}: {message.splitlines()[0][:300]}\nRemove it from the config's "
+                "compiler_options or your launch flags (aot_libtpu_init_args) for this chip."
             ) from e
         raise CompileError(f"Compiling {what} failed: {message}") from e
+
+
+def warm_up(family: str) -> None:
+    """Compiles a tiny program for ``family``'s smallest topology, so that libtpu's and jax's one-time
+    start-up is not counted in the first real case's compile cost (``compile_cpu_seconds``)."""
+    import numpy as np  # noqa: PLC0415
+
+    from aotcheck.targets.topology import all_topologies, get_devices_for_topology  # noqa: PLC0415
+
+    smallest = next((t for t in all_topologies() if t.chip.family == family), None)
+    if smallest is None:
+        return
+    devices = get_devices_for_topology(smallest).devices
+    mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(-1), ("d",))
+    x = jax.ShapeDtypeStruct((8 * len(devices), 128), jax.numpy.float32,
+                             sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
+    with contextlib.suppress(Exception), _runtime.quiet_libtpu_stderr():  # The real compile says what is wrong.
+        jax.jit(lambda a: (a @ a.T).sum()).lower(x).compile()
 
 
 def compile_programs(
@@ -92,6 +119,7 @@ def compile_trainer_programs(
     topology: str | Topology,
     topology_num_slices: int = 1,
     compiler_options: Mapping[str, Any] | None = None,
+    presets: bool = True,
 ) -> dict[str, jax.stages.Compiled]:
     """AOT-compiles the train step of ``trainer_config`` for a TPU topology.
 
@@ -102,13 +130,14 @@ def compile_trainer_programs(
         trainer_config: The trainer.
         topology: e.g. ``"v5e-16"``.
         topology_num_slices: Slices over DCN.
-        compiler_options: XLA options over the defaults and the config's.
+        compiler_options: XLA options over the presets and the config's.
+        presets: Send aotcheck's per-chip presets (those this libtpu accepts) under them.
 
     Returns:
         ``{"train_step": jax.stages.Compiled}``.
     """
     options = resolve_compiler_options(
-        topology, topology_num_slices, trainer_config.compiler_options, compiler_options
+        topology, topology_num_slices, trainer_config.options, compiler_options, presets=presets
     )
     target = Target.of(topology, topology_num_slices)
     return compile_programs(lower_trainer(trainer_config, target), options, what=f"the trainer on {target}",
@@ -123,6 +152,7 @@ def compile_inference_programs(
     topology_num_slices: int = 1,
     compiler_options: Mapping[str, Any] | None = None,
     method: str = "sample_decode",
+    presets: bool = True,
 ) -> dict[str, jax.stages.Compiled]:
     """AOT-compiles one inference method (default ``sample_decode``).
 
@@ -131,14 +161,15 @@ def compile_inference_programs(
         input_batch_spec: Global input shapes; None takes the config's.
         topology: e.g. ``"v4-8"``.
         topology_num_slices: Slices over DCN.
-        compiler_options: XLA options over the defaults and the config's.
+        compiler_options: XLA options over the presets and the config's.
         method: Which method to compile.
+        presets: Send aotcheck's per-chip presets (those this libtpu accepts) under them.
 
     Returns:
         ``{method: jax.stages.Compiled}``.
     """
     options = resolve_compiler_options(
-        topology, topology_num_slices, inferencer_config.compiler_options, compiler_options
+        topology, topology_num_slices, inferencer_config.options, compiler_options, presets=presets
     )
     target = Target.of(topology, topology_num_slices)
     lowered = lower_inference(inferencer_config, target, method=method, input_batch_spec=input_batch_spec)
@@ -152,13 +183,14 @@ def compile_function(
     topology_num_slices: int = 1,
     donate_argnums: Sequence[int] = (),
     compiler_options: Mapping[str, Any] | None = None,
+    presets: bool = True,
 ) -> jax.stages.Compiled:
     """AOT-compiles any function for abstract sharded ``args`` (built on that topology's mesh).
 
     ``topology`` selects the default compiler options; the devices come from
     the shardings already on ``args``.
     """
-    options = resolve_compiler_options(topology, topology_num_slices, compiler_options)
+    options = resolve_compiler_options(topology, topology_num_slices, compiler_options, presets=presets)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, donate_argnums=tuple(donate_argnums))
     return compile_lowered(jitted.lower(*args), options, what=getattr(fn, "__name__", "function"), topology=topology)
 
@@ -171,4 +203,5 @@ __all__ = [
     "compile_trainer_programs",
     "lower_inference_programs",
     "lower_trainer_programs",
+    "warm_up",
 ]

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import jax
 from jax.sharding import PartitionSpec
 
+from aotcheck.programs.options import parse_libtpu_init_args
 from aotcheck.targets.mesh import MeshSpec
 from aotcheck.targets.partition import Rules
 
@@ -51,7 +52,10 @@ class _Common:
 
     Attributes:
         mesh: Mesh axes, shape and per-topology overrides.
-        compiler_options: XLA options for this config, over aotcheck's defaults.
+        compiler_options: XLA options for this config, over aotcheck's presets.
+        libtpu_init_args: The job's ``LIBTPU_INIT_ARGS`` string, as its launch script sets it
+            (``"--xla_tpu_scoped_vmem_limit_kib=98304 ..."``); parsed as libtpu parses it,
+            runtime-only flags dropped. ``compiler_options`` win over it.
         min_devices: Smallest total device count the config supports; smaller
             targets are skipped with that reason.
         trace_in_mesh: Trace under the target's abstract mesh, so bare
@@ -62,8 +66,17 @@ class _Common:
 
     mesh: MeshSpec = MeshSpec()
     compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    libtpu_init_args: str = ""
     min_devices: int = 1
     trace_in_mesh: bool = True
+
+    def __post_init__(self) -> None:
+        parse_libtpu_init_args(self.libtpu_init_args, what="libtpu_init_args")  # Bad flags fail at build time.
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The config's own compiler options: its launch flags, then ``compiler_options`` over them."""
+        return {**parse_libtpu_init_args(self.libtpu_init_args, what="libtpu_init_args"), **self.compiler_options}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,6 +112,7 @@ class _Model(_Common):
     fit_targets: tuple[str, ...] = ("*",)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # One glob alone is a tuple of one: iterating "*x1" by character would match every target.
         if isinstance(self.fit_targets, str):
             object.__setattr__(self, "fit_targets", (self.fit_targets,))

@@ -16,7 +16,8 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
-from aotcheck.render.text import SUMMARY_HEADERS, summary_row
+from aotcheck.gate.upgrade import accept_all_command, find_upgrade
+from aotcheck.render.text import SUMMARY_HEADERS, summary_row, toolchain_text, upgrade_rows
 from aotcheck.units import fmt_bytes, fmt_pct
 
 
@@ -87,6 +88,17 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
         for o in explained:
             lines += [f"<details><summary><code>{o.case.id}</code>: peak {fmt_bytes((o.figures or {}).get('peak_bytes', 0))}"
                       "</summary>", "", *_peak_block(o), "</details>", ""]
+    upgrade = find_upgrade(outcomes, now=report.toolchain)
+    if upgrade is not None:
+        lines += ["", "### Toolchain upgrade", "",
+                  f"{len(upgrade.cases)} case(s) judged against goldens made with {toolchain_text(upgrade.before)}; "
+                  f"now {toolchain_text(upgrade.now)}: {len(upgrade.moved)} moved, {len(upgrade.unmoved)} did not.", ""]
+        if upgrade.moved:
+            lines += [markdown_table(["case", "figure", "golden", "now", "change"], upgrade_rows(upgrade)), ""]
+        if upgrade.unmoved:
+            lines += ["Did not move: " + ", ".join(f"`{c}`" for c in upgrade.unmoved), ""]
+        lines += ["To accept them all:", "", "```",
+                  accept_all_command(upgrade.cases, golden_dir=report.golden_dir), "```"]
     if report.stale:
         lines += ["", f"**Stale golden files** (no registered case): {', '.join(report.stale)}"]
     bars = text_bars(outcomes)

@@ -27,6 +27,7 @@ from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.measure import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
+from aotcheck.gate.upgrade import Upgrade, accept_all_command, find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.targets.topology import Topology
 from aotcheck.units import fmt_bytes, fmt_count, fmt_pct, fmt_seconds, fmt_share
@@ -45,6 +46,8 @@ def fmt_value(metric: str, value: float | None) -> str:
     """A figure's value in its unit: bytes for ``*_bytes``, counts otherwise."""
     if value is None:
         return "-"
+    if metric.endswith("_seconds"):
+        return f"{value:.2f}s"
     return fmt_bytes(value) if metric.endswith("_bytes") else fmt_count(value)
 
 
@@ -157,7 +160,7 @@ def verdict_label(outcome: Outcome) -> str:
     return label + " (FAILED)" if outcome.failed and not outcome.verdict.fails() else label
 
 
-SUMMARY_HEADERS = ["case", "compile", "host RSS", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=",
+SUMMARY_HEADERS = ["case", "compile", "compile CPU", "host RSS", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=",
                    "verdict"]
 
 
@@ -169,6 +172,7 @@ def summary_row(o: Outcome) -> list[str]:
     return [
         o.case.id,
         "cached" if o.cached else f"{seconds:.1f}s" if seconds is not None else "-",
+        fmt_value("compile_cpu_seconds", figures.get("compile_cpu_seconds")),
         fmt_bytes(o.host_peak_bytes),
         fmt_bytes(figures.get("peak_bytes")) if figures else "-",
         fmt_share(hbm_fraction(o)),
@@ -198,12 +202,45 @@ def session_summary(report: Report, *, update: bool) -> list[str]:
                       f"{counts[GoldenAction.CHANGED]} changed, {counts[GoldenAction.UNCHANGED]} unchanged; "
                       "golden files of cases that did not run were left alone."]
     lines += [f"aotcheck: removed stale golden {rel}" for rel in report.removed]
+    upgrade = find_upgrade(report.outcomes, now=report.toolchain)
+    if upgrade is not None:
+        lines += ["", *upgrade_lines(upgrade, golden_dir=report.golden_dir)]
     if report.notes:
         lines += ["", *report.notes]
     if report.stale:
         lines += ["", f"aotcheck: WARNING: {len(report.stale)} stale golden file(s) with no registered case: "
                       + ", ".join(report.stale)
                       + ". Remove them, or run --update-golden over the whole matrix (no -k, no --aot-configs)."]
+    return lines
+
+
+def toolchain_text(toolchain: dict[str, str | None]) -> str:
+    """``jax 0.12.0.1, jaxlib 0.12.0.1, libtpu 0.0.50.1``."""
+    return ", ".join(f"{k} {v}" for k, v in toolchain.items())
+
+
+def upgrade_rows(upgrade: Upgrade) -> list[list[str]]:
+    """case / figure / golden / now / change, one row per figure that moved (tables of both renderers)."""
+    rows = []
+    for case_id, changes in upgrade.moved:
+        for r in changes or []:
+            rows.append([case_id, r.metric, fmt_value(r.metric, r.golden), fmt_value(r.metric, r.now),
+                         fmt_pct(r.ratio) if r.ratio is not None else r.change.value])
+    return rows
+
+
+def upgrade_lines(upgrade: Upgrade, *, golden_dir: str) -> list[str]:
+    """The toolchain upgrade: what moved, by how much, what did not move, and the command accepting it all."""
+    total = len(upgrade.cases)
+    lines = [f"aotcheck: toolchain upgrade: {total} case(s) judged against goldens made with "
+             f"{toolchain_text(upgrade.before)}; now {toolchain_text(upgrade.now)}. "
+             f"{len(upgrade.moved)} moved, {len(upgrade.unmoved)} did not."]
+    if upgrade.moved:
+        lines += ["", table(["case", "figure", "golden", "now", "change"], upgrade_rows(upgrade))]
+    if upgrade.unmoved:
+        lines += ["", "Did not move (every figure within tolerance): " + ", ".join(upgrade.unmoved)]
+    lines += ["", "To accept the new toolchain's figures for all of them: "
+              + accept_all_command(upgrade.cases, golden_dir=golden_dir)]
     return lines
 
 
@@ -377,6 +414,7 @@ def header_lines(
              f"{f'; shard {shard[0]}/{shard[1]}' if shard else ''}; "
              + ", ".join(f"{k} {v}" for k, v in toolchain.items())]
     if foreign:
-        lines.append(f"aotcheck: WARNING: {len(foreign)} golden file(s) were made with another toolchain "
-                     f"({foreign[0]}); their figures may differ for that reason alone")
+        lines.append(f"aotcheck: {len(foreign)} golden file(s) were made with another toolchain "
+                     f"({foreign[0]}): their figures may differ for that reason alone; the summary's upgrade "
+                     "table says which moved")
     return lines

@@ -1,0 +1,94 @@
+"""A toolchain upgrade, as the gate saw it: which cases were judged against goldens made with another
+toolchain, which of their figures moved and by how much, which did not move.
+
+The most reported memory regressions in this field come from toolchain bumps, so a run under a new
+jax or libtpu says in one table what the bump did (:mod:`aotcheck.render.text` and
+:mod:`aotcheck.render.markdown` word it), with the one command that accepts it all.
+
+Example:
+    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.gate.compare import Change, Row, Tolerance
+    >>> from aotcheck.gate.outcome import Outcome
+    >>> from aotcheck.gate.verdict import Verdict
+    >>> old = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
+    >>> now = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": "0.0.50.1"}
+    >>> moved = Outcome(Case.of("lm", "prefill", "v4-8"), Verdict.REGRESSION, golden_toolchain=old,
+    ...                 changes=[Row("peak_bytes", 100.0, 120.0, Tolerance(0.01), Change.REGRESSION)])
+    >>> still = Outcome(Case.of("lm", "prefill", "v5e-16"), Verdict.PASS, golden_toolchain=old)
+    >>> up = find_upgrade([moved, still], now=now)
+    >>> up.before, [(c, [r.metric for r in rows]) for c, rows in up.moved], up.unmoved
+    ({'jax': '0.10.2', 'jaxlib': '0.10.2', 'libtpu': '0.0.42.1'}, [('lm/prefill@v4-8x1', ['peak_bytes'])], ['lm/prefill@v5e-16x1'])
+    >>> find_upgrade([still], now=old) is None
+    True
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from aotcheck.gate.case import Case
+from aotcheck.gate.compare import Change, Row
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.verdict import Verdict
+
+
+class Upgrade(NamedTuple):
+    """Cases judged against goldens of another toolchain.
+
+    Attributes:
+        before: The goldens' toolchain (the most common one when they differ).
+        now: This run's toolchain.
+        moved: ``(case id, rows)`` for each case with a figure beyond tolerance, new or gone.
+        unmoved: Case ids whose figures all stayed within tolerance.
+        cases: Every case id of the upgrade (what the accept command covers).
+    """
+
+    before: dict[str, str | None]
+    now: dict[str, str | None]
+    moved: list[tuple[str, list[Row]]]
+    unmoved: list[str]
+    cases: list[str]
+
+
+def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) -> Upgrade | None:
+    """The upgrade these outcomes show, or None when every compared golden has this toolchain."""
+    foreign = [o for o in outcomes if o.golden_toolchain is not None
+               and any(o.golden_toolchain.get(k) != v for k, v in now.items())]
+    if not foreign:
+        return None
+    seen: dict[tuple[tuple[str, str | None], ...], int] = {}
+    for o in foreign:
+        key = tuple((k, (o.golden_toolchain or {}).get(k)) for k in now)
+        seen[key] = seen.get(key, 0) + 1
+    before = dict(max(seen, key=lambda k: seen[k]))
+    moved, unmoved = [], []
+    for o in sorted(foreign, key=lambda o: o.case.id):
+        rows = [r for r in o.changes if r.change is not Change.OK]
+        if rows or o.verdict in (Verdict.METRICS_CHANGED,):
+            moved.append((o.case.id, rows))
+        else:
+            unmoved.append(o.case.id)
+    return Upgrade(before, dict(now), moved, unmoved, [o.case.id for o in sorted(foreign, key=lambda o: o.case.id)])
+
+
+def accept_all_command(case_ids: Sequence[str], *, golden_dir: str | None = None) -> str:
+    """One command that accepts these cases' current figures as their goldens (``golden_dir``: as the
+    run named it, None for the default).
+
+    Example:
+        >>> accept_all_command(["lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1"])
+        "pytest --update-golden '--aot-configs=lm,toy' '--aot-topologies=v4-8x1,v5e-16x2'"
+    """
+    cases = [Case.parse(c) for c in case_ids]
+    args = ["pytest", "--update-golden", "--aot-configs=" + ",".join(sorted({glob_quote(c.config) for c in cases})),
+            "--aot-topologies=" + ",".join(sorted({str(c.target) for c in cases}))]
+    if golden_dir and golden_dir != "golden":
+        args.append(f"--aot-golden-dir={golden_dir}")
+    return shlex.join(args)
+
+
+def glob_quote(name: str) -> str:
+    """A config name as a glob that matches only it (``lm[v2]`` -> ``lm[[]v2]``)."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)
