@@ -90,6 +90,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         metric_drift=ini.get("aot_metric_drift", "fail"),
         libtpu_init_args=args.libtpu_init_args if args.libtpu_init_args is not None else ini.get("aot_libtpu_init_args"),
         default_options=args.default_options or ini.get("aot_default_options", "aotcheck"),
+        libtpu_init_args_option=args.libtpu_init_args,
         flags=CLI_FLAGS,
     )
     if args.topologies is not None and not args.topologies.strip():
@@ -106,7 +107,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     plan_empty = session.plan().empty_reason
     if plan_empty:
         print(f"aotcheck: nothing to check: {plan_empty}")
-    print("\n".join(["", *session_summary(report, update=settings.update)]))
+    print("\n".join(["", *session_summary(report, update=settings.update, accept_args=session.accept_args())]))
     for outcome in report.failed:
         print(f"\n{outcome.case.id} FAILED:\n{outcome.message}")
     return exit_status(report)

@@ -102,6 +102,7 @@ def settings_from_pytest(config: pytest.Config) -> GateSettings:
         metric_drift=config.getini("aot_metric_drift"),
         libtpu_init_args=pick("aot_libtpu_init_args"),
         default_options=config.getini("aot_default_options"),
+        libtpu_init_args_option=config.getoption("aot_libtpu_init_args"),
         flags=PYTEST_FLAGS,
     )
 
@@ -259,7 +260,8 @@ class AotPlugin:
         if self.report is not None and (self.report.outcomes or self.report.stale or self.report.removed
                                         or self.report.notes):
             terminalreporter.write_sep("=", "aotcheck summary")
-            terminalreporter.write_line("\n".join(session_summary(self.report, update=self.session.settings.update)))
+            terminalreporter.write_line("\n".join(session_summary(self.report, update=self.session.settings.update,
+                                                                   accept_args=self.session.accept_args())))
 
 
 def _skipped(item: pytest.Item) -> bool:

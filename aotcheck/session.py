@@ -101,6 +101,7 @@ class GateSettings:
     metric_drift: str = "fail"
     compiler_options: dict[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
     presets: bool = True  # aotcheck's per-chip presets under the user's options (aot_default_options).
+    libtpu_init_args_option: str | None = None  # As given on the command line (accept commands repeat it).
 
     @classmethod
     def parse(
@@ -124,6 +125,7 @@ class GateSettings:
         metric_drift: str = "fail",
         libtpu_init_args: str | Sequence[str] = "",
         default_options: str = "aotcheck",
+        libtpu_init_args_option: str | None = None,
         flags: Mapping[str, str] = PYTEST_FLAGS,
     ) -> "GateSettings":
         """Parses option values as users write them; SettingsError names the bad one."""
@@ -160,7 +162,7 @@ class GateSettings:
         if drift not in METRIC_DRIFT:
             raise SettingsError(f"{flags['metric_drift']}: {metric_drift!r} must be 'fail' (figures new or gone "
                                 "against the golden fail the case) or 'warn' (they pass with a warning)")
-        init_args = libtpu_init_args if isinstance(libtpu_init_args, str) else " ".join(libtpu_init_args)
+        init_args = libtpu_init_args if isinstance(libtpu_init_args, str) else " ".join(libtpu_init_args or ())
         try:
             compiler_options = parse_libtpu_init_args(init_args, what=flags["libtpu_init_args"])
         except OptionsError as e:
@@ -195,6 +197,7 @@ class GateSettings:
             metric_drift=drift,
             compiler_options=compiler_options,
             presets=presets == "aotcheck",
+            libtpu_init_args_option=libtpu_init_args_option,
         )
 
     @property
@@ -324,12 +327,17 @@ class GateSession:
 
     # Cases ---------------------------------------------------------------------------
 
+    def accept_args(self) -> list[str]:
+        """Options of this run that decide its figures and that an accept command must repeat."""
+        option = self.settings.libtpu_init_args_option
+        return [f"--aot-libtpu-init-args={option}"] if option is not None else []
+
     def accept_command(self, case: Case) -> str:
         """The command that accepts this case's current figures as its golden."""
         args = ["pytest", "--update-golden", f"--aot-configs={case.config}", f"--aot-topologies={case.target}"]
         if self.settings.golden_dir_option:
             args.append(f"--aot-golden-dir={self.settings.golden_dir_option}")
-        return shlex.join(args + ["-k", case.program])
+        return shlex.join(args + self.accept_args() + ["-k", case.program])
 
     def golden_file(self, case: Case) -> str:
         return str(self.store.path(case))

@@ -44,7 +44,7 @@ def cases(configs: str, topologies: str, slices: str):
             for topology in topologies.split(","):
                 for n in map(int, slices.split(",")):
                     yield config, program, Target.of(topology, n), resolve_compiler_options(
-                        topology, n, config.compiler_options)
+                        topology, n, config.options)
 
 
 def bare(configs: str, topologies: str, slices: str) -> None:

@@ -129,7 +129,7 @@ def test_the_dump_changes_nothing_and_leaves_nothing_behind(monkeypatch, tmp_pat
     lowered = lower_config(config, Target.of("v4-8"))["train_step"]
     from aotcheck.programs.options import resolve_compiler_options
 
-    options = resolve_compiler_options(Target.of("v4-8").topology, 1, config.compiler_options, None)
+    options = resolve_compiler_options(Target.of("v4-8").topology, 1, config.options, None)
     plain = program_figures(lowered.compile(compiler_options=options), num_devices=4)
     measured = measure(Case.of("lm-tiny", "train_step", "v4-8"), config=config)
     assert {k: v for k, v in measured.figures.items() if k not in PEAK_FIGURES} == plain

@@ -14,8 +14,6 @@ from toy import CONFTEST, INI, golden, run
 
 from aotcheck._runtime import toolchain
 
-from aotcheck._runtime import toolchain
-
 
 def test_without_topologies_the_plugin_adds_nothing(project):
     result = run(project)

@@ -73,20 +73,23 @@ def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) 
     return Upgrade(before, dict(now), moved, unmoved, [o.case.id for o in sorted(foreign, key=lambda o: o.case.id)])
 
 
-def accept_all_command(case_ids: Sequence[str], *, golden_dir: str | None = None) -> str:
+def accept_all_command(case_ids: Sequence[str], *, golden_dir: str | None = None, extra: Sequence[str] = ()) -> str:
     """One command that accepts these cases' current figures as their goldens (``golden_dir``: as the
-    run named it, None for the default).
+    run named it, None for the default; ``extra``: options of the run that decide the figures, such as
+    its launch flags, repeated).
 
     Example:
         >>> accept_all_command(["lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1"])
-        "pytest --update-golden '--aot-configs=lm,toy' '--aot-topologies=v4-8x1,v5e-16x2'"
+'pytest --update-golden --aot-configs=lm,toy --aot-topologies=v4-8x1,v5e-16x2'
+        >>> accept_all_command(["lm/prefill@v4-8x1"], extra=["--aot-libtpu-init-args=--xla_a=1 --xla_b=2"])
+        "pytest --update-golden --aot-configs=lm --aot-topologies=v4-8x1 '--aot-libtpu-init-args=--xla_a=1 --xla_b=2'"
     """
     cases = [Case.parse(c) for c in case_ids]
     args = ["pytest", "--update-golden", "--aot-configs=" + ",".join(sorted({glob_quote(c.config) for c in cases})),
             "--aot-topologies=" + ",".join(sorted({str(c.target) for c in cases}))]
     if golden_dir and golden_dir != "golden":
         args.append(f"--aot-golden-dir={golden_dir}")
-    return shlex.join(args)
+    return shlex.join([*args, *extra])
 
 
 def glob_quote(name: str) -> str:

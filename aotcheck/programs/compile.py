@@ -30,7 +30,7 @@ from aotcheck.programs.config import BatchSpec, TrainerConfig, InferenceConfig
 from aotcheck.programs.lowering import lower_inference, lower_trainer
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.targets.families import note_family
-from aotcheck.targets.topology import Target, Topology
+from aotcheck.targets.topology import Target, Topology, parse_topology
 
 
 class CompileError(RuntimeError):
@@ -74,13 +74,15 @@ def compile_lowered(
                 f"libtpu does not know it. Remove it from the config's or the caller's "
                 f"compiler_options (or launch flags)."
             ) from e
-        refused = [k for k in options if re.search(rf"\b{re.escape(k)}\b", message)]
-        if refused and message.startswith(("FAILED_PRECONDITION", "INVALID_ARGUMENT")):
-            # aotcheck sends only the presets this libtpu accepts (programs/options.py): so the user's.
+        first = message.splitlines()[0] if message else ""
+        refused = [k for k in options if re.search(rf"\b{re.escape(k)}\b", first)]
+        if refused and first.startswith(("FAILED_PRECONDITION", "INVALID_ARGUMENT")):
+            # An option named by libtpu's refusal, before any compiling: aotcheck sends only the presets
+            # this libtpu accepts (programs/options.py), so it is one of the user's.
             raise CompileError(
-                f"This libtpu refuses compiler option {refused[0]!r} (= {options[refused[0]]}) for {topology}, "
-                f"while compiling {what}: {message.splitlines()[0][:300]}\nRemove it from the config's "
-                "compiler_options or your launch flags (aot_libtpu_init_args) for this chip."
+                f"This libtpu refuses compiler option {refused[0]!r} (= {options[refused[0]]}) for "
+                f"{parse_topology(topology).name}, while compiling {what}. Remove it from the config's "
+                f"compiler_options or your launch flags (aot_libtpu_init_args) for this chip. libtpu says: {message}"
             ) from e
         raise CompileError(f"Compiling {what} failed: {message}") from e
 
@@ -95,11 +97,11 @@ def warm_up(family: str) -> None:
     smallest = next((t for t in all_topologies() if t.chip.family == family), None)
     if smallest is None:
         return
-    devices = get_devices_for_topology(smallest).devices
-    mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(-1), ("d",))
-    x = jax.ShapeDtypeStruct((8 * len(devices), 128), jax.numpy.float32,
-                             sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
-    with contextlib.suppress(Exception), _runtime.quiet_libtpu_stderr():  # The real compile says what is wrong.
+    with contextlib.suppress(Exception), _runtime.quiet_libtpu_stderr():  # The real case says what is wrong.
+        devices = get_devices_for_topology(smallest).devices
+        mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(-1), ("d",))
+        x = jax.ShapeDtypeStruct((8 * len(devices), 128), jax.numpy.float32,
+                                 sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
         jax.jit(lambda a: (a @ a.T).sum()).lower(x).compile()
 
 

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import json
 import re
 import shlex
@@ -119,8 +119,10 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
         return Refusal(known, "table")
     if (family, multi) in _probed:
         return _probed[(family, multi)]
-    path = Path(store) / "presets" / f"libtpu-{_runtime.toolchain()['libtpu']}-{family}-{'multi' if multi else 'one'}.json" \
-        if store else None
+    # Keyed by the libtpu and by aotcheck's own presets for the chip: a new preset is probed anew.
+    digest = hashlib.sha256(json.dumps(preset_options(topo, num_slices), sort_keys=True).encode()).hexdigest()[:12]
+    name = f"libtpu-{_runtime.toolchain()['libtpu']}-{family}-{'multi' if multi else 'one'}-{digest}.json"
+    path = Path(store) / "presets" / name if store else None
     found = None
     if path is not None:
         try:
@@ -222,7 +224,7 @@ def parse_libtpu_init_args(text: str | None, *, what: str = "LIBTPU_INIT_ARGS") 
                 "each flag is --name=value, separated by spaces"
             raise OptionsError(f"{what}: {token!r} is not a flag; {hint}")
         name, value = match["name"], match["value"]
-        if value is not None and (value[:1] in "'\"" or value[-1:] in "'\""):
+        if value and (value[0] in "'\"" or value[-1] in "'\""):
             raise OptionsError(f"{what}: {token!r} keeps its quotes; libtpu does not remove quotes, so give the "
                                f"value without them (--{name}={value.strip(chr(39) + chr(34))})")
         if value is None and name.startswith("no") and name[2:].startswith("xla_"):

@@ -187,7 +187,7 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
     return table(SUMMARY_HEADERS, [summary_row(o) for o in outcomes])
 
 
-def session_summary(report: Report, *, update: bool) -> list[str]:
+def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] = ()) -> list[str]:
     """The end-of-session lines: the table, notes on improvements, what an update did, stale goldens."""
     lines = [summary_table(report.outcomes)] if report.outcomes else []
     for o in report.outcomes:
@@ -204,7 +204,7 @@ def session_summary(report: Report, *, update: bool) -> list[str]:
     lines += [f"aotcheck: removed stale golden {rel}" for rel in report.removed]
     upgrade = find_upgrade(report.outcomes, now=report.toolchain)
     if upgrade is not None:
-        lines += ["", *upgrade_lines(upgrade, golden_dir=report.golden_dir)]
+        lines += ["", *upgrade_lines(upgrade, golden_dir=report.golden_dir, extra=accept_args)]
     if report.notes:
         lines += ["", *report.notes]
     if report.stale:
@@ -229,7 +229,7 @@ def upgrade_rows(upgrade: Upgrade) -> list[list[str]]:
     return rows
 
 
-def upgrade_lines(upgrade: Upgrade, *, golden_dir: str) -> list[str]:
+def upgrade_lines(upgrade: Upgrade, *, golden_dir: str, extra: Sequence[str] = ()) -> list[str]:
     """The toolchain upgrade: what moved, by how much, what did not move, and the command accepting it all."""
     total = len(upgrade.cases)
     lines = [f"aotcheck: toolchain upgrade: {total} case(s) judged against goldens made with "
@@ -240,7 +240,7 @@ def upgrade_lines(upgrade: Upgrade, *, golden_dir: str) -> list[str]:
     if upgrade.unmoved:
         lines += ["", "Did not move (every figure within tolerance): " + ", ".join(upgrade.unmoved)]
     lines += ["", "To accept the new toolchain's figures for all of them: "
-              + accept_all_command(upgrade.cases, golden_dir=golden_dir)]
+              + accept_all_command(upgrade.cases, golden_dir=golden_dir, extra=extra)]
     return lines
 
 
