@@ -23,11 +23,12 @@ from jax.sharding import PartitionSpec as P
 from toy import run
 
 import aotcheck
+from aotcheck._runtime import toolchain
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURES, AttributionError, attribute, read_dump
 from aotcheck.figures.hlo import parse_module
 from aotcheck.figures.program import Details, program_figures
 from aotcheck.gate.case import Case
-from aotcheck.gate.measure import measure
+from aotcheck.gate.measure import COST_FIGURES, measure
 from aotcheck.gate.why import grown
 from aotcheck.models import lm
 from aotcheck.programs.lowering import lower_config, place, trainer_state_specs
@@ -116,11 +117,13 @@ def test_a_replicated_copy_of_a_parameter_is_a_new_buffer_with_its_path():
     case = Case.of("copy", "apply", "v4-8")
     plain, copied = (measure(case, config=copy_config(replicate=r)) for r in (False, True))
     new = [g.now for g in grown(plain.details.peak_buffers, copied.details.peak_buffers, limit=10)]
+    # jax 0.10's XLA kept the constraint's name and line on the all-gather; jax 0.12's names the all-gather
+    # by the argument it gathers (op_name="params['w']") and carries no source line: nothing to name it by.
+    line = f"{HERE}:{_line('marker: replicated copy')}" if toolchain()["jax"].startswith("0.10.") else None
     assert any(b.name == "all-gather of params/w" and b.kind == "temp" and b.shape.endswith("[4096,4096]")
-               and b.source == f"{HERE}:{_line('marker: replicated copy')}" for b in new), new
+               and b.source == line for b in new), new
     gathers = grown(plain.details.collectives, copied.details.collectives, limit=10)
-    assert any(g.now.kind == "all-gather" and g.now.source == f"{HERE}:{_line('marker: replicated copy')}"
-               for g in gathers), gathers
+    assert any(g.now.kind == "all-gather" and g.now.source == line for g in gathers), gathers
 
 
 def test_the_dump_changes_nothing_and_leaves_nothing_behind(monkeypatch, tmp_path):
@@ -132,7 +135,8 @@ def test_the_dump_changes_nothing_and_leaves_nothing_behind(monkeypatch, tmp_pat
     options = resolve_compiler_options(Target.of("v4-8").topology, 1, config.options, None)
     plain = program_figures(lowered.compile(compiler_options=options), num_devices=4)
     measured = measure(Case.of("lm-tiny", "train_step", "v4-8"), config=config)
-    assert {k: v for k, v in measured.figures.items() if k not in PEAK_FIGURES} == plain
+    assert {k: v for k, v in measured.figures.items() if k not in PEAK_FIGURES + COST_FIGURES} == plain
+    assert all(measured.figures[k] > 0 for k in COST_FIGURES)
     assert measured.compiler_options == options  # The dump options never reach the cache key or golden.
     assert list(tmp_path.iterdir()) == []
 

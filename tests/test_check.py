@@ -145,3 +145,52 @@ def test_a_peak_that_could_not_be_split_is_a_note_and_the_rest_is_judged(tmp_pat
     grown = GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4"], cache_dir=None),
                         measure=lambda c: measure(c, {**FIGURES, "peak_bytes": 200 * 2**20}))
     assert grown.check(CASE).verdict is Verdict.REGRESSION  # Judged on the figures it still has.
+
+
+def test_update_keeps_a_noisy_cost_within_tolerance_and_takes_one_beyond(tmp_path):
+    # FAKE measure, as the whole module: compile seconds chosen, as a loaded machine would give them.
+    first = {**FIGURES, "compile_cpu_seconds": 3.0}
+    write_golden(tmp_path, first)
+    path = tmp_path / "golden" / CASE.golden_relpath
+    before = path.read_text()
+    noisy = session(tmp_path, {**FIGURES, "compile_cpu_seconds": 4.6}, update=True).check(CASE)
+    assert noisy.golden_action is GoldenAction.UNCHANGED and path.read_text() == before
+    assert noisy.figures["compile_cpu_seconds"] == 4.6  # The outcome reports what was measured.
+    slower = session(tmp_path, {**FIGURES, "compile_cpu_seconds": 9.0}, update=True).check(CASE)
+    assert slower.golden_action is GoldenAction.CHANGED
+    assert json.loads(path.read_text())["figures"]["compile_cpu_seconds"] == 9.0
+    # Gated: growth beyond max(100%, 2 s) of the golden fails; up to it passes.
+    assert session(tmp_path, {**FIGURES, "compile_cpu_seconds": 18.0}).check(CASE).verdict is Verdict.PASS
+    regressed = session(tmp_path, {**FIGURES, "compile_cpu_seconds": 18.5}).check(CASE)
+    assert regressed.verdict is Verdict.REGRESSION and "compile_cpu_seconds" in regressed.message
+
+
+def test_goldens_of_another_toolchain_give_one_upgrade_table(tmp_path):
+    # FAKE measure: the "new toolchain" is this process's; the goldens claim an older one.
+    from aotcheck.gate.report import Report
+    from aotcheck.render.markdown import markdown
+    from aotcheck.gate.report import Merged
+    from aotcheck.render.text import session_summary
+
+    other = Case.of("toy", "step", "v4-8")
+    for case in (CASE, other):
+        session(tmp_path, FIGURES, update=True).check(case)
+        path = tmp_path / "golden" / case.golden_relpath
+        doc = json.loads(path.read_text())
+        doc["toolchain"] = {"jax": "0.0.1", "jaxlib": "0.0.1", "libtpu": "0.0.0"}
+        path.write_text(json.dumps(doc))
+    gate = GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4", "v4-8"], cache_dir=None,
+                                          libtpu_init_args_option="--xla_a=1"),
+                       measure=lambda c: fake_measure({**FIGURES, "peak_bytes": 2 * FIGURES["peak_bytes"]}
+                                                      if c == CASE else FIGURES)(c))
+    report = Report([gate.check(CASE), gate.check(other)])
+    text = "\n".join(session_summary(report, update=False, accept_args=gate.accept_args()))
+    assert ("toolchain upgrade: 2 case(s) judged against goldens made with jax 0.0.1, jaxlib 0.0.1, libtpu 0.0.0; "
+            "now jax ") in text and "1 moved, 1 did not." in text
+    row = next(line for line in text.splitlines() if line.startswith("toy/step@v5e-4x1 ") and "peak_bytes" in line)
+    assert row.split()[1:] == ["peak_bytes", "100.00", "MiB", "200.00", "MiB", "+100.0%"]
+    assert "Did not move (every figure within tolerance): toy/step@v4-8x1" in text
+    assert ("To accept the new toolchain's figures for all of them: pytest --update-golden --aot-configs=toy "
+            "--aot-topologies=v4-8x1,v5e-4x1 --aot-libtpu-init-args=--xla_a=1") in text
+    md = markdown(Merged(report, problems=[]))
+    assert "### Toolchain upgrade" in md and "| toy/step@v5e-4x1 | peak_bytes | 100.00 MiB | 200.00 MiB | +100.0% |" in md

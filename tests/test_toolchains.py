@@ -20,12 +20,13 @@ the versions a project selected. The two oldest-toolchain tests share one venv a
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import os
 import shutil
-import fcntl
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -150,3 +151,30 @@ def test_the_current_lock_installs_and_gates_on_python_3_13(tmp_path):
                    f"--report={report}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert set(verdicts(report).values()) == {"pass"} and len(verdicts(report)) == 3
+
+
+@pytest.mark.parametrize("which", ["current", pytest.param("oldest", marks=pytest.mark.xdist_group("oldest"))])
+def test_compile_lm_tiny_on_every_family_without_any_option_of_the_users(which, request):
+    # The presets libtpu refuses are not sent (libtpu 0.0.50.1 refuses async collective fusion off v5e);
+    # 7x: every program where libtpu does not crash (0.0.42.1 dies on train_step and sample_decode).
+    py = request.getfixturevalue("oldest") if which == "oldest" else sys.executable
+    for topology in ("v4-8", "v5p-8", "v6e-8", "v5e-16", "7x-8"):
+        only_prefill = which == "oldest" and topology == "7x-8"
+        out = aotcheck(py, "compile", "lm-tiny", "--topology", topology, "--json",
+                       *(["--method", "prefill"] if only_prefill else []))
+        assert out.returncode == 0, (topology, out.stderr[-2000:])
+        programs = json.loads(out.stdout)
+        assert sorted(programs) == (["prefill"] if only_prefill else ["prefill", "sample_decode", "train_step"])
+        for method, result in programs.items():
+            assert result["figures"]["peak_bytes"] > 0 and result["figures"]["compile_cpu_seconds"] > 0, method
+        assert "E0000" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.xdist_group("oldest")
+def test_the_oldest_libtpu_carries_state_across_chip_families(oldest, tmp_path):
+    # Why aotcheck compiles each chip family in its own process (tests/test_isolation.py has the
+    # locked libtpu, where this program no longer shows it).
+    from test_isolation import quirk_counts
+
+    counts = quirk_counts(oldest, tmp_path)
+    assert counts["fresh"] != counts["after-v5e"], counts

@@ -156,7 +156,8 @@ def _parse_assignment(text: str) -> tuple[dict[int, _Allocation], dict[str, tupl
     for line in text.splitlines():
         match = _ALLOCATION.match(line)
         if match:
-            current, rest = int(match[1]), match[3]
+            # libtpu 0.0.50.1 writes "size N, page P, ..." where 0.0.42.1 wrote "size N, ...".
+            current, rest = int(match[1]), re.sub(r"^page \d+, ", "", match[3])
             param = re.match(r"parameter (\d+), shape \|(.*?)\| at ShapeIndex \{([\d,]*)\}", rest)
             color = re.search(r"\bcolor (\d+)", rest)
             if param:

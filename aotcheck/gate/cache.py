@@ -41,7 +41,8 @@ from aotcheck.gate.golden import atomic_write_text, probe_writable
 # 6: the peak's moment found by a sweep over every live range; fit searches (fit_max_*).
 # 7: VMEM-colored buffers counted in the peak's classes, as XLA's peak counts them.
 # 8: compile cost (compile_cpu_seconds, lower_cpu_seconds); presets this libtpu refuses not sent.
-FIGURES_VERSION = 8
+# 9: entry parameters read from libtpu 0.0.50.1's buffer assignment too ("size N, page P, parameter K").
+FIGURES_VERSION = 9
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 
