@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from aotcheck.gate.measure import COST_FIGURES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -85,6 +87,7 @@ def test_compile_json_has_the_goldens_figures_and_details_and_leaves_no_file(tmp
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)["train_step"]
     golden = json.loads((ROOT / "golden/lm-tiny/train_step@v4-8x1.json").read_text())
+    assert all(result["figures"].pop(k) > 0 and golden["figures"].pop(k) > 0 for k in COST_FIGURES)  # CPU time.
     assert result["figures"] == golden["figures"]  # The golden: another process, the gate's path.
     assert result["details"] == golden["details"] and result["attribution_problem"] is None
     assert list(tmp_path.iterdir()) == []  # The dump directory is removed.

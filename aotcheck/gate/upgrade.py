@@ -80,7 +80,7 @@ def accept_all_command(case_ids: Sequence[str], *, golden_dir: str | None = None
 
     Example:
         >>> accept_all_command(["lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1"])
-'pytest --update-golden --aot-configs=lm,toy --aot-topologies=v4-8x1,v5e-16x2'
+        'pytest --update-golden --aot-configs=lm,toy --aot-topologies=v4-8x1,v5e-16x2'
         >>> accept_all_command(["lm/prefill@v4-8x1"], extra=["--aot-libtpu-init-args=--xla_a=1 --xla_b=2"])
         "pytest --update-golden --aot-configs=lm --aot-topologies=v4-8x1 '--aot-libtpu-init-args=--xla_a=1 --xla_b=2'"
     """
