@@ -102,13 +102,32 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _libtpu() -> str | None:
+    """The libtpu package's version, or, when ``TPU_LIBRARY_PATH`` makes jax load another libtpu.so
+    (a parent process's jax sets it to the one it loaded, and children inherit it), that path."""
+    version = _version("libtpu")
+    override = os.environ.get("TPU_LIBRARY_PATH")
+    if not override:
+        return version
+    try:
+        import importlib.util  # noqa: PLC0415
+
+        spec = importlib.util.find_spec("libtpu")
+        own = os.path.join(os.path.dirname(spec.origin), "libtpu.so") if spec and spec.origin else None
+    except (ImportError, ValueError):
+        own = None
+    if own is not None and os.path.realpath(own) == os.path.realpath(override):
+        return version
+    return f"{override} (TPU_LIBRARY_PATH; the libtpu package here is {version})"
+
+
 @functools.cache
 def toolchain() -> dict[str, str | None]:
-    """The versions that determine compiled figures: jax, jaxlib and libtpu.
+    """The versions that determine compiled figures: jax, jaxlib and libtpu (the libtpu.so jax loads).
 
     Golden figures are only comparable when these match.
     """
-    return {name: _version(name) for name in ("jax", "jaxlib", "libtpu")}
+    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), "libtpu": _libtpu()}
 
 
 def reset_peak_rss() -> None:

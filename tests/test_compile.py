@@ -182,3 +182,18 @@ def test_bad_launch_flags_name_the_token(text, message):
         parse_libtpu_init_args(text)
     with pytest.raises(OptionsError, match="libtpu_init_args: "):  # A config's bad flags fail when it is built.
         dataclasses.replace(lm.trainer_config(lm.TINY), libtpu_init_args=text)
+
+
+def test_a_libtpu_loaded_from_elsewhere_is_named_in_the_toolchain(tmp_path):
+    # jax loads the libtpu.so TPU_LIBRARY_PATH names (a parent's jax sets it to the one it loaded):
+    # goldens must not then claim the libtpu package's version.
+    import os
+    import subprocess
+    import sys
+
+    code = "from aotcheck._runtime import toolchain; print(toolchain()['libtpu'])"
+    other = str(tmp_path / "libtpu.so")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "TPU_LIBRARY_PATH": other})
+    assert out.stdout.strip() == f"{other} (TPU_LIBRARY_PATH; the libtpu package here is {toolchain()['libtpu']})"
+    assert presets.known_refusal("v4", out.stdout.strip()) is None  # Then its presets are probed, not assumed.

@@ -1,6 +1,7 @@
 """Chip families are compiled in separate processes, because libtpu carries state across them."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,8 @@ def quirk_counts(python: str, tmp_path: Path) -> dict[str, int]:
     script.write_text(QUIRK)
     counts = {}
     for mode in ("fresh", "after-v5e"):
-        out = subprocess.run([python, "-W", "ignore", str(script), mode], capture_output=True, text=True)
+        env = {k: v for k, v in os.environ.items() if k != "TPU_LIBRARY_PATH"}  # The child's own libtpu.
+        out = subprocess.run([python, "-W", "ignore", str(script), mode], capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr[-2000:]
         counts[mode] = int(out.stdout.split()[-1])
     return counts

@@ -14,8 +14,9 @@ CI's second command, see README).
 
 An interpreter this machine lacks is skipped with the reason (in CI, where the legs must prove
 something, it fails instead); pyenv's versions are found directly, since its shims only answer for
-the versions a project selected. The two oldest-toolchain tests share one venv and one xdist worker
-(``--dist loadgroup``); installs into the repository (``pip install -e .``) take turns.
+the versions a project selected. The oldest-toolchain tests share one venv; the leg runs without
+xdist (each gate it runs uses both cores already), and installs into the repository
+(``pip install -e .``) take turns all the same.
 """
 
 from __future__ import annotations
@@ -73,8 +74,19 @@ def make_env(version: str, lock: str, where: Path) -> str:
     return py
 
 
+# What this process's jax and aotcheck put into the environment when they loaded libtpu. TPU_LIBRARY_PATH
+# above all: jax sets it to the libtpu.so it loaded, and a child's jax would load that one, whatever
+# libtpu the child's own environment has (the oldest leg would compile with the current libtpu).
+INHERITED = ("PYTEST_", "AOTCHECK_", "TPU_LIBRARY_PATH", "JAX_PLATFORMS", "ALLOW_MULTIPLE_LIBTPU_LOAD",
+             "TPU_SKIP_MDS_QUERY", "TF_CPP_MIN_LOG_LEVEL")
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}
+
+
 def aotcheck(py: str, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AOTCHECK_"))}
+    env = clean_env()
     return subprocess.run([py, "-m", "aotcheck", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=env)
 
@@ -93,7 +105,6 @@ def verdicts(report: Path) -> dict[str, str]:
     return {c["case"]: c["verdict"] for c in json.loads(report.read_text())["cases"]}
 
 
-@pytest.mark.xdist_group("oldest")
 def test_the_oldest_toolchain_runs_the_whole_gate(oldest, tmp_path):
     golden, cache = tmp_path / "golden", tmp_path / "cache"
     common = ["--topologies", FAMILIES, "--slices", "1", "--configs", "lm-tiny,linen-tiny,nnx-tiny,eqx-tiny,esm2-8m",
@@ -120,7 +131,6 @@ def test_the_oldest_toolchain_runs_the_whole_gate(oldest, tmp_path):
     assert {c for c, v in found.items() if v != "pass"} == crashes, second.stdout[-4000:]
 
 
-@pytest.mark.xdist_group("oldest")
 def test_an_upgrade_explains_itself(oldest, tmp_path):
     # The committed goldens were made with the current lock; the oldest toolchain reads them as an upgrade would.
     report = tmp_path / "report.json"
@@ -153,7 +163,7 @@ def test_the_current_lock_installs_and_gates_on_python_3_13(tmp_path):
     assert set(verdicts(report).values()) == {"pass"} and len(verdicts(report)) == 3
 
 
-@pytest.mark.parametrize("which", ["current", pytest.param("oldest", marks=pytest.mark.xdist_group("oldest"))])
+@pytest.mark.parametrize("which", ["current", "oldest"])
 def test_compile_lm_tiny_on_every_family_without_any_option_of_the_users(which, request):
     # The presets libtpu refuses are not sent (libtpu 0.0.50.1 refuses async collective fusion off v5e);
     # 7x: every program where libtpu does not crash (0.0.42.1 dies on train_step and sample_decode).
@@ -170,7 +180,6 @@ def test_compile_lm_tiny_on_every_family_without_any_option_of_the_users(which, 
         assert "E0000" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
 
 
-@pytest.mark.xdist_group("oldest")
 def test_the_oldest_libtpu_carries_state_across_chip_families(oldest, tmp_path):
     # Why aotcheck compiles each chip family in its own process (tests/test_isolation.py has the
     # locked libtpu, where this program no longer shows it).
