@@ -19,7 +19,7 @@ from aotcheck.gate.case import Case
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.text import session_summary
-from aotcheck.session import PYTEST_FLAGS, GateSession, GateSettings, SettingsError
+from aotcheck.session import PYTEST_FLAGS, GateSession, GateSettings, SettingsError, split_list
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"
@@ -123,9 +123,12 @@ def check_invocation(args: list[str]) -> None:
                 f"{arg} {value}: write {arg}={value}. Given after a space, pytest also reads {value!r} as a "
                 "test path while it decides the rootdir, which can move the rootdir and the golden directory "
                 "with it (every case would then miss its golden).")
-        if arg == "--aot-topologies=" or (arg == "--aot-topologies" and i + 1 < len(args) and not args[i + 1].strip()):
+        given = arg.partition("=")[2] if arg.startswith("--aot-topologies=") else \
+            args[i + 1] if arg == "--aot-topologies" and i + 1 < len(args) else None
+        if given is not None and not split_list(given):  # "", ",", " ": no topology, yet not "none".
             raise pytest.UsageError(
-                "--aot-topologies is empty. To turn the gate off for this run, say so: --aot-topologies=none")
+                f"--aot-topologies is empty ({given!r} names no topology). To turn the gate off for this run, say "
+                "so: --aot-topologies=none")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -134,6 +137,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if (config.getoption("aot_topologies") or "").strip().lower() == "none":
         config.pluginmanager.register(GateOff(), "aotcheck-off")
         return
+    ini = config.getini("aot_topologies")
+    if config.getoption("aot_topologies") is None and ini and not split_list(ini):
+        raise pytest.UsageError(f"aot_topologies in {config.inipath} is empty ({' '.join(ini)!r} names no "
+                                "topology): name topologies (e.g. aot_topologies = v4-8 v5e-16), or remove the line")
     try:
         settings = settings_from_pytest(config)
         if not settings.targets:

@@ -32,8 +32,11 @@ USAGE = [
     (["--aot-topologies=tpu-8"], "", "Valid families: v4-N, v5p-N, v5e-N, v6e-N, 7x-N"),
     (["--aot-topologies=v4-8x0"], "", "The number of slices must be >= 1, got 0"),
     (["--aot-topologies=cpu-0"], "", "Unknown topology 'cpu-0'"),
-    (["--aot-topologies="], "", "--aot-topologies is empty. To turn the gate off for this run, say so: --aot-topologies=none"),
+    (["--aot-topologies="], "", "--aot-topologies is empty ('' names no topology). To turn the gate off for this run, say so: --aot-topologies=none"),
     (["--aot-topologies", ""], "", "--aot-topologies is empty"),
+    (["--aot-topologies=,"], "aot_topologies = v4-8", "--aot-topologies is empty (',' names no topology)"),
+    (["--aot-topologies= "], "", "--aot-topologies is empty"),
+    ([], "aot_topologies = ,", "is empty (',' names no topology): name topologies (e.g. aot_topologies = v4-8 v5e-16)"),
     (["--aot-topologies=v4-8", "--aot-slices=0"], "", "--aot-slices: '0' is not a slice count"),
     (["--aot-topologies=v4-8", "--aot-slices=two"], "", "--aot-slices: 'two' is not a slice count"),
     (["--aot-topologies=v4-8", "--aot-slices=-1"], "", "--aot-slices: '-1' is not a slice count"),
@@ -211,6 +214,8 @@ GOLDEN_FAULTS = [
      "its 'details' (peak buffers, collectives) cannot be read"),
     ('{"figures": {}, "toolchain": {}, "compiler_options": {}, "details": {"peak_buffers": [{"bytes": 1}]}}',
      "corrupt-golden", "its 'details' (peak buffers, collectives) cannot be read (KeyError"),
+    ('{"figures": {"peak_bytes": NaN}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
+     "figure 'peak_bytes' is nan; figures are finite and never negative, so this golden is corrupt"),
     ("DIRECTORY", "corrupt-golden", "cannot be read"),
     ("\udcff", "corrupt-golden", "cannot be read"),
 ]
@@ -277,6 +282,8 @@ def test_plausible_but_wrong_cache_entries_are_recompiled_never_copied(faults):
         {**good, "figures": {k: v for k, v in good["figures"].items() if k != "temp_bytes"}},  # incomplete
         {**good, "figures_version": good["figures_version"] - 1},  # older figure code
         {**good, "toolchain": {**good["toolchain"], "libtpu": "0.0.1"}},  # another compiler
+        {**good, "figures": {**good["figures"], "peak_bytes": 5}},  # its classes sum to far more
+        {**good, "figures": {**good["figures"], "flops": float("nan")}},  # NaN: every comparison passes
     ):
         entry.write_text(json.dumps(wrong))
         golden(faults).unlink()

@@ -108,3 +108,13 @@ def test_corrupt_documents_name_their_file():
             parse_document(text, path)
     doc = golden_document(Case.of("a", "b", "v4-8", 1), {"flops": 2.0**40}, toolchain={}, compiler_options={})
     assert doc["figures"]["flops"] == 2**40 and isinstance(doc["figures"]["flops"], int)
+
+
+@given(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1", "-0.5"]),
+       st.sampled_from(["peak_bytes", "flops", "compile_cpu_seconds"]))
+def test_a_golden_figure_that_is_not_finite_or_is_negative_is_a_corrupt_golden(text, name):
+    # json reads NaN, Infinity and 1e400 (inf) as floats: NaN compares false with everything, so it would
+    # pass every comparison and gate nothing.
+    document = '{"figures": {"%s": %s, "argument_bytes": 1}, "toolchain": {}, "compiler_options": {}}' % (name, text)
+    with pytest.raises(GoldenError, match=f"figure '{name}' is .*figures are finite and never negative"):
+        parse_document(document, Path("g.json"))

@@ -6,14 +6,14 @@ and reports key on them.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 
-import dataclasses
-
-from aotcheck.figures.attribution import PeakBuffer
+from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.hlo import CollectiveOp, HloAnalysis, analyze_hlo
 from aotcheck.targets.topology import Topology, parse_topology
@@ -70,6 +70,8 @@ def figures_problem(figures: object) -> str | None:
         "figure 'argument_bytes' is missing"
         >>> figures_problem(dict.fromkeys(REQUIRED_FIGURES, 1) | {"comm_all_gather_bytes": "9"})
         "figure 'comm_all_gather_bytes' is not a number: '9'"
+        >>> figures_problem(dict.fromkeys(REQUIRED_FIGURES, 5) | dict.fromkeys(PEAK_FIGURES, 2**20))  # doctest: +ELLIPSIS
+        "the peak's classes (peak_params_bytes, ...) do not add up to peak_bytes (5)"
     """
     if not isinstance(figures, dict):
         return f"figures are a {type(figures).__name__}, not a mapping"
@@ -77,8 +79,12 @@ def figures_problem(figures: object) -> str | None:
         if name not in figures:
             return f"figure {name!r} is missing"
     for name, value in figures.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             return f"figure {name!r} is not a number: {value!r}"
+    split = [name for name in PEAK_FIGURES if name in figures]
+    if split and (len(split) < len(PEAK_FIGURES) or sum(figures[n] for n in split) != figures["peak_bytes"]):
+        # Attribution splits the peak exactly: classes that do not add up were not written by it.
+        return f"the peak's classes ({', '.join(split)}) do not add up to peak_bytes ({figures['peak_bytes']})"
     return None
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,11 @@ def parse_document(text: str, path: Path) -> Golden:
             raise GoldenError(
                 f"Golden file {path}: figure {name!r} must be a number, not {value!r}. "
                 "Fix it, or regenerate it with --update-golden."
+            )
+        if not math.isfinite(value) or value < 0:  # NaN compares false with everything: it would gate nothing.
+            raise GoldenError(
+                f"Golden file {path}: figure {name!r} is {value!r}; figures are finite and never negative, so "
+                "this golden is corrupt. Fix it, or regenerate it with --update-golden."
             )
     details = doc.get("details")
     try:
