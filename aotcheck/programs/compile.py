@@ -28,7 +28,7 @@ import jax
 from aotcheck import _runtime
 from aotcheck.programs.config import BatchSpec, TrainerConfig, InferenceConfig
 from aotcheck.programs.lowering import lower_inference, lower_trainer
-from aotcheck.programs.options import resolve_compiler_options
+from aotcheck.programs.options import resolve_compiler_options, tiny_lowered
 from aotcheck.targets.families import note_family
 from aotcheck.targets.topology import Target, Topology, parse_topology
 
@@ -90,19 +90,13 @@ def compile_lowered(
 def warm_up(family: str) -> None:
     """Compiles a tiny program for ``family``'s smallest topology, so that libtpu's and jax's one-time
     start-up is not counted in the first real case's compile cost (``compile_cpu_seconds``)."""
-    import numpy as np  # noqa: PLC0415
-
-    from aotcheck.targets.topology import all_topologies, get_devices_for_topology  # noqa: PLC0415
+    from aotcheck.targets.topology import all_topologies  # noqa: PLC0415
 
     smallest = next((t for t in all_topologies() if t.chip.family == family), None)
     if smallest is None:
         return
     with contextlib.suppress(Exception), _runtime.quiet_libtpu_stderr():  # The real case says what is wrong.
-        devices = get_devices_for_topology(smallest).devices
-        mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object).reshape(-1), ("d",))
-        x = jax.ShapeDtypeStruct((8 * len(devices), 128), jax.numpy.float32,
-                                 sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
-        jax.jit(lambda a: (a @ a.T).sum()).lower(x).compile()
+        tiny_lowered(smallest).compile()
 
 
 def compile_programs(

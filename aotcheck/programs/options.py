@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -146,11 +145,9 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     return found
 
 
-def probe_refused_presets(topology: str | Topology, num_slices: int = 1) -> frozenset[str]:
-    """Compiles a tiny sharded program for ``topology`` with aotcheck's presets and returns those the
-    running libtpu refuses: the ones its error names (with the options that extend them), else, when
-    it names none, each preset that breaks a compile the others allow."""
-    import jax  # noqa: PLC0415  (only a probe needs jax and libtpu)
+def tiny_lowered(topology: str | Topology, num_slices: int = 1) -> Any:
+    """A tiny sharded program lowered for ``topology``'s devices: what a probe or a warm-up compiles."""
+    import jax  # noqa: PLC0415  (only a probe or a warm-up needs jax and libtpu)
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
     from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: PLC0415
@@ -160,7 +157,14 @@ def probe_refused_presets(topology: str | Topology, num_slices: int = 1) -> froz
     devices = get_devices_for_topology(topology, num_slices).devices
     mesh = Mesh(np.asarray(devices, dtype=object).reshape(-1), ("d",))
     x = jax.ShapeDtypeStruct((8 * len(devices), 128), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("d")))
-    lowered = jax.jit(lambda a: (a @ a.T).sum()).lower(x)
+    return jax.jit(lambda a: (a @ a.T).sum()).lower(x)
+
+
+def probe_refused_presets(topology: str | Topology, num_slices: int = 1) -> frozenset[str]:
+    """Compiles a tiny sharded program for ``topology`` with aotcheck's presets and returns those the
+    running libtpu refuses: the ones its error names (with the options that extend them), else, when
+    it names none, each preset that breaks a compile the others allow."""
+    lowered = tiny_lowered(topology, num_slices)
     presets = preset_options(topology, num_slices)
 
     def refusal(options: Mapping[str, str]) -> str | None:
@@ -240,7 +244,7 @@ def format_libtpu_init_args(options: Mapping[str, str]) -> str:
         >>> format_libtpu_init_args({"xla_b": "2", "xla_a": "true"})
         '--xla_a=true --xla_b=2'
     """
-    return " ".join(f"--{k}={shlex.quote(v) if ' ' in v else v}" for k, v in sorted(options.items()))
+    return " ".join(f"--{k}={v}" for k, v in sorted(options.items()))
 
 
 def runtime_only(name: str) -> bool:
