@@ -18,12 +18,15 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
     """Writes ``text`` to ``path`` via a temporary file and a rename: never half-written.
 
-    The file gets the permissions the user's umask gives a new file (not the
-    temporary file's 0600), and temporary files a killed writer left for the same
+    The file gets ``mode``, else the permissions the user's umask gives a new file (not
+    the temporary file's 0600), and temporary files a killed writer left for the same
     path (over a minute old: a live writer's are newer) are removed first.
+
+    A symbolic link is written through: its target gets the text, the link stays a link
+    (a golden kept elsewhere and linked in stays where its owner keeps it).
 
     Example:
         >>> import os, pathlib, tempfile
@@ -34,6 +37,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         >>> sorted(p.name for p in path.parent.iterdir()), oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
         (['case.json'], True)
     """
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     for leftover in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
         try:
@@ -43,7 +48,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             pass
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

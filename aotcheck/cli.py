@@ -104,9 +104,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         for line in session.header():
             print(line)
         report = session.check_all(on_outcome=lambda o: print(case_line(o), flush=True))
-    plan_empty = session.plan().empty_reason
-    if plan_empty:
-        print(f"aotcheck: nothing to check: {plan_empty}")
     print("\n".join(["", *session_summary(report, update=settings.update, accept_args=session.accept_args())]))
     for outcome in report.failed:
         print(f"\n{outcome.case.id} FAILED:\n{outcome.message}")

@@ -246,9 +246,6 @@ class AotPlugin:
         if not hasattr(self.config, "workerinput") and not session.config.option.collectonly:
             self.session.prestart([i.case for i in session.items if isinstance(i, AotItem) and not _skipped(i)])
 
-    def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
-        return [f"aotcheck: nothing to check: {self.plan.empty_reason}"] if self.plan.empty_reason else []
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid.startswith(NODE_PREFIX) and "<build>" not in report.nodeid:
             outcome = outcome_of(report)

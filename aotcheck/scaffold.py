@@ -28,11 +28,13 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import os
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from aotcheck.gate.golden import atomic_write_text
+from aotcheck._files import atomic_write_text
 
 # Where the reusable action lives (action.yml at the root of aotcheck's repository).
 ACTION = "aotcheck/aotcheck@v1"
@@ -85,21 +87,61 @@ def plan_init(root: Path, *, model: str = "auto", topologies: str = "v5e-16") ->
         said += [f"{', '.join(settings)} already has pytest settings"] if settings else []
         raise InitError(f"aotcheck init writes nothing: {', '.join(said)}. Add to them by hand (see README, "
                         "\"Using it in your project\"), or run it in an empty project.")
-    if (root / "pyproject.toml").is_file():
-        appends[root / "pyproject.toml"] = pyproject_settings(names)
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        _check_toml(pyproject)
+        appends[pyproject] = pyproject_settings(names)
     else:
         files[root / "pytest.ini"] = ini_settings(names)
+    _check_writable(root, [*files, *appends])
     return InitPlan(root, model, files, appends)
 
 
+def _check_toml(path: Path) -> None:
+    # pytest refuses a pyproject.toml it cannot parse: adding settings to one would "succeed" into a
+    # project whose every pytest run then fails.
+    try:
+        tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InitError(f"aotcheck init writes nothing: {path.name} is not valid TOML ({e}); pytest could not "
+                        "read the settings added to it. Fix it first.") from None
+
+
+def _check_writable(root: Path, paths: list[Path]) -> None:
+    """InitError unless every path can be written: checked before the first write, so init writes all or nothing."""
+    for path in paths:
+        for parent in reversed(path.relative_to(root).parents):
+            where = root / parent
+            if where.exists() and not where.is_dir():
+                raise InitError(f"aotcheck init writes nothing: {where.relative_to(root).as_posix()} is a file, "
+                                f"and {path.relative_to(root).as_posix()} goes under it. Move it aside, or add "
+                                "the files by hand (see README, \"Using it in your project\").")
+            if where.is_dir() and not os.access(where, os.W_OK | os.X_OK):
+                raise InitError(f"aotcheck init writes nothing: {where} is not writable.")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise InitError(f"aotcheck init writes nothing: {path} is not writable.")
+
+
 def write_init(plan: InitPlan) -> None:
-    """Writes the plan: each new file whole (atomically), each append at the end of its file."""
-    for path, text in plan.files.items():
-        atomic_write_text(path, text)  # As goldens are written: whole or not at all, with the umask's mode.
-    for path, text in plan.appends.items():
-        before = path.read_text()
-        with path.open("a") as f:
-            f.write(("" if before.endswith("\n") or not before else "\n") + "\n" + text)
+    """Writes the plan, all or nothing: each file whole (atomically; an append rewrites its file
+    whole, keeping its mode); a failure part-way removes what this call had written."""
+    done: list[tuple[Path, str | None]] = []  # Each path written and what it held before (None: new).
+    try:
+        for path, text in plan.files.items():
+            atomic_write_text(path, text)  # As goldens are written: whole or not at all, with the umask's mode.
+            done.append((path, None))
+        for path, text in plan.appends.items():
+            before = path.read_text()
+            atomic_write_text(path, before + ("" if before.endswith("\n") or not before else "\n") + "\n" + text,
+                              mode=path.stat().st_mode & 0o777)
+            done.append((path, before))
+    except BaseException:
+        for path, before in reversed(done):
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write_text(path, before, mode=path.stat().st_mode & 0o777)
+        raise
 
 
 def ini_settings(topologies: list[str]) -> str:

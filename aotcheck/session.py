@@ -43,7 +43,7 @@ from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, parse_tolerances
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
-from aotcheck.gate.measure import unsupported_reason
+from aotcheck.gate.measure import figure_names, unsupported_reason
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.shard import ShardError, assign_shards, parse_shard
@@ -53,7 +53,7 @@ from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, pa
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
 from aotcheck.targets.families import family_of
-from aotcheck.targets.topology import Target, TopologyError, expand_targets
+from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
 
 
 class SettingsError(ValueError):
@@ -61,12 +61,12 @@ class SettingsError(ValueError):
 
 
 # How each front end spells its options, for error messages.
-PYTEST_FLAGS = {"topologies": "--aot-topologies", "slices": "--aot-slices", "tolerances": "aot_tolerances",
+PYTEST_FLAGS = {"topologies": "--aot-topologies", "configs": "--aot-configs", "slices": "--aot-slices", "tolerances": "aot_tolerances",
                 "hbm_headroom": "aot_hbm_headroom", "shard": "--aot-shard", "config_modules": "aot_config_modules",
                 "golden_dir": "--aot-golden-dir", "report": "--aot-report", "metric_drift": "aot_metric_drift",
                 "fit": "--aot-fit", "libtpu_init_args": "--aot-libtpu-init-args",
                 "default_options": "aot_default_options"}
-CLI_FLAGS = {"topologies": "--topologies", "slices": "--slices", "tolerances": "aot_tolerances",
+CLI_FLAGS = {"topologies": "--topologies", "configs": "--configs", "slices": "--slices", "tolerances": "aot_tolerances",
              "hbm_headroom": "aot_hbm_headroom", "shard": "--shard", "config_modules": "--module",
              "golden_dir": "--golden-dir", "report": "--report", "metric_drift": "aot_metric_drift",
              "fit": "--fit", "libtpu_init_args": "--libtpu-init-args", "default_options": "--default-options"}
@@ -102,6 +102,7 @@ class GateSettings:
     compiler_options: dict[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
     presets: bool = True  # aotcheck's per-chip presets under the user's options (aot_default_options).
     libtpu_init_args_option: str | None = None  # As given on the command line (accept commands repeat it).
+    flags: Mapping[str, str] = dataclasses.field(default_factory=lambda: PYTEST_FLAGS)  # For messages.
 
     @classmethod
     def parse(
@@ -135,13 +136,16 @@ class GateSettings:
             if not text.isdigit() or int(text) < 1:
                 raise SettingsError(f"{flags['slices']}: {text!r} is not a slice count; give integers >= 1, "
                                     f"e.g. {flags['slices']}=1,2")
-            counts.append(int(text))
+            try:
+                counts.append(check_num_slices(int(text)))
+            except TopologyError as e:
+                raise SettingsError(f"{flags['slices']}: {e}") from None
         try:
             targets = expand_targets(split_list(topologies), counts or [1])
         except TopologyError as e:
             raise SettingsError(f"{flags['topologies']}: {e}") from None
         try:
-            parsed_tolerances = parse_tolerances(tolerances)
+            parsed_tolerances = parse_tolerances(tolerances, known=figure_names())
         except ToleranceError as e:
             raise SettingsError(f"{flags['tolerances']}: {e}") from None
         try:
@@ -198,6 +202,7 @@ class GateSettings:
             compiler_options=compiler_options,
             presets=presets == "aotcheck",
             libtpu_init_args_option=libtpu_init_args_option,
+            flags=flags,
         )
 
     @property
@@ -264,6 +269,11 @@ class GateSession:
             load_config_modules(self.settings.config_modules, rootdir=self.settings.rootdir)
         except LoaderError as e:
             raise SettingsError(f"aot_config_modules: {e}") from None
+        empty = self.plan(sharded=False).empty_reason
+        if empty:  # A selection that selects nothing would pass having checked nothing.
+            hint = ("to run without the gate, say so: --aot-topologies=none" if self.settings.flags is PYTEST_FLAGS
+                    else "python -m aotcheck configs lists them")
+            raise SettingsError(f"nothing to check: {empty}; {hint}")
         if self.cache is not None and not self.cache.usable():
             self.warnings.append(f"aotcheck: the figures cache {self.cache.root} is not writable; running uncached.")
             self.cache = None
@@ -299,8 +309,11 @@ class GateSession:
         cases: list[Planned] = []
         broken: dict[str, str] = {}
         entries = self.registry.select(list(self.settings.config_globs) or None)
+        twins = self.registry.case_twins()
         for entry in entries:
             try:
+                if entry.name in twins:
+                    raise RegistryError(twins[entry.name])
                 programs = entry.programs()
             except RegistryError as e:
                 broken[entry.name] = str(e)
@@ -313,7 +326,8 @@ class GateSession:
         if not entries:
             globs = ", ".join(self.settings.config_globs)
             empty = (
-                f"no registered config matches --aot-configs={globs} (registered: {', '.join(self.registry.names())})"
+                f"no registered config matches {self.settings.flags['configs']}={globs} "
+                f"(registered: {', '.join(self.registry.names())})"
                 if len(self.registry) else
                 "no configs are registered: call aotcheck.register(...) in the rootdir conftest.py "
                 "or in a module listed in the aot_config_modules ini option"
@@ -394,15 +408,9 @@ class GateSession:
             except RegistryError:
                 unbuildable.add(entry.name)
         stale = []
-        for rel in self.store.cases():
-            try:
-                case = Case.parse(rel.removesuffix(".json"))
-            except ValueError:  # TopologyError is one too.
-                stale.append(rel)
-                continue
-            if case.config in unbuildable or case.golden_relpath != rel:
-                continue
-            if (case.config, case.program) not in known:
+        for rel in self.store.cases():  # Only files aotcheck wrote: a user's own JSON is never stale.
+            case = Case.parse(rel.removesuffix(".json"))
+            if case.config not in unbuildable and (case.config, case.program) not in known:
                 stale.append(rel)
         return stale
 

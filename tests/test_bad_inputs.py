@@ -14,7 +14,7 @@ import pytest
 
 from aotcheck import cli
 from aotcheck.gate.measure import COST_FIGURES
-from toy import CONFTEST, INI, golden, run
+from toy import CONFTEST, INI, golden, plant_stale, run
 
 AOTCHECK_SOURCE = str(Path(cli.__file__).resolve().parent)
 
@@ -38,6 +38,18 @@ USAGE = [
     (["--aot-topologies= "], "", "--aot-topologies is empty"),
     ([], "aot_topologies = ,", "is empty (',' names no topology): name topologies (e.g. aot_topologies = v4-8 v5e-16)"),
     (["--aot-topologies=v4-8", "--aot-slices=0"], "", "--aot-slices: '0' is not a slice count"),
+    (["--aot-topologies=v4-8x1000000"], "", "--aot-topologies: 1000000 slices is more than aotcheck compiles for (at most 1024;"),
+    (["--aot-topologies=v4-8x99999999999999999999"], "", "99999999999999999999 slices is more than aotcheck compiles for"),
+    (["--aot-topologies=v4-8", "--aot-slices=2000"], "", "--aot-slices: 2000 slices is more than aotcheck compiles for"),
+    (["--aot-topologies=v5p-17920x8"], "", "v5p-17920x8 has 71680 devices, more than aotcheck compiles for (at most 65536"),
+    (["--aot-topologies=v4-8", "--aot-configs=tooy"], "",
+     "nothing to check: no registered config matches --aot-configs=tooy (registered: toy); to run without the gate, "
+     "say so: --aot-topologies=none"),
+    ([], "aot_topologies = v4-8\naot_configs = nothing-*", "no registered config matches --aot-configs=nothing-*"),
+    (["--aot-topologies=v4-8"], "aot_tolerances = peak_byte = 0%",
+     "aot_tolerances: 'peak_byte' in 'peak_byte = 0%' matches no figure, so it would tolerate nothing; figures are: "
+     "alias_bytes, argument_bytes,"),
+    (["--aot-topologies=v4-8"], "aot_tolerances =\n    peak_* = 1%\n    Flops = 1%", "'Flops' in 'Flops = 1%' matches no figure"),
     (["--aot-topologies=v4-8", "--aot-slices=two"], "", "--aot-slices: 'two' is not a slice count"),
     (["--aot-topologies=v4-8", "--aot-slices=-1"], "", "--aot-slices: '-1' is not a slice count"),
     (["--aot-topologies=v4-8", "--aot-slices=1.5"], "", "--aot-slices: '1.5' is not a slice count"),
@@ -216,6 +228,11 @@ GOLDEN_FAULTS = [
      "corrupt-golden", "its 'details' (peak buffers, collectives) cannot be read (KeyError"),
     ('{"figures": {"peak_bytes": NaN}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
      "figure 'peak_bytes' is nan; figures are finite and never negative, so this golden is corrupt"),
+    ('{"case": "toy/step@v5e-16x1", "figures": {}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
+     "holds the figures of 'toy/step@v5e-16x1', not of 'toy/step@v4-8x1'. Regenerate it with --update-golden."),
+    ('{"case": "Toy/step@v4-8x1", "figures": {}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
+     "not of 'toy/step@v4-8x1' (their names differ only in letter case, and this filesystem keeps one file for both"),
+    ('{"figures": {}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden", "names no case (it should hold 'toy/step@v4-8x1')"),
     ("DIRECTORY", "corrupt-golden", "cannot be read"),
     ("\udcff", "corrupt-golden", "cannot be read"),
 ]
@@ -414,3 +431,71 @@ def test_check_command_reads_bad_ini_files_as_clear_errors(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert words in err, err
     no_aotcheck_traceback(err)
+
+
+# --- 4. Nothing a user wrote is lost or overwritten ---------------------------------------------------
+
+def test_a_full_update_removes_only_goldens_aotcheck_wrote(project):
+    run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
+    mine = {"OWNERS.json": '{"owners": ["@ml-infra"]}\n', "toy/notes.json": '["why the peak is what it is"]\n',
+            "toy/step@v5e-4x1.json": '{"figures": {"peak_bytes": 1}}\n',  # A case's name, not aotcheck's text.
+            "toy/hand-made@v4-8x1.json": '{"format": 1, "case": "toy/step@v4-8x1", "figures": {}}\n'}
+    for rel, text in mine.items():
+        (project.path / "golden" / rel).write_text(text)
+    stale = plant_stale(project)  # One aotcheck wrote, for a config that is gone.
+    result = run(project, "--aot-topologies=v4-8", "--update-golden")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*removed stale golden gone/step@v4-8x1.json*"])
+    assert not stale.exists() and result.stdout.str().count("stale golden") == 1, result.stdout.str()[-2000:]
+    assert {rel: (project.path / "golden" / rel).read_text() for rel in mine} == mine
+    no_aotcheck_traceback(result.stdout.str())
+
+
+CASE_TWINS = '''
+def fn(name="step"):
+    return aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args, program=name)
+
+aotcheck.register("Toy2", fn())
+aotcheck.register("toy2", fn())
+aotcheck.register("twin-programs", lambda: [fn("Decode"), fn("decode")])
+aotcheck.register("nothing", lambda: [])
+aotcheck.register("no-methods", aotcheck.InferenceConfig(
+    init_fn=lambda rng: {}, partition_rules=(), methods={}, input_batch_spec={}))
+aotcheck.register("bad-program", fn("my step"))
+aotcheck.register("slashed", fn("a/b"))
+'''
+
+
+def test_configs_that_cannot_have_a_golden_of_their_own_fail_to_build(project):
+    project.makeconftest(CONFTEST + CASE_TWINS)
+    result = run(project, "--aot-topologies=v4-8", "--update-golden")
+    result.assert_outcomes(passed=2, failed=7)
+    out = result.stdout.str()
+    for words in [
+        "Configs 'Toy2', 'toy2' differ only in letter case: their golden files would be one file on macOS and Windows",
+        "Config 'twin-programs' defines programs 'Decode' and 'decode', which differ only in letter case",
+        "Config 'nothing' built no config (its builder returned an empty list)",
+        "Config 'no-methods' defines no program (an InferenceConfig with methods={})",
+        "Config 'bad-program': Program name 'my step' must be non-empty, without '/', '@' or spaces.",
+        "Config 'slashed': Program name 'a/b' must be non-empty",
+    ]:
+        assert words in out, (words, out[-3000:])
+    assert out.count("Configs 'Toy2', 'toy2' differ only in letter case") >= 2  # Both fail: neither is the real one.
+    assert sorted(p.name for p in (project.path / "golden").iterdir()) == ["toy"]
+    no_aotcheck_traceback(out)
+
+
+def test_a_golden_that_is_a_symbolic_link_is_written_through(project, tmp_path_factory, monkeypatch):
+    # A golden kept elsewhere (a shared checkout) and linked in: an update writes its target, the link stays.
+    elsewhere = tmp_path_factory.mktemp("shared") / "toy-step-v4-8.json"
+    run(project, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden").assert_outcomes(passed=2)
+    golden(project).rename(elsewhere)
+    golden(project).symlink_to(elsewhere)
+    run(project, "--aot-topologies=v4-8", "--aot-configs=toy").assert_outcomes(passed=2)  # Read through it.
+    before = json.loads(elsewhere.read_text())["figures"]["peak_bytes"]
+    monkeypatch.setenv("TOY_WIDTH", "512")
+    result = run(project, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden")
+    result.assert_outcomes(passed=2)
+    assert golden(project).is_symlink() and golden(project).resolve() == elsewhere.resolve()
+    assert json.loads(elsewhere.read_text())["figures"]["peak_bytes"] > before
+    no_aotcheck_traceback(result.stdout.str())

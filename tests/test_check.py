@@ -115,7 +115,7 @@ def test_a_pytest_free_run_finishes_with_a_report_and_stale_goldens(tmp_path):
     write_golden(tmp_path, FIGURES)
     stale = tmp_path / "golden" / "gone" / "step@v5e-4x1.json"
     stale.parent.mkdir()
-    stale.write_text((tmp_path / "golden" / CASE.golden_relpath).read_text())
+    stale.write_text((tmp_path / "golden" / CASE.golden_relpath).read_text().replace(CASE.id, "gone/step@v5e-4x1"))
     from aotcheck.programs.registry import Registry
 
     registry = Registry()

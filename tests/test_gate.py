@@ -24,7 +24,7 @@ from aotcheck.gate.measure import measure
 from aotcheck.gate.shard import ShardError, assign_shards, case_weight, parse_shard
 from aotcheck.targets.topology import topology_names
 
-from toy import INI, golden, run
+from toy import INI, golden, plant_stale, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,9 +111,7 @@ MATRIX = ("--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2")
 
 def test_shards_in_a_real_run_union_to_the_matrix(toy):
     run(toy, *MATRIX, "--update-golden").assert_outcomes(passed=8)
-    stale = golden(toy, "gone/step@v4-8x1.json")
-    stale.parent.mkdir()
-    shutil.copy(golden(toy), stale)
+    stale = plant_stale(toy)
     seen = {}
     for k in (1, 2):
         report = toy.path / f"r{k}.json"
@@ -309,9 +307,7 @@ def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy,
         return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
 
     run(toy, "--update-golden").assert_outcomes(passed=4)
-    stale = golden(toy, "gone/step@v4-8x1.json")  # A golden no case has: a full update removes it.
-    stale.parent.mkdir()
-    shutil.copy(golden(toy), stale)
+    stale = plant_stale(toy)  # A golden no case has: a full update removes it.
     assert sh("git init -q && git add -A && git commit -qm goldens").returncode == 0
     monkeypatch.setenv("TOY_WIDTH", "512")  # The figures move.
     check = action_step("Check this shard of the matrix")

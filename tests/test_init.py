@@ -78,6 +78,10 @@ def test_an_existing_pyproject_gets_the_settings_added_and_keeps_its_text(tmp_pa
     ({"pytest.ini": "", "pyproject.toml": "[project]\nname = 'x'\n"}, "pytest.ini already has pytest settings"),
     ({"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-x'\n", ".github/workflows/aot-gate.yml": "x"},
      ".github/workflows/aot-gate.yml already exists, pyproject.toml already has pytest settings"),
+    # Checked before the first write: nothing is half-done, so a rerun after the fix is not refused.
+    ({".github": "a file, not a directory\n"},
+     ".github is a file, and .github/workflows/aot-gate.yml goes under it. Move it aside"),
+    ({"pyproject.toml": "[project\nname = 'x'\n"}, "pyproject.toml is not valid TOML (Expected ']'"),
 ])
 def test_init_refuses_to_overwrite_and_writes_nothing(tmp_path, existing, said):
     for name, text in existing.items():
@@ -87,6 +91,31 @@ def test_init_refuses_to_overwrite_and_writes_nothing(tmp_path, existing, said):
     out = aotcheck("init", cwd=tmp_path)
     assert out.returncode == 2 and f"aotcheck init writes nothing: {said}" in out.stderr, out.stderr
     assert {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_write_failing_part_way_leaves_nothing_behind(tmp_path, monkeypatch):
+    # The fault is injected (a disk filling between two files cannot be staged reliably); the
+    # plan and the writes are the real ones.
+    from aotcheck import scaffold
+
+    original = '[project]\nname = "mine"\n'
+    (tmp_path / "pyproject.toml").write_text(original)
+    plan = scaffold.plan_init(tmp_path, model="jax")
+    real = scaffold.atomic_write_text
+
+    def failing(path, text, **kwargs):
+        if path.name == "pyproject.toml":
+            raise OSError(28, "No space left on device")
+        real(path, text, **kwargs)
+
+    monkeypatch.setattr(scaffold, "atomic_write_text", failing)
+    with pytest.raises(OSError, match="No space left"):
+        scaffold.write_init(plan)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == ["pyproject.toml"]
+    assert (tmp_path / "pyproject.toml").read_text() == original
+    monkeypatch.setattr(scaffold, "atomic_write_text", real)
+    scaffold.write_init(scaffold.plan_init(tmp_path, model="jax"))  # A rerun after the fix is not refused.
+    assert (tmp_path / "pyproject.toml").read_text().startswith(original)
 
 
 def test_an_unknown_model_kind_is_a_clear_error(tmp_path):

@@ -4,6 +4,8 @@ The toy is a jitted ``tanh(x @ w)`` whose width comes from TOY_WIDTH, so a test
 can grow its memory between two runs the way an edited config would.
 """
 
+import json
+
 CONFTEST = '''
 import os
 
@@ -100,3 +102,12 @@ def run(pytester, *args):
 
 def golden(pytester, case="toy/step@v4-8x1.json"):
     return pytester.path / "golden" / case
+
+
+def plant_stale(pytester, rel="gone/step@v4-8x1.json"):
+    """A golden aotcheck wrote for a case no config has any more: toy/step's, written for ``rel``."""
+    doc = json.loads(golden(pytester).read_text())
+    path = golden(pytester, rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**doc, "case": rel.removesuffix(".json")}, indent=2, sort_keys=True) + "\n")
+    return path

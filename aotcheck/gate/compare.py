@@ -92,9 +92,22 @@ def parse_tolerance_line(line: str) -> tuple[str, Tolerance]:
     return match["glob"], Tolerance(rel, absolute)
 
 
-def parse_tolerances(lines: Iterable[str]) -> tuple[tuple[str, Tolerance], ...]:
-    """User lines first, then the defaults."""
+def parse_tolerances(lines: Iterable[str], *, known: Sequence[str] = ()) -> tuple[tuple[str, Tolerance], ...]:
+    """User lines first, then the defaults. With ``known`` (every figure name; ``fit_max_KNOB`` for
+    any knob's), a glob that matches none of them is an error: the growth it meant to catch would pass.
+
+    Example:
+        >>> parse_tolerances(["peak_byte = 0%"], known=["peak_bytes", "flops"])
+        Traceback (most recent call last):
+        ...
+        aotcheck.gate.compare.ToleranceError: 'peak_byte' in 'peak_byte = 0%' matches no figure, so it would tolerate nothing; figures are: flops, peak_bytes
+    """
     user = tuple(parse_tolerance_line(line) for line in lines if line.strip())
+    if known:
+        for (glob, _), line in zip(user, [line for line in lines if line.strip()]):
+            if not glob.startswith("fit_max_") and not any(fnmatch.fnmatchcase(n, glob) for n in known):
+                raise ToleranceError(f"{glob!r} in {line.strip()!r} matches no figure, so it would tolerate nothing; "
+                                     f"figures are: {', '.join(sorted(known))}")
     return user + DEFAULT_TOLERANCES
 
 

@@ -93,8 +93,33 @@ def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
-def parse_document(text: str, path: Path) -> Golden:
-    """Parses and validates a golden file's text; GoldenError names ``path``."""
+def written_for(text: str) -> str | None:
+    """The case id a golden file's text says it was written for, None if it is not a golden
+    aotcheck wrote (a file of the user's own: it is never called stale nor removed).
+
+    Example:
+        >>> written_for('{"format": 1, "case": "lm-tiny/train_step@v4-8x1", "figures": {}}')
+        'lm-tiny/train_step@v4-8x1'
+        >>> written_for('{"owners": ["me"]}'), written_for('not json')
+        (None, None)
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("case"), str) \
+            or not isinstance(doc.get("figures"), dict):
+        return None
+    try:
+        return Case.parse(doc["case"]).id
+    except ValueError:
+        return None
+
+
+def parse_document(text: str, path: Path, *, case: Case | None = None) -> Golden:
+    """Parses and validates a golden file's text; GoldenError names ``path``. With ``case``,
+    the file must say it holds that case's figures (two names differing only in letter case
+    share one file on macOS and Windows)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -123,6 +148,14 @@ def parse_document(text: str, path: Path) -> Golden:
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise GoldenError(f"Golden file {path}: its 'details' (peak buffers, collectives) cannot be read "
                           f"({type(e).__name__}: {e}). Fix it, or regenerate it with --update-golden.") from None
+    if case is not None and doc.get("case") != case.id:
+        said = doc.get("case")
+        raise GoldenError(
+            f"Golden file {path} "
+            + (f"holds the figures of {said!r}, not of {case.id!r}" if said else f"names no case (it should hold {case.id!r})")
+            + (" (their names differ only in letter case, and this filesystem keeps one file for both; rename "
+               "one config or program)" if str(said).casefold() == case.id.casefold() else "")
+            + ". Regenerate it with --update-golden.")
     return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path, details or {})
 
 
@@ -145,7 +178,7 @@ class GoldenStore:
         except (OSError, UnicodeDecodeError) as e:
             raise GoldenError(f"Golden file {path} cannot be read ({getattr(e, 'strerror', None) or e}). "
                               "Fix its permissions or remove it, then regenerate it with --update-golden.") from e
-        return parse_document(text, path)
+        return parse_document(text, path, case=case)
 
     def write(
         self,
@@ -170,10 +203,20 @@ class GoldenStore:
         return GoldenAction.CREATED if old is None else GoldenAction.CHANGED
 
     def cases(self) -> dict[str, Path]:
-        """Every golden file present, by relative path (``config/program@topoxN.json``)."""
+        """Every golden file aotcheck wrote, by relative path (``config/program@topoxN.json``): JSON
+        files whose ``case`` names the case of their path. Other files are the user's, left alone."""
         if not self.root.is_dir():
             return {}
-        return {p.relative_to(self.root).as_posix(): p for p in sorted(self.root.rglob("*.json"))}
+        out = {}
+        for path in sorted(self.root.rglob("*.json")):
+            rel = path.relative_to(self.root).as_posix()
+            try:
+                case = written_for(path.read_text())
+            except (OSError, UnicodeDecodeError):
+                continue
+            if case is not None and f"{case}.json" == rel:
+                out[rel] = path
+        return out
 
     def check_writable(self) -> None:
         """Raises GoldenError unless golden files can be written here."""

@@ -30,8 +30,8 @@ from typing import Any
 
 from aotcheck import _runtime
 from aotcheck.figures.attribution import PEAK_FIGURES, AttributionError, dump_options, read_dump
-from aotcheck.figures.hlo import analyze_hlo, parse_module, top_collectives
-from aotcheck.figures.program import Details, Figures, program_figures
+from aotcheck.figures.hlo import COLLECTIVES, analyze_hlo, parse_module, top_collectives
+from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures, program_figures
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
 from aotcheck.figures.fit import Fit, Probe, search
@@ -47,6 +47,18 @@ from aotcheck.programs.registry import REGISTRY, Registry
 # What measuring costs, in the process's CPU seconds: figures like the others, but noisy (not bit-identical
 # across runs, unlike every figure of the program itself).
 COST_FIGURES = ("compile_cpu_seconds", "lower_cpu_seconds")
+
+
+def figure_names() -> tuple[str, ...]:
+    """Every figure a case can have; ``fit_max_<knob>`` stands for any knob's (``fit_max_KNOB``).
+
+    Example:
+        >>> names = figure_names()
+        >>> "peak_bytes" in names and "comm_all_gather_bytes" in names and "compile_cpu_seconds" in names
+        True
+    """
+    comm = tuple(f"comm_{kind.replace('-', '_')}_{what}" for kind in COLLECTIVES for what in ("count", "bytes"))
+    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *comm, *COST_FIGURES, "fit_max_KNOB")
 
 
 @dataclasses.dataclass

@@ -23,6 +23,20 @@ from aotcheck.programs.config import Config, FunctionConfig, InferenceConfig, Tr
 Builder = Callable[[], Config | list[Config] | tuple[Config, ...]]
 
 
+def name_problem(name: object, what: str) -> str | None:
+    """Why ``name`` cannot name a config or program (it becomes part of a case id and a golden
+    file's path), None if it can.
+
+    Example:
+        >>> name_problem("train_step", "Program"), name_problem("my step", "Program")
+        (None, "Program name 'my step' must be non-empty, without '/', '@' or spaces.")
+    """
+    if not isinstance(name, str) or not name or "/" in name or "@" in name or any(c.isspace() for c in name) \
+            or name in (".", ".."):
+        return f"{what} name {name!r} must be non-empty, without '/', '@' or spaces."
+    return None
+
+
 class RegistryError(ValueError):
     """A duplicate name, an unknown name, or a config whose builder failed."""
 
@@ -52,6 +66,9 @@ class Entry:
         except Exception as e:
             raise RegistryError(f"Building config {self.name!r} failed: {type(e).__name__}: {e}") from e
         configs = list(built) if isinstance(built, (list, tuple)) else [built]
+        if not configs:
+            raise RegistryError(f"Config {self.name!r} built no config (its builder returned an empty "
+                                f"{type(built).__name__}); return a TrainerConfig, InferenceConfig or FunctionConfig.")
         programs: dict[str, Config] = {}
         for config in configs:
             if not isinstance(config, (TrainerConfig, InferenceConfig, FunctionConfig)):
@@ -59,9 +76,20 @@ class Entry:
                     f"Config {self.name!r} built a {type(config).__name__}; expected a "
                     "TrainerConfig, InferenceConfig or FunctionConfig (or a list of them)."
                 )
+            if not config.programs:
+                raise RegistryError(f"Config {self.name!r} defines no program (an {type(config).__name__} with "
+                                    "methods={}); give it at least one method to compile.")
             for program in config.programs:
-                if program in programs:
+                problem = name_problem(program, "Program")
+                if problem:
+                    raise RegistryError(f"Config {self.name!r}: {problem}")
+                twin = next((p for p in programs if p.casefold() == program.casefold()), None)
+                if twin == program:
                     raise RegistryError(f"Config {self.name!r} defines program {program!r} twice.")
+                if twin is not None:
+                    raise RegistryError(f"Config {self.name!r} defines programs {twin!r} and {program!r}, which differ "
+                                        "only in letter case: their golden files would be one file on macOS and "
+                                        "Windows. Rename one.")
                 programs[program] = config
         return configs
 
@@ -97,8 +125,9 @@ class Registry:
         module, source = caller.f_globals.get("__name__"), caller.f_code.co_filename
 
         def add(fn: Builder | Config) -> Any:
-            if not name or "/" in name or "@" in name or any(c.isspace() for c in name):
-                raise RegistryError(f"Config name {name!r} must be non-empty, without '/', '@' or spaces.")
+            problem = name_problem(name, "Config")
+            if problem:
+                raise RegistryError(problem)
             if name in self._entries:
                 raise RegistryError(
                     f"A config named {name!r} is already registered; pick another name "
@@ -114,6 +143,17 @@ class Registry:
         """``(module name, file)`` of every module that registered configs, for a process that needs them too."""
         return sorted({(e.module, e.source) for e in self._entries.values()
                        if e.module and e.source and e.source.endswith(".py")})
+
+    def case_twins(self) -> dict[str, str]:
+        """Config name -> why it cannot be checked: its name differs from another's only in letter
+        case, so their golden files would be one file on macOS and Windows."""
+        by_fold: dict[str, list[str]] = {}
+        for name in self.names():
+            by_fold.setdefault(name.casefold(), []).append(name)
+        return {name: (f"Configs {', '.join(map(repr, group))} differ only in letter case: their golden files would "
+                       "be one file on macOS and Windows, and each run would compare one with the other's figures. "
+                       "Rename one.")
+                for group in by_fold.values() if len(group) > 1 for name in group}
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -217,8 +217,24 @@ def parse_topology(name: str | Topology) -> Topology:
     )
 
 
+# Bounds on what a target may ask for: libtpu builds every device of a target in host memory (a
+# million slices of v4-8 took a worker past 13 GB and the machine with it). The largest multislice
+# jobs run a few hundred slices and tens of thousands of chips.
+MAX_SLICES = 1024
+MAX_DEVICES = 65536
+
+
 def check_num_slices(num_slices: Any) -> int:
-    """Returns ``num_slices`` as an int, or raises a clear error."""
+    """Returns ``num_slices`` as an int, or raises a clear error.
+
+    Example:
+        >>> check_num_slices(2)
+        2
+        >>> check_num_slices(10**20)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        aotcheck.targets.topology.TopologyError: 100000000000000000000 slices is more than aotcheck compiles for (at most 1024...
+    """
     if isinstance(num_slices, bool) or not isinstance(num_slices, int):
         raise TopologyError(
             f"The number of slices must be an integer >= 1, got {num_slices!r} "
@@ -226,6 +242,9 @@ def check_num_slices(num_slices: Any) -> int:
         )
     if num_slices < 1:
         raise TopologyError(f"The number of slices must be >= 1, got {num_slices}.")
+    if num_slices > MAX_SLICES:
+        raise TopologyError(f"{num_slices} slices is more than aotcheck compiles for (at most {MAX_SLICES}; libtpu "
+                            "holds every device of a target in host memory). Check the slice count.")
     return num_slices
 
 
@@ -333,6 +352,12 @@ class Target:
 
     topology: Topology
     num_slices: int = 1
+
+    def __post_init__(self) -> None:
+        if self.num_devices > MAX_DEVICES:
+            raise TopologyError(f"{self.name} has {self.num_devices} devices, more than aotcheck compiles for (at most "
+                                f"{MAX_DEVICES} over all slices; libtpu holds every device in host memory). "
+                                "Check the slice count.")
 
     @classmethod
     def of(cls, topology: str | Topology, num_slices: int = 1) -> "Target":
