@@ -19,6 +19,7 @@ import functools
 import glob
 import importlib.metadata
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -159,3 +160,30 @@ def peak_rss_bytes() -> int | None:
 def libtpu_available() -> bool:
     """Whether the ``libtpu`` package (XLA's TPU compiler) is installed."""
     return _version("libtpu") is not None
+
+
+class HostError(RuntimeError):
+    """This host, not the config, kept a case from being measured: scratch space is full, libtpu
+    cannot be loaded. The message says what to fix on the host."""
+
+
+# Below this, XLA's dumps (the buffer assignment that splits the peak) may not have fitted.
+SCRATCH_FLOOR_BYTES = 64 << 20
+
+
+def scratch_problem(directory: str) -> str | None:
+    """Why the filesystem of ``directory`` (a temporary directory) cannot take XLA's dumps, or None.
+
+    Example:
+        >>> scratch_problem(tempfile.gettempdir()) is None  # This machine has room.
+        True
+    """
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError as e:
+        return f"the temporary directory {directory} cannot be read ({e.strerror or e})"
+    if free >= SCRATCH_FLOOR_BYTES:
+        return None
+    return (f"the temporary directory {os.path.dirname(directory) or directory} (TMPDIR) is out of space "
+            f"({free / 2**10:.0f} KiB free): XLA's buffer dump, which splits the peak by class, did not fit. "
+            "Free some space, or point TMPDIR at a larger disk")

@@ -301,6 +301,9 @@ def test_plausible_but_wrong_cache_entries_are_recompiled_never_copied(faults):
         {**good, "toolchain": {**good["toolchain"], "libtpu": "0.0.1"}},  # another compiler
         {**good, "figures": {**good["figures"], "peak_bytes": 5}},  # its classes sum to far more
         {**good, "figures": {**good["figures"], "flops": float("nan")}},  # NaN: every comparison passes
+        {**good, "details": {"peak_buffers": [{"bytes": 1}]}},  # details that cannot be read back
+        {**good, "details": "corrupt"},
+        {**good, "attribution_problem": "the dump did not fit"},  # an unsplit peak: a fresh compile may split it
     ):
         entry.write_text(json.dumps(wrong))
         golden(faults).unlink()
@@ -499,3 +502,37 @@ def test_a_golden_that_is_a_symbolic_link_is_written_through(project, tmp_path_f
     assert golden(project).is_symlink() and golden(project).resolve() == elsewhere.resolve()
     assert json.loads(elsewhere.read_text())["figures"]["peak_bytes"] > before
     no_aotcheck_traceback(result.stdout.str())
+
+
+# --- 5. The host's faults: said as the host's, never cached, never blamed on the config -----------------
+
+def _in_tiny_tmpdir(command, *, cwd, free_kib):
+    """Runs ``command`` with TMPDIR on a tmpfs of its own with ``free_kib`` left, in a user and
+    mount namespace (no root needed); None where this host allows neither."""
+    tmp = cwd / "tiny-tmp"
+    tmp.mkdir()
+    script = (f'mount -t tmpfs -o size=4m tmpfs {tmp} && head -c $((4096 - {free_kib}))K /dev/zero > {tmp}/fill '
+              f'&& TMPDIR={tmp} exec "$@"')
+    for prefix in (["unshare", "-rm"], ["unshare", "-m"]):
+        probe = subprocess.run([*prefix, "true"], capture_output=True)
+        if probe.returncode == 0:
+            return subprocess.run([*prefix, "sh", "-c", script, "sh", *command], cwd=cwd, capture_output=True,
+                                  text=True, timeout=600)
+    return None
+
+
+def test_a_full_tmpdir_is_said_as_such_and_nothing_is_cached_or_written(project):
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8", "--aot-configs=toy",
+               "--update-golden", "--aot-cache-dir=cache"]
+    out = _in_tiny_tmpdir(command, cwd=project.path, free_kib=8)
+    if out is None:
+        pytest.skip("this host can make no tmpfs (no mount namespace): a full TMPDIR cannot be staged")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "toy/step@v4-8x1: the temporary directory" in out.stdout and "(TMPDIR) is out of space" in out.stdout
+    assert "nothing was cached or written for this case" in out.stdout and "while building or lowering" not in out.stdout
+    no_aotcheck_traceback(out.stdout + out.stderr)
+    assert not golden(project).exists() and not list((project.path / "cache").rglob("*.json"))
+    result = run(project, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden", "--aot-cache-dir=cache")
+    result.assert_outcomes(passed=2)  # With room again: compiled afresh, the peak split.
+    assert "cached" not in result.stdout.str().split("aotcheck summary")[1]
+    assert json.loads(golden(project).read_text())["figures"]["peak_temp_bytes"] >= 0

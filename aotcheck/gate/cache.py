@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aotcheck.figures.program import REQUIRED_FIGURES, figures_problem
-from aotcheck.gate.golden import atomic_write_text, probe_writable
+from aotcheck.figures.program import REQUIRED_FIGURES, Details, figures_problem
+from aotcheck._files import atomic_write_text, probe_writable
 
 # Bump when the figures computed from the same executable change meaning or
 # gain names (e.g. a new loop-aware figure): old entries then miss.
@@ -71,6 +71,16 @@ def cache_key(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def _details_problem(details: Any) -> bool:
+    # Details an entry cannot give back whole (a hand edit, a bug of an old version) would
+    # surface as an error of the user's code on every run: the entry is a miss, and rewritten.
+    try:
+        Details.from_json(details)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return True
+    return False
+
+
 class FiguresCache:
     """A directory of ``<key>.json`` entries; safe for concurrent xdist workers.
 
@@ -107,6 +117,8 @@ class FiguresCache:
             return None
         if (
             not isinstance(entry, dict)
+            or entry.get("attribution_problem") is not None  # Older versions cached these; a fresh compile may split.
+            or _details_problem(entry.get("details"))
             or entry.get("key") != key
             or entry.get("figures_version") != FIGURES_VERSION
             or entry.get("toolchain") != dict(toolchain)
@@ -118,13 +130,13 @@ class FiguresCache:
         return entry
 
     def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float, toolchain: Mapping[str, Any],
-            details: Mapping[str, Any] | None = None, attribution_problem: str | None = None) -> None:
-        """Stores a case's figures, with what explains them (``details``) and why the peak is not split, if not."""
+            details: Mapping[str, Any] | None = None) -> None:
+        """Stores a case's figures, with what explains them (``details``): only whole answers (the
+        peak split by class), so that an entry says what a fresh compile would."""
         if not self.enabled:
             return
         entry = {"key": key, "figures": dict(figures), "compile_seconds": compile_seconds,
-                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain), "details": dict(details or {}),
-                 "attribution_problem": attribution_problem}
+                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain), "details": dict(details or {})}
         try:
             atomic_write_text(self._path(key), json.dumps(entry, sort_keys=True))
         except OSError as e:

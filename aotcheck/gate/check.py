@@ -54,9 +54,9 @@ from aotcheck.programs.compile import CompileError
 Measure = Callable[[Case], Measurement]
 
 # aotcheck's own errors explain themselves (a wrong config, mesh, partitioning,
-# topology or registry name: all ValueErrors); anything else user code raised is
-# named by its type.
-SELF_EXPLAINING: tuple[type[Exception], ...] = (ValueError,)
+# topology or registry name: all ValueErrors; the host's: HostError); anything else
+# user code raised is named by its type.
+SELF_EXPLAINING: tuple[type[Exception], ...] = (ValueError, _runtime.HostError)
 
 
 def check_case(

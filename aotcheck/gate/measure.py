@@ -195,7 +195,6 @@ def _measure(
         entry = cache.get(key, toolchain=_runtime.toolchain())
         if entry is not None:  # Every figure as the compile that made the entry measured it (its costs too).
             return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True,
-                               attribution_problem=entry.get("attribution_problem"),
                                details=Details.from_json(entry.get("details")))
     with tempfile.TemporaryDirectory(prefix="aotcheck-dump-") as dump:
         start, cpu = time.perf_counter(), time.process_time()
@@ -221,12 +220,16 @@ def _measure(
             figures.update(attribution.figures())
             buffers, excess = attribution.buffers, attribution.excess
         except AttributionError as e:
+            full = _runtime.scratch_problem(dump)
+            if full:  # Not the program's doing: nothing is cached or written for this case.
+                raise _runtime.HostError(f"{full}; nothing was cached or written for this case.") from None
             problem = f"the peak is not split by class: {e}"
     result = Measurement(case, figures, options, seconds, compiled=compiled,
                          details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess),
                          attribution_problem=problem)
-    if cache is not None and key is not None:
+    # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
+    # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
+    if cache is not None and key is not None and problem is None:
         cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain(),
-                  details=result.details.to_json(),
-                  attribution_problem=problem)
+                  details=result.details.to_json())
     return result
