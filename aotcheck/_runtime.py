@@ -19,9 +19,11 @@ import functools
 import glob
 import importlib.metadata
 import os
+import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 # Several processes (pytest-xdist workers) load libtpu at once; without this the
@@ -187,3 +189,74 @@ def scratch_problem(directory: str) -> str | None:
     return (f"the temporary directory {os.path.dirname(directory) or directory} (TMPDIR) is out of space "
             f"({free / 2**10:.0f} KiB free): XLA's buffer dump, which splits the peak by class, did not fit. "
             "Free some space, or point TMPDIR at a larger disk")
+
+
+# XLA's dumps go to a temporary directory per compile, named for the process that made it, so a
+# directory left by a process that was killed (kill -9, the OOM killer) can be told from a live one's.
+DUMP_PREFIX = "aotcheck-dump-"
+_DUMP_NAME = re.compile(rf"^{DUMP_PREFIX}(?:(\d+)-)?")
+
+
+def dump_directory() -> tempfile.TemporaryDirectory[str]:
+    """A temporary directory for one compile's dumps (removed when the context ends)."""
+    return tempfile.TemporaryDirectory(prefix=f"{DUMP_PREFIX}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # Someone else's process.
+        return True
+    return True
+
+
+def remove_dumps(pid: int | None = None) -> list[str]:
+    """Removes dump directories of process ``pid`` (a worker just stopped), or, without one, those
+    whose process is gone (and unnamed ones over an hour old, from versions that named none).
+    Returns the directories removed.
+
+    Example:
+        >>> import subprocess, sys
+        >>> gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+        ...                       capture_output=True, text=True).stdout.strip()
+        >>> left = tempfile.mkdtemp(prefix=f"{DUMP_PREFIX}{gone}-")
+        >>> mine = dump_directory()
+        >>> left in remove_dumps(), os.path.isdir(mine.name)
+        (True, True)
+        >>> mine.cleanup()
+    """
+    removed = []
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        match = _DUMP_NAME.match(name)
+        if not match:
+            continue
+        path = os.path.join(root, name)
+        owner = int(match[1]) if match[1] else None
+        try:
+            if pid is not None:
+                doomed = owner == pid
+            elif owner is not None:
+                doomed = owner != os.getpid() and not _alive(owner)
+            else:
+                doomed = time.time() - os.stat(path).st_mtime > 3600
+        except OSError:
+            continue
+        if doomed:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def host_memory_bytes() -> int | None:
+    """This host's physical memory, None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -44,7 +44,7 @@ from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
-from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, SettingsError, exit_status
+from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, Interruption, SettingsError, exit_status
 from aotcheck.targets.topology import CHIPS, Target, TopologyError, all_topologies
 from aotcheck.units import fmt_bytes, fmt_count
 
@@ -103,11 +103,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         session.prepare()
         for line in session.header():
             print(line)
-        report = session.check_all(on_outcome=lambda o: print(case_line(o), flush=True))
+        session.interruption.install()
+        try:
+            report = session.check_all(on_outcome=lambda o: print(case_line(o), flush=True))
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished cases are reported, the workers stopped.
+            session.interruption.note()
+            report = session.finish()
+        finally:
+            session.interruption.restore()
     print("\n".join(["", *session_summary(report, update=settings.update, accept_args=session.accept_args())]))
     for outcome in report.failed:
         print(f"\n{outcome.case.id} FAILED:\n{outcome.message}")
+    if session.interruption.signal:
+        return INTERRUPTED_STATUS[session.interruption.signal]
     return exit_status(report)
+
+
+# What a shell reports for a command ended by the signal: 128 + its number.
+INTERRUPTED_STATUS = {"SIGINT": 130, "SIGTERM": 143}
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
@@ -366,11 +379,18 @@ USER_ERRORS = (TopologyError, RegistryError, LoaderError, CompileError, Lowering
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    interruption = Interruption().install()
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Outside a gate run (which reports what it finished): one line.
+        interruption.note()
+        print(f"aotcheck: interrupted ({interruption.signal})", file=sys.stderr)
+        return INTERRUPTED_STATUS[interruption.signal or "SIGINT"]
     except USER_ERRORS as e:
         print(f"aotcheck: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # A path the user gave that cannot be written or read.
         print(f"aotcheck: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2
+    finally:
+        interruption.restore()

@@ -149,6 +149,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session.prepare()
     except SettingsError as e:
         raise pytest.UsageError(str(e)) from None
+    session.interruption.install()  # SIGTERM ends the run as Ctrl-C does (summary, report, workers stopped).
     config.pluginmanager.register(AotPlugin(config, session), "aotcheck-session")
 
 
@@ -252,7 +253,11 @@ class AotPlugin:
             if outcome is not None and outcome.case.id not in self.session.outcomes:
                 self.session.record(outcome)
 
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        self.session.interruption.note()
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.session.interruption.restore()
         self.session.close()
 
     @pytest.hookimpl(trylast=True)

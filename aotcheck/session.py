@@ -32,6 +32,8 @@ import dataclasses
 import os
 import re
 import shlex
+import signal
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -54,6 +56,47 @@ from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
 from aotcheck.targets.families import family_of
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
+
+
+class Interruption:
+    """SIGTERM (what CI runners send on cancel and timeout) ends a run as Ctrl-C does: a
+    KeyboardInterrupt in the session process, so the finished cases are kept, reported and
+    summarised, and the compile workers are stopped. :attr:`signal` names what ended the run.
+
+    Example:
+        >>> import os, signal
+        >>> interruption = Interruption().install()
+        >>> try:
+        ...     os.kill(os.getpid(), signal.SIGTERM)
+        ...     for _ in range(100): __import__("time").sleep(0.01)
+        ... except KeyboardInterrupt:
+        ...     print("interrupted by", interruption.signal)
+        ... finally:
+        ...     interruption.restore()
+        interrupted by SIGTERM
+    """
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self._previous: Any = None
+
+    def install(self) -> "Interruption":
+        if threading.current_thread() is threading.main_thread():  # Only the main thread may set handlers.
+            self._previous = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    def _raise(self, signum: int, frame: Any) -> None:
+        self.signal = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    def note(self) -> None:
+        """Records an interruption that came some other way (Ctrl-C)."""
+        self.signal = self.signal or "SIGINT"
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
 
 
 class SettingsError(ValueError):
@@ -252,6 +295,7 @@ class GateSession:
                                                           presets=settings.presets)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
+        self.interruption = Interruption()  # Front ends install it for the run's life.
         self.warnings: list[str] = []
         self._noted: set[str] = set()
 
@@ -297,9 +341,9 @@ class GateSession:
         self.close()
 
     def close(self) -> None:
-        """Stops the compile processes this session started."""
+        """Stops the compile processes this session started (at once after an interruption)."""
         if self._measurer is not None:
-            self._measurer.close()
+            self._measurer.close(kill=self.interruption.signal is not None)
 
     # The matrix -------------------------------------------------------------------
 
@@ -433,6 +477,12 @@ class GateSession:
                 except OSError as e:
                     self.warnings.append(f"aotcheck: could not remove the stale golden {rel}: {e.strerror or e}")
             stale = [rel for rel in stale if rel not in removed]
+        if self.interruption.signal:
+            planned = len([p for p in self.plan().cases])
+            self.warnings.append(
+                f"aotcheck: interrupted ({self.interruption.signal}) after {len(self.outcomes)} of {planned} cases: "
+                "the finished ones are reported" + (" and their goldens written" if self.settings.update else "")
+                + "; the rest did not run, and no stale golden was removed.")
         report = Report(list(self.outcomes.values()), golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes())

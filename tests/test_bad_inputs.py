@@ -6,8 +6,10 @@ errors are decided before any compile, so those runs are quick).
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -536,3 +538,103 @@ def test_a_full_tmpdir_is_said_as_such_and_nothing_is_cached_or_written(project)
     result.assert_outcomes(passed=2)  # With room again: compiled afresh, the peak split.
     assert "cached" not in result.stdout.str().split("aotcheck summary")[1]
     assert json.loads(golden(project).read_text())["figures"]["peak_temp_bytes"] >= 0
+
+
+# --- 6. Interruptions: Ctrl-C and SIGTERM (CI's cancel and timeout) end a run cleanly -------------------
+
+SLOW = '''
+import time
+
+def slow(x, w):  # Traced in the compile worker: a case that is still running when the signal comes.
+    time.sleep(120)
+    return x
+
+aotcheck.register("zslow", aotcheck.FunctionConfig(fn=slow, make_args=make_args))
+'''
+
+
+def _processes_with(marker):
+    """Pids of live processes whose environment holds ``marker`` (a run's compile workers among them)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+INTERRUPTIONS = [
+    # (front end, signal, to the whole process group?, exit status)
+    ("pytest", signal.SIGTERM, True, pytest.ExitCode.INTERRUPTED),
+    ("pytest -n 2", signal.SIGINT, True, pytest.ExitCode.INTERRUPTED),
+    ("cli", signal.SIGINT, True, 130),
+    ("cli", signal.SIGTERM, False, 143),
+]
+
+
+@pytest.mark.parametrize("front,sig,group,status", INTERRUPTIONS,
+                         ids=[f"{f}-{s.name}-{'group' if g else 'process'}" for f, s, g, _ in INTERRUPTIONS])
+def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project, front, sig, group, status):
+    project.makeconftest(CONFTEST + SLOW)
+    tmp = project.path / "tmp"
+    tmp.mkdir()
+    leftover = tmp / "aotcheck-dump-999999999-left"  # A kill -9 trial's leftover: no such process.
+    leftover.mkdir()
+    marker = f"AOTCHECK_TEST_RUN={project.path.name}-{front}"
+    env = dict(os.environ, TMPDIR=str(tmp), AOTCHECK_TEST_RUN=marker.partition("=")[2])
+    report = project.path / "r.json"
+    if front == "cli":
+        command = [sys.executable, "-m", "aotcheck", "check", "--topologies=v4-8", "--update-golden", f"--report={report}"]
+    else:
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8", "--update-golden",
+                   f"--aot-report={report}", *front.split()[1:]]
+    # A session of its own, as a terminal or a CI runner starts a job: SIGINT is not ignored there.
+    proc = subprocess.Popen(command, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not golden(project).exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert golden(project).exists(), proc.communicate()[0][-3000:]
+    time.sleep(2)  # zslow is tracing now.
+    (os.killpg if group else os.kill)(proc.pid, sig)
+    start = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    took = time.monotonic() - start
+    assert took < 15, (took, out[-3000:])
+    assert proc.returncode == status, out[-3000:]
+    assert f"aotcheck: interrupted ({sig.name}) after 1 of 2 cases: the finished ones are reported and their goldens " \
+           "written; the rest did not run, and no stale golden was removed." in out, out[-3000:]
+    assert "toy/step@v4-8x1" in out and "created" in out  # The summary, with the finished case.
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out[-3000:]
+    cases = json.loads(report.read_text())["cases"]
+    assert [c["case"] for c in cases] == ["toy/step@v4-8x1"] and golden(project).exists()
+    time.sleep(1)
+    assert _processes_with(marker) == [], "a compile worker outlived its run"
+    assert not list(tmp.glob("aotcheck-dump-*")), list(tmp.iterdir())  # Its own dumps and the leftover removed.
+
+
+def test_a_worker_whose_run_was_killed_stops_at_once(project):
+    # kill -9 of the session process alone: nothing can stop its workers but themselves.
+    project.makeconftest(CONFTEST + SLOW)
+    tmp = project.path / "tmp"
+    tmp.mkdir()
+    marker = f"{project.path.name}-orphan"
+    env = dict(os.environ, TMPDIR=str(tmp), AOTCHECK_TEST_RUN=marker)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8",
+                             "--aot-configs=zslow"], cwd=project.path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(_processes_with(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(5)  # The worker is tracing zslow.
+    workers = [p for p in _processes_with(marker) if p != proc.pid]
+    assert workers, "no compile worker started"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == [], "the orphaned worker kept running"
+    assert not list(tmp.glob("aotcheck-dump-*"))

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from aotcheck import _runtime
@@ -81,6 +82,23 @@ def describe_exit(code: int) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit status {code}"
+
+
+def killed_by_host(code: int) -> str:
+    """What a worker's death by SIGKILL most likely means (nothing in aotcheck sends it mid-case).
+
+    Example:
+        >>> killed_by_host(-11)
+        ''
+        >>> killed_by_host(-9)  # doctest: +ELLIPSIS
+        ' (SIGKILL: most likely the host's OOM killer or a memory limit; this host has ... GiB of memory...'
+    """
+    if code != -signal.SIGKILL:
+        return ""
+    total = _runtime.host_memory_bytes()
+    memory = f"; this host has {total / 2**30:.1f} GiB of memory" if total else ""
+    return (f" (SIGKILL: most likely the host's OOM killer or a memory limit{memory}; the compile needs more "
+            "host memory than it had: run it on a larger machine, or alone with -n 0)")
 
 
 def encode_error(error: BaseException) -> dict[str, str]:
@@ -153,6 +171,10 @@ class FamilyWorker:
             text=True,
             errors="replace",
             env=env,
+            # Its own session: a signal to the terminal's or CI's process group (Ctrl-C, a cancel's
+            # SIGTERM) reaches the session process alone, which ends its workers; a worker whose
+            # parent is gone ends itself (serve's watchdog).
+            start_new_session=True,
         )
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "r")
@@ -192,28 +214,37 @@ class FamilyWorker:
             return json.loads(line)
         code = self.proc.wait()
         self._pump.join(timeout=5)
+        _runtime.remove_dumps(pid=self.proc.pid)
         how = describe_exit(code)
         with self._tail_lock:
             tail = tuple(self.tail)
         text = "\n".join(f"  {t}" for t in tail) or "  (nothing)"
         raise WorkerCrashed(
-            f"the {self.family} compile process died with {how} while compiling {message.get('case')}. "
-            f"Its last lines:\n{text}",
+            f"the {self.family} compile process died with {how} while compiling {message.get('case')}"
+            f"{killed_by_host(code)}. Its last lines:\n{text}",
             signal_name=how, tail=tail,
         )
 
-    def close(self) -> None:
-        """Ends the worker (closing its stdin asks it to stop) and every pipe to it."""
+    STOP_SECONDS = 2.0  # An idle worker ends at once when its stdin closes; a busy one is killed.
+
+    def stop(self) -> None:
+        """Asks the worker to stop: closing its stdin ends an idle worker's loop."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
         except OSError:  # A dead worker's pipe: nothing left to flush.
             pass
+
+    def close(self, *, timeout: float = STOP_SECONDS) -> None:
+        """Ends the worker (asked first; one still compiling after ``timeout``, as at an
+        interruption, is killed) and every pipe to it, and removes its dump directories."""
+        self.stop()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=max(timeout, 0))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        _runtime.remove_dumps(pid=self.proc.pid)
         self._pump.join(timeout=5)
         if self.proc.stderr is not None:
             self.proc.stderr.close()
@@ -251,6 +282,7 @@ class Measurer:
         self.presets = presets  # aotcheck's per-chip presets under them.
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
+        _runtime.remove_dumps()  # What killed workers (kill -9, the OOM killer) left behind.
 
     def prestart(self, families: set[str] | frozenset[str]) -> None:
         """Starts the workers of ``families`` now, so their start-up (importing jax, loading
@@ -291,14 +323,31 @@ class Measurer:
                            hlo_text=reply.get("hlo_text"), attribution_problem=reply.get("attribution_problem"),
                            details=Details.from_json(reply.get("details")))
 
-    def close(self) -> None:
-        """Stops every worker process."""
-        while self._workers:
-            self._workers.popitem()[1].close()
+    def close(self, *, kill: bool = False) -> None:
+        """Stops every worker process: all asked at once, then each given what is left of
+        :attr:`FamilyWorker.STOP_SECONDS` (none with ``kill``, as after an interruption)."""
+        workers = list(self._workers.values())
+        self._workers.clear()
+        for worker in workers:
+            worker.stop()
+        deadline = time.monotonic() + (0 if kill else FamilyWorker.STOP_SECONDS)
+        for worker in workers:
+            worker.close(timeout=deadline - time.monotonic())
+
+
+def _watch_parent(parent: int) -> None:
+    # A worker whose session process is gone (killed, or it died) stops at once, with its dump
+    # directories, rather than finish a compile nobody will read.
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            _runtime.remove_dumps(pid=os.getpid())
+            os._exit(1)
 
 
 def serve(reply_fd: int, family: str | None = None) -> None:
     """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``."""
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="aotcheck-parent-watch", daemon=True).start()
     os.set_inheritable(reply_fd, False)  # A process the compile starts must not hold the reply pipe open.
     replies = os.fdopen(reply_fd, "w")
     os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
-import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -196,7 +195,7 @@ def _measure(
         if entry is not None:  # Every figure as the compile that made the entry measured it (its costs too).
             return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True,
                                details=Details.from_json(entry.get("details")))
-    with tempfile.TemporaryDirectory(prefix="aotcheck-dump-") as dump:
+    with _runtime.dump_directory() as dump:
         start, cpu = time.perf_counter(), time.process_time()
         try:
             compiled = compile_lowered(lowered, {**options, **dump_options(dump)}, what=case.id,

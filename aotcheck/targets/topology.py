@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -297,15 +298,33 @@ def _tpu_devices(
 ) -> list[Any]:
     from jax.experimental import topologies  # Deferred: loads jax's backends.
 
-    with _runtime.quiet_libtpu_stderr():
-        desc = topologies.get_topology_desc(
-            platform="tpu",
-            topology_name=libtpu_name,
-            chip_config_name=chip_config,
-            chips_per_host_bounds=chips_per_host_bounds,
-            num_slices=num_slices,
-        )
+    try:
+        with _runtime.quiet_libtpu_stderr():
+            desc = topologies.get_topology_desc(
+                platform="tpu",
+                topology_name=libtpu_name,
+                chip_config_name=chip_config,
+                chips_per_host_bounds=chips_per_host_bounds,
+                num_slices=num_slices,
+            )
+    except Exception as e:
+        if "Failed to open" in str(e) or "load_pjrt_plugin" in str(e):  # The library, not the topology.
+            raise _runtime.HostError(libtpu_load_failure(str(e))) from None
+        raise
     return list(desc.devices)
+
+
+def libtpu_load_failure(error: str) -> str:
+    """Words for a libtpu that could not be loaded: the host's install, never the config.
+
+    Example:
+        >>> libtpu_load_failure("INTERNAL: Failed to open /x/libtpu.so: file too short")  # doctest: +ELLIPSIS
+        'libtpu could not be loaded (INTERNAL: Failed to open /x/libtpu.so: file too short); ...'
+    """
+    where = os.environ.get("TPU_LIBRARY_PATH")
+    fix = (f"TPU_LIBRARY_PATH={where} points at it: unset it, or point it at a libtpu.so" if where else
+           "reinstall it: pip install -r requirements.lock (or jax[tpu] at the version your lock pins)")
+    return f"libtpu could not be loaded ({error.strip().splitlines()[-1]}); this host's libtpu, not the config: {fix}"
 
 
 def reserve_cpu_devices(count: int) -> None:
