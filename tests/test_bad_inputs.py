@@ -127,11 +127,14 @@ def crash_while_tracing(kind):
         print(f"about to die by {kind}", file=sys.stderr, flush=True)
         if kind == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
+        if kind == "kill":  # What the host's OOM killer sends.
+            os.kill(os.getpid(), signal.SIGKILL)
         os.abort()
     return fn
 
 aotcheck.register("segv", aotcheck.FunctionConfig(fn=crash_while_tracing("segv"), make_args=make_args))
 aotcheck.register("abort", aotcheck.FunctionConfig(fn=crash_while_tracing("abort"), make_args=make_args))
+aotcheck.register("oomkilled", aotcheck.FunctionConfig(fn=crash_while_tracing("kill"), make_args=make_args))
 aotcheck.register("typeerror", aotcheck.FunctionConfig(fn=lambda x, w: x @ x, make_args=make_args))
 aotcheck.register("keyerror", aotcheck.FunctionConfig(fn=lambda x, w: {}["logits"], make_args=make_args))
 
@@ -156,11 +159,14 @@ def test_crashes_and_user_errors_fail_only_their_case(faults):
     report = faults.path / "report.json"
     result = run(faults, "--aot-topologies=v4-8", "--update-golden", f"--aot-report={report}", "--aot-no-cache")
     # The crashes do not take the session down: the healthy toy case after them still passes.
-    result.assert_outcomes(passed=1, failed=6)
+    result.assert_outcomes(passed=1, failed=7)
     out = result.stdout.str()
     for lines in (
         ["*segv/step@v4-8x1 crashed: the v4 compile process died with SIGSEGV (signal 11) while compiling "
          "segv/step@v4-8x1. Its last lines:", "*about to die by segv", "*SIGSEGV*received by PID*"],
+        ["*oomkilled/step@v4-8x1 crashed: the v4 compile process died with SIGKILL (signal 9) while compiling "
+         "oomkilled/step@v4-8x1 (SIGKILL: most likely the host's OOM killer or a memory limit; this host has *GiB "
+         "of memory; the compile needs more host memory than it had*"],
         ["*abort/step@v4-8x1 crashed: the v4 compile process died with SIGABRT (signal 6)*",
          "*about to die by abort", "*SIGABRT received by PID*"],
         ["*typeerror/step@v4-8x1: TypeError while building or lowering it: dot_general requires contracting "
@@ -173,7 +179,11 @@ def test_crashes_and_user_errors_fail_only_their_case(faults):
         result.stdout.fnmatch_lines(lines)
     assert "coredump_hook" not in out.split("aotcheck summary")[0].split("Its last lines:")[1].split("A crash of")[0]
     no_aotcheck_traceback(out)
+    # The crash handler's stack goes to the report, not the terminal (no captured-output section).
+    assert "Captured stderr" not in out and "FailureSignalHandler" not in out + result.stderr.str(), out[-3000:]
     cases = {c["case"]: c for c in json.loads(report.read_text())["cases"]}
+    log = "\n".join(cases["segv/step@v4-8x1"]["log"])
+    assert "about to die by segv" in log and "FailureSignalHandler" in log and "coredump_hook" in log, log[-2000:]
     assert cases["segv/step@v4-8x1"]["verdict"] == "crashed" and cases["abort/step@v4-8x1"]["verdict"] == "crashed"
     assert cases["toy/step@v4-8x1"]["verdict"] == "accepted" and cases["toy/step@v4-8x1"]["host_peak_bytes"] > 2**20
     assert {cases[c]["verdict"] for c in ("typeerror/step@v4-8x1", "keyerror/step@v4-8x1")} == {"error"}
@@ -638,3 +648,16 @@ def test_a_worker_whose_run_was_killed_stops_at_once(project):
         time.sleep(0.1)
     assert _processes_with(marker) == [], "the orphaned worker kept running"
     assert not list(tmp.glob("aotcheck-dump-*"))
+
+
+def test_a_libtpu_that_cannot_load_is_the_hosts_error_not_the_configs(project, monkeypatch):
+    fake = project.path / "libtpu.so"
+    fake.write_text("not a shared library\n")
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake))
+    result = run(project, "--aot-topologies=v4-8", "--aot-configs=toy", "--aot-no-cache")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert (f"toy/step@v4-8x1: libtpu could not be loaded (INTERNAL: Failed to open {fake}: {fake}: file too short); "
+            f"this host's libtpu, not the config: TPU_LIBRARY_PATH={fake} points at it") in out, out[-3000:]
+    assert "while building or lowering" not in out
+    no_aotcheck_traceback(out)

@@ -92,7 +92,7 @@ def _decide(
     try:
         result = measure(case)
     except WorkerCrashed as e:
-        return Outcome(case, Verdict.CRASHED, detail=str(e))
+        return Outcome(case, Verdict.CRASHED, detail=str(e), log=list(e.log))
     except CompileError as e:
         oom = explain_oom(str(e), case.topology)
         return Outcome(case, Verdict.OUT_OF_MEMORY if oom else Verdict.COMPILE_ERROR, detail=str(e),

@@ -63,10 +63,12 @@ def error_type(error: BaseException) -> str:
 class WorkerCrashed(RuntimeError):
     """A compile process died (a signal, an abort, the host's OOM killer) while measuring a case."""
 
-    def __init__(self, message: str, *, signal_name: str | None = None, tail: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, *, signal_name: str | None = None, tail: tuple[str, ...] = (),
+                 log: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.signal_name = signal_name
         self.tail = tail
+        self.log = log  # Everything the worker printed while on the case (a crash handler's stack too).
 
 
 def describe_exit(code: int) -> str:
@@ -180,6 +182,9 @@ class FamilyWorker:
         self.replies = os.fdopen(read_fd, "r")
         self.tail: collections.deque[str] = collections.deque(maxlen=self.TAIL_LINES)
         self._tail_lock = threading.Lock()
+        # While a case runs, its output is held: passed on when the case ends, kept for the report
+        # (not the terminal) when the worker dies on it, with its crash handler's stack.
+        self._held: list[str] | None = None
         self._pump = threading.Thread(target=self._forward_stderr, name=f"aotcheck-{family}-stderr", daemon=True)
         try:
             self._pump.start()
@@ -193,27 +198,42 @@ class FamilyWorker:
         for line in self.proc.stderr:
             if _runtime.is_libtpu_noise(line):
                 continue
-            if not _CRASH_BOILERPLATE.search(line):
-                with self._tail_lock:
+            with self._tail_lock:
+                if not _CRASH_BOILERPLATE.search(line):
                     self.tail.append(line.rstrip("\n"))
-            try:
-                sys.stderr.write(line)
-            except (OSError, ValueError):  # Our stderr is gone (session shutting down): keep reading.
-                pass
+                if self._held is not None:
+                    self._held.append(line)
+                    continue
+            _write_stderr(line)
+
+    def _release(self, *, show: bool) -> tuple[str, ...]:
+        """Ends holding a case's output: passes it on (``show``) and returns it."""
+        with self._tail_lock:
+            held, self._held = self._held or [], None
+        if show:
+            _write_stderr("".join(held))
+        return tuple(line.rstrip("\n") for line in held)
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Sends one request and waits for its reply; WorkerCrashed if the worker dies first."""
         assert self.proc.stdin is not None
+        with self._tail_lock:
+            self._held = []
         try:
             self.proc.stdin.write(json.dumps(message) + "\n")
             self.proc.stdin.flush()
             line = self.replies.readline()
         except (BrokenPipeError, OSError):
             line = ""
+        except BaseException:  # An interruption: what the case printed is still shown.
+            self._release(show=True)
+            raise
         if line:
+            self._release(show=True)
             return json.loads(line)
         code = self.proc.wait()
         self._pump.join(timeout=5)
+        log = self._release(show=False)
         _runtime.remove_dumps(pid=self.proc.pid)
         how = describe_exit(code)
         with self._tail_lock:
@@ -222,7 +242,7 @@ class FamilyWorker:
         raise WorkerCrashed(
             f"the {self.family} compile process died with {how} while compiling {message.get('case')}"
             f"{killed_by_host(code)}. Its last lines:\n{text}",
-            signal_name=how, tail=tail,
+            signal_name=how, tail=tail, log=log,
         )
 
     STOP_SECONDS = 2.0  # An idle worker ends at once when its stdin closes; a busy one is killed.
@@ -249,6 +269,13 @@ class FamilyWorker:
         if self.proc.stderr is not None:
             self.proc.stderr.close()
         self.replies.close()
+
+
+def _write_stderr(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+    except (OSError, ValueError):  # Our stderr is gone (session shutting down): keep reading.
+        pass
 
 
 # Families whose compiles depend on what their process compiled before, within the family:

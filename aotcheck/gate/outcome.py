@@ -51,6 +51,8 @@ class Outcome:
         details: What explains the figures: the peak's largest buffers, the largest collectives.
         golden_details: The golden's details, when one was compared.
         golden_toolchain: The toolchain the golden was made with, when one was compared.
+        log: What a compile process that died on the case printed, whole (a crash handler's
+            stack among it): for the report; the message quotes its last lines.
     """
 
     case: Case
@@ -71,6 +73,7 @@ class Outcome:
     details: Details | None = None
     golden_details: Details | None = None
     golden_toolchain: dict[str, str | None] | None = None
+    log: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -116,6 +119,7 @@ class Outcome:
             "details": self.details.to_json() if self.details is not None else None,
             "golden_details": self.golden_details.to_json() if self.golden_details is not None else None,
             "golden_toolchain": self.golden_toolchain,
+            "log": list(self.log),
         }
 
     @classmethod
@@ -141,6 +145,7 @@ class Outcome:
             golden_details=Details.from_json(data["golden_details"]) if data.get("golden_details") is not None
             else None,
             golden_toolchain=dict(data["golden_toolchain"]) if data.get("golden_toolchain") else None,
+            log=[str(line) for line in data.get("log") or []],
         )
 
 
