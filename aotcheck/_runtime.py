@@ -105,13 +105,12 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _libtpu() -> str | None:
-    """The libtpu package's version, or, when ``TPU_LIBRARY_PATH`` makes jax load another libtpu.so
-    (a parent process's jax sets it to the one it loaded, and children inherit it), that path."""
-    version = _version("libtpu")
+def libtpu_override() -> str | None:
+    """The libtpu.so ``TPU_LIBRARY_PATH`` makes jax load, when it is not the libtpu package's own (a
+    parent process's jax sets it to the one it loaded, and children inherit it); else None."""
     override = os.environ.get("TPU_LIBRARY_PATH")
     if not override:
-        return version
+        return None
     try:
         import importlib.util  # noqa: PLC0415
 
@@ -120,8 +119,15 @@ def _libtpu() -> str | None:
     except (ImportError, ValueError):
         own = None
     if own is not None and os.path.realpath(own) == os.path.realpath(override):
-        return version
-    return f"{override} (TPU_LIBRARY_PATH; the libtpu package here is {version})"
+        return None
+    return override
+
+
+def _libtpu() -> str | None:
+    """The libtpu package's version, or the libtpu.so loaded instead (:func:`libtpu_override`)."""
+    version = _version("libtpu")
+    override = libtpu_override()
+    return version if override is None else f"{override} (TPU_LIBRARY_PATH; the libtpu package here is {version})"
 
 
 @functools.cache

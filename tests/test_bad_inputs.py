@@ -385,6 +385,10 @@ CLI = [
     (["report", "format1.json"], "format1.json: not an aotcheck report of format 2 (found 1)"),
     (["report", "badverdict.json"], "badverdict.json: a case in this report is malformed (ValueError: 'bogus'"),
     (["report", "badcase.json"], "badcase.json: a case in this report is malformed (ValueError: Not a case id"),
+    (["report", "badfigure.json"], "badfigure.json: case lm/p@v4-8x1: figure 'peak_bytes' must be a number, not 'big'; "
+     "write the report again"),
+    (["report", "nanfigure.json"], "nanfigure.json: case lm/p@v4-8x1: figure 'flops' is nan; figures are finite and "
+     "never negative (in its golden)"),
     (["report", "nocases.json"], "nocases.json: not an aotcheck report of format 2"),
     (["report", "ok.json", "--output", "adir"], "adir: Is a directory"),
 ]
@@ -395,6 +399,10 @@ def cli_dir(tmp_path):
     (tmp_path / "notjson.json").write_text("{oops")
     (tmp_path / "format1.json").write_text(json.dumps({"aotcheck_report": 1, "cases": []}))
     (tmp_path / "badverdict.json").write_text(json.dumps(report_doc(cases=[{"case": "lm/p@v4-8x1", "verdict": "bogus"}])))
+    (tmp_path / "badfigure.json").write_text(json.dumps(report_doc(cases=[
+        {"case": "lm/p@v4-8x1", "verdict": "pass", "figures": {"peak_bytes": "big"}}])))
+    (tmp_path / "nanfigure.json").write_text(json.dumps(report_doc(cases=[
+        {"case": "lm/p@v4-8x1", "verdict": "pass", "figures": {"flops": 1.0}, "golden": {"flops": float("nan")}}])))
     (tmp_path / "badcase.json").write_text(json.dumps(report_doc(cases=[{"case": "nonsense", "verdict": "pass"}])))
     (tmp_path / "nocases.json").write_text(json.dumps({"aotcheck_report": 2, "cases": "none"}))
     (tmp_path / "ok.json").write_text(json.dumps(report_doc()))

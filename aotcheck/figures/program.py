@@ -62,6 +62,21 @@ class Details:
                    Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0))
 
 
+def value_problem(name: str, value: object) -> str | None:
+    """What is wrong with one figure's value, or None: figures are finite numbers, never negative
+    (NaN compares false with everything: it would gate nothing).
+
+    Example:
+        >>> value_problem("flops", 2.5), value_problem("flops", "9"), value_problem("flops", float("nan"))
+        (None, "figure 'flops' must be a number, not '9'", "figure 'flops' is nan; figures are finite and never negative")
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"figure {name!r} must be a number, not {value!r}"
+    if not math.isfinite(value) or value < 0:
+        return f"figure {name!r} is {value!r}; figures are finite and never negative"
+    return None
+
+
 def figures_problem(figures: object) -> str | None:
     """What is wrong with a figures dict (a required figure missing, a value not a number), or None.
 
@@ -69,7 +84,7 @@ def figures_problem(figures: object) -> str | None:
         >>> figures_problem({"peak_bytes": 1})  # doctest: +ELLIPSIS
         "figure 'argument_bytes' is missing"
         >>> figures_problem(dict.fromkeys(REQUIRED_FIGURES, 1) | {"comm_all_gather_bytes": "9"})
-        "figure 'comm_all_gather_bytes' is not a number: '9'"
+        "figure 'comm_all_gather_bytes' must be a number, not '9'"
         >>> figures_problem(dict.fromkeys(REQUIRED_FIGURES, 5) | dict.fromkeys(PEAK_FIGURES, 2**20))  # doctest: +ELLIPSIS
         "the peak's classes (peak_params_bytes, ...) do not add up to peak_bytes (5)"
     """
@@ -79,8 +94,9 @@ def figures_problem(figures: object) -> str | None:
         if name not in figures:
             return f"figure {name!r} is missing"
     for name, value in figures.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            return f"figure {name!r} is not a number: {value!r}"
+        problem = value_problem(name, value)
+        if problem:
+            return problem
     split = [name for name in PEAK_FIGURES if name in figures]
     if split and (len(split) < len(PEAK_FIGURES) or sum(figures[n] for n in split) != figures["peak_bytes"]):
         # Attribution splits the peak exactly: classes that do not add up were not written by it.

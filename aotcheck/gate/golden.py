@@ -28,7 +28,7 @@ from typing import Any
 from aotcheck import _runtime
 from aotcheck._files import atomic_write_text, probe_writable
 from aotcheck.gate.case import Case
-from aotcheck.figures.program import Details
+from aotcheck.figures.program import Details, value_problem
 from aotcheck.gate.verdict import GoldenAction
 
 FORMAT = 1
@@ -132,16 +132,10 @@ def parse_document(text: str, path: Path, *, case: Case | None = None) -> Golden
         if not isinstance(doc[key], kind):
             raise GoldenError(f"Golden file {path}: {key!r} must be an object, not {type(doc[key]).__name__}.")
     for name, value in doc["figures"].items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise GoldenError(
-                f"Golden file {path}: figure {name!r} must be a number, not {value!r}. "
-                "Fix it, or regenerate it with --update-golden."
-            )
-        if not math.isfinite(value) or value < 0:  # NaN compares false with everything: it would gate nothing.
-            raise GoldenError(
-                f"Golden file {path}: figure {name!r} is {value!r}; figures are finite and never negative, so "
-                "this golden is corrupt. Fix it, or regenerate it with --update-golden."
-            )
+        problem = value_problem(name, value)
+        if problem:
+            raise GoldenError(f"Golden file {path}: {problem}" + (", so this golden is corrupt" if "finite" in problem
+                              else "") + ". Fix it, or regenerate it with --update-golden.")
     details = doc.get("details")
     try:
         Details.from_json(details)

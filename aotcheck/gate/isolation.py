@@ -92,8 +92,8 @@ def killed_by_host(code: int) -> str:
     Example:
         >>> killed_by_host(-11)
         ''
-        >>> killed_by_host(-9)  # doctest: +ELLIPSIS
-        ' (SIGKILL: most likely the host's OOM killer or a memory limit; this host has ... GiB of memory...'
+        >>> print(killed_by_host(-9))  # doctest: +ELLIPSIS
+         (SIGKILL: most likely the host's OOM killer or a memory limit; this host has ... GiB of memory; ...)
     """
     if code != -signal.SIGKILL:
         return ""

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from aotcheck import _runtime
+from aotcheck.figures.program import value_problem
 from aotcheck.gate.golden import atomic_write_text
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 
@@ -120,9 +121,18 @@ def load_report(path: Path) -> Report:
         raise ReportError(f"{path}: not an aotcheck report of format {REPORT_FORMAT} (found {found!r}); "
                           "write it again with this aotcheck (--aot-report=PATH)")
     try:
-        return Report.from_json(doc)
+        report = Report.from_json(doc)
     except (KeyError, ValueError, TypeError, IndexError) as e:
         raise ReportError(f"{path}: a case in this report is malformed ({type(e).__name__}: {e})") from e
+    for outcome in report.outcomes:
+        for which, figures in (("figures", outcome.figures), ("golden", outcome.golden)):
+            if figures is not None and not isinstance(figures, dict):
+                raise ReportError(f"{path}: case {outcome.case.id}: its {which!r} are not an object")
+            problem = next(filter(None, (value_problem(k, v) for k, v in (figures or {}).items())), None)
+            if problem:
+                raise ReportError(f"{path}: case {outcome.case.id}: {problem}" + (" (in its golden)" if which == "golden"
+                                  else "") + "; write the report again (--aot-report=PATH)")
+    return report
 
 
 @dataclasses.dataclass

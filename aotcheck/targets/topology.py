@@ -318,10 +318,10 @@ def libtpu_load_failure(error: str) -> str:
     """Words for a libtpu that could not be loaded: the host's install, never the config.
 
     Example:
-        >>> libtpu_load_failure("INTERNAL: Failed to open /x/libtpu.so: file too short")  # doctest: +ELLIPSIS
-        'libtpu could not be loaded (INTERNAL: Failed to open /x/libtpu.so: file too short); ...'
+        >>> print(libtpu_load_failure("INTERNAL: Failed to open /x/libtpu.so: file too short"))  # doctest: +ELLIPSIS
+        libtpu could not be loaded (INTERNAL: Failed to open /x/libtpu.so: file too short); this host's libtpu, ...
     """
-    where = os.environ.get("TPU_LIBRARY_PATH")
+    where = _runtime.libtpu_override()
     fix = (f"TPU_LIBRARY_PATH={where} points at it: unset it, or point it at a libtpu.so" if where else
            "reinstall it: pip install -r requirements.lock (or jax[tpu] at the version your lock pins)")
     return f"libtpu could not be loaded ({error.strip().splitlines()[-1]}); this host's libtpu, not the config: {fix}"
