@@ -48,6 +48,7 @@ from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.measure import figure_names, unsupported_reason
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
+from aotcheck.gate.upgrade import glob_quote
 from aotcheck.gate.shard import ShardError, assign_shards, parse_shard
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, parse_libtpu_init_args, refusal_lines,
@@ -392,7 +393,8 @@ class GateSession:
 
     def accept_command(self, case: Case) -> str:
         """The command that accepts this case's current figures as its golden."""
-        args = ["pytest", "--update-golden", f"--aot-configs={case.config}", f"--aot-topologies={case.target}"]
+        args = ["pytest", "--update-golden", f"--aot-configs={glob_quote(case.config)}",
+                f"--aot-topologies={case.target}"]
         if self.settings.golden_dir_option:
             args.append(f"--aot-golden-dir={self.settings.golden_dir_option}")
         return shlex.join(args + self.accept_args() + ["-k", case.program])

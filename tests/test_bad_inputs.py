@@ -6,6 +6,7 @@ errors are decided before any compile, so those runs are quick).
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -499,13 +500,26 @@ def test_configs_that_cannot_have_a_golden_of_their_own_fail_to_build(project):
         "Config 'twin-programs' defines programs 'Decode' and 'decode', which differ only in letter case",
         "Config 'nothing' built no config (its builder returned an empty list)",
         "Config 'no-methods' defines no program (an InferenceConfig with methods={})",
-        "Config 'bad-program': Program name 'my step' must be non-empty, without '/', '@' or spaces.",
+        "Config 'bad-program': Program name 'my step' must be non-empty, without '/', '@', ',' or spaces.",
         "Config 'slashed': Program name 'a/b' must be non-empty",
     ]:
         assert words in out, (words, out[-3000:])
     assert out.count("Configs 'Toy2', 'toy2' differ only in letter case") >= 2  # Both fail: neither is the real one.
     assert sorted(p.name for p in (project.path / "golden").iterdir()) == ["toy"]
     no_aotcheck_traceback(out)
+
+
+def test_the_accept_command_selects_a_config_named_with_glob_characters(project):
+    project.makeconftest(CONFTEST + '\naotcheck.register("toy[v2]", aotcheck.FunctionConfig(fn=lambda x, w: x @ w, '
+                         'make_args=make_args))\n')
+    result = run(project, "--aot-topologies=v4-8")
+    result.assert_outcomes(passed=1, failed=2)
+    line = next(line for line in result.stdout.lines if line.startswith("To create it: ") and "toy[[]v2]" in line)
+    command = shlex.split(line.split(": ", 1)[1])
+    assert command[:2] == ["pytest", "--update-golden"] and "--aot-configs=toy[[]v2]" in command, line
+    accepted = run(project, *command[1:])
+    accepted.assert_outcomes(passed=1)  # toy[v2] alone: not toy, which the unquoted glob would match.
+    assert golden(project, "toy[v2]/step@v4-8x1.json").exists() and not golden(project).exists()
 
 
 def test_a_golden_that_is_a_symbolic_link_is_written_through(project, tmp_path_factory, monkeypatch):

@@ -29,11 +29,11 @@ def name_problem(name: object, what: str) -> str | None:
 
     Example:
         >>> name_problem("train_step", "Program"), name_problem("my step", "Program")
-        (None, "Program name 'my step' must be non-empty, without '/', '@' or spaces.")
+        (None, "Program name 'my step' must be non-empty, without '/', '@', ',' or spaces.")
     """
-    if not isinstance(name, str) or not name or "/" in name or "@" in name or any(c.isspace() for c in name) \
-            or name in (".", ".."):
-        return f"{what} name {name!r} must be non-empty, without '/', '@' or spaces."
+    # '/' and '@' separate a case id's parts; ',' and spaces separate the names of --aot-configs.
+    if not isinstance(name, str) or not name or any(c in "/@," or c.isspace() for c in name) or name in (".", ".."):
+        return f"{what} name {name!r} must be non-empty, without '/', '@', ',' or spaces."
     return None
 
 
