@@ -373,6 +373,9 @@ CLI = [
     (["check", "--topologies", "v5e-17"], "--topologies: Unknown topology 'v5e-17'"),
     (["check", "--topologies", ""], "--topologies is empty"),
     (["check", "--topologies", "v4-8", "--slices", "x"], "--slices: 'x' is not a slice count"),
+    (["check", "--topologies", "v4-8x5000"], "--topologies: 5000 slices is more than aotcheck compiles for"),
+    (["check", "--topologies", "v4-8", "--configs", "tooy"],
+     "nothing to check: no registered config matches --configs=tooy (registered: "),
     (["check", "--topologies", "v4-8", "--shard", "5/2"], "--shard: '5/2': K must be between 1 and N"),
     (["check", "--topologies", "v4-8", "--report", "."], "--report: . is a directory"),
     (["check", "--topologies", "v4-8", "--fit", "max-batch"], "--fit: 'max-batch' is not a knob name"),
@@ -673,7 +676,7 @@ def test_a_worker_whose_run_was_killed_stops_at_once(project):
 
 
 def test_a_libtpu_that_cannot_load_is_the_hosts_error_not_the_configs(project, monkeypatch):
-    fake = project.path / "libtpu.so"
+    fake = project.path / "broken-libtpu.so"  # Not libtpu.so: Python would import that as a module "libtpu".
     fake.write_text("not a shared library\n")
     monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake))
     result = run(project, "--aot-topologies=v4-8", "--aot-configs=toy", "--aot-no-cache")
@@ -683,3 +686,58 @@ def test_a_libtpu_that_cannot_load_is_the_hosts_error_not_the_configs(project, m
             f"this host's libtpu, not the config: TPU_LIBRARY_PATH={fake} points at it") in out, out[-3000:]
     assert "while building or lowering" not in out
     no_aotcheck_traceback(out)
+
+
+HOG = '''
+import numpy as np
+
+def hog(x, w):  # Traced in the compile worker: more host memory than the run's memory limit allows.
+    block = np.ones(4 * 2**30 // 8)
+    return x * float(block[-1])
+
+aotcheck.register("hog", aotcheck.FunctionConfig(fn=hog, make_args=make_args))
+'''
+
+
+def _memory_cgroup(limit_bytes):
+    """A cgroup (v1 or v2) limiting memory to ``limit_bytes``, as a directory to add pids to; None where
+    this host allows none (not root, no memory controller)."""
+    for root, limit, swap in (("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+                              ("/sys/fs/cgroup", "memory.max", "memory.swap.max")):
+        group = Path(root) / f"aotcheck-test-{os.getpid()}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / limit).write_text(str(limit_bytes))
+            if (group / swap).exists():
+                (group / swap).write_text(str(limit_bytes) if swap.startswith("memory.memsw") else "0")
+            return group
+        except OSError:
+            if group.is_dir():
+                group.rmdir()
+    return None
+
+
+def test_a_worker_the_hosts_oom_killer_ends_is_a_crashed_case_said_as_such(project):
+    # A real memory limit on the run (a cgroup, as a CI runner's container has): the kernel's OOM
+    # killer picks the largest process, the compile worker, and the session lives to say so.
+    project.makeconftest(CONFTEST + HOG)
+    group = _memory_cgroup(3 * 2**30)
+    if group is None:
+        pytest.skip("this host gives no memory cgroup (needs root and a memory controller)")
+    try:
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8", "--aot-no-cache",
+                   "--update-golden"]
+        out = subprocess.run(command, cwd=project.path, capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())))
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert ("hog/step@v4-8x1 crashed: the v4 compile process died with SIGKILL (signal 9) while compiling "
+            "hog/step@v4-8x1 (SIGKILL: most likely the host's OOM killer or a memory limit") in out.stdout, out.stdout[-3000:]
+    assert "toy/step@v4-8x1" in out.stdout and golden(project).exists()  # The next case got a fresh worker.
+    no_aotcheck_traceback(out.stdout + out.stderr)

@@ -12,7 +12,7 @@ from aotcheck.gate.compare import (Change, Row, Tolerance, ToleranceError, compa
                                    parse_tolerance_line, verdict)
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, golden_document, dumps, parse_document
-from aotcheck.targets.topology import topology_names
+from aotcheck.targets.topology import MAX_DEVICES, parse_topology, topology_names
 
 values = st.integers(0, 2**50)
 tolerances = st.builds(Tolerance, rel=st.floats(0, 1), abs=st.integers(0, 2**20))
@@ -77,7 +77,9 @@ def test_bad_tolerance_lines(line):
 
 
 names = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789-_."), min_size=1, max_size=12)
-cases = st.builds(Case.of, names, names, st.sampled_from(topology_names() + ["cpu-8"]), st.integers(1, 64))
+targets = st.sampled_from(topology_names() + ["cpu-8"]).flatmap(
+    lambda name: st.tuples(st.just(name), st.integers(1, min(64, MAX_DEVICES // parse_topology(name).num_devices))))
+cases = st.builds(lambda config, program, target: Case.of(config, program, *target), names, names, targets)
 
 
 @given(cases)

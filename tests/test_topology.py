@@ -14,6 +14,8 @@ from aotcheck.targets.topology import (
     Target,
     split_target,
     parse_topology,
+    MAX_DEVICES,
+    MAX_SLICES,
     topology_names,
 )
 
@@ -93,15 +95,25 @@ def test_missing_libtpu_says_what_to_install(monkeypatch):
     assert len(get_devices_for_topology("cpu-2").devices) == 2  # cpu-N still works
 
 
-@given(st.sampled_from(topology_names()), st.integers(1, 64))
-def test_targets_round_trip_through_their_names(name, slices):
+@given(st.sampled_from(topology_names()), st.integers(1, MAX_SLICES))
+def test_targets_round_trip_through_their_names_within_the_bounds(name, slices):
     topo, parsed = split_target(f"{name}x{slices}")
     assert (topo.name, parsed) == (name, slices)
     assert split_target(name) == (parse_topology(name), None)
-    target = Target.parse(f"{name}x{slices}")
-    assert Target.parse(target.name) == target and target.num_devices == topo.num_devices * slices
     with pytest.raises(TopologyError, match="names no slice count"):
         Target.parse(name)
+    if topo.num_devices * slices > MAX_DEVICES:  # Beyond the bound: refused before libtpu builds it.
+        with pytest.raises(TopologyError, match=f"has {topo.num_devices * slices} devices, more than aotcheck"):
+            Target.parse(f"{name}x{slices}")
+        return
+    target = Target.parse(f"{name}x{slices}")
+    assert Target.parse(target.name) == target and target.num_devices == topo.num_devices * slices
+
+
+@given(st.sampled_from(topology_names()), st.integers(MAX_SLICES + 1, 10**30))
+def test_slice_counts_over_the_bound_are_refused(name, slices):
+    with pytest.raises(TopologyError, match=f"{slices} slices is more than aotcheck compiles for"):
+        Target.parse(f"{name}x{slices}")
 
 
 # Per-chip datasheet figures (design notes; an independent source for the table's per-device figures).
