@@ -604,6 +604,7 @@ INTERRUPTIONS = [
     # (front end, signal, to the whole process group?, exit status)
     ("pytest", signal.SIGTERM, True, pytest.ExitCode.INTERRUPTED),
     ("pytest -n 2", signal.SIGINT, True, pytest.ExitCode.INTERRUPTED),
+    ("pytest -n 2", signal.SIGTERM, True, pytest.ExitCode.INTERRUPTED),  # A CI runner's cancel.
     ("cli", signal.SIGINT, True, 130),
     ("cli", signal.SIGTERM, False, 143),
 ]
