@@ -728,8 +728,10 @@ def test_a_worker_the_hosts_oom_killer_ends_is_a_crashed_case_said_as_such(proje
     try:
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8", "--aot-no-cache",
                    "--update-golden"]
-        out = subprocess.run(command, cwd=project.path, capture_output=True, text=True, timeout=300,
-                             preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())))
+        # The shell joins the group, then becomes the run (no preexec_fn: a fork of this process, which
+        # has JAX's threads, is what JAX warns about).
+        out = subprocess.run(["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "sh", *command],
+                             cwd=project.path, capture_output=True, text=True, timeout=300)
     finally:
         for _ in range(50):
             try:

@@ -61,9 +61,10 @@ DEFAULT_TOLERANCES: tuple[tuple[str, Tolerance], ...] = (
     ("comm_*_bytes", Tolerance(rel=0.01, abs=4 * 1024)),
     ("*_bytes", Tolerance(rel=0.01, abs=64 * 1024)),
     ("*flops*", Tolerance(rel=0.01, abs=0)),
-    # Compile cost is CPU time: the same compile varied up to 2.2x across runs on a 2-core machine
-    # whose speed drifts 2x in a session (README). Only more than 3x, and over 5 s more, is news.
-    ("*_cpu_seconds", Tolerance(rel=2.0, abs=5.0)),
+    # Compile cost is CPU time: the same compile varied up to 2.2x across runs in one session on a
+    # 2-core machine, and 3.4x against its golden on another day (README). Only more than 5x, and
+    # over 10 s more, is news: the hazard it catches (a toolchain's compile-time blowup) is larger.
+    ("*_cpu_seconds", Tolerance(rel=4.0, abs=10.0)),
     ("*", Tolerance(rel=0.02, abs=0)),
 )
 
