@@ -480,7 +480,7 @@ class GateSession:
                     self.warnings.append(f"aotcheck: could not remove the stale golden {rel}: {e.strerror or e}")
             stale = [rel for rel in stale if rel not in removed]
         if self.interruption.signal:
-            planned = len([p for p in self.plan().cases])
+            planned = len(self.plan().cases)
             self.warnings.append(
                 f"aotcheck: interrupted ({self.interruption.signal}) after {len(self.outcomes)} of {planned} cases: "
                 "the finished ones are reported" + (" and their goldens written" if self.settings.update else "")

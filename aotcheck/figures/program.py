@@ -62,6 +62,20 @@ class Details:
                    Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0))
 
 
+def details_problem(data: object) -> str | None:
+    """Why stored details (a golden's, a cache entry's) cannot be read back, or None.
+
+    Example:
+        >>> details_problem({}), details_problem({"peak_buffers": [{"bytes": 1}]})
+        (None, "KeyError: 'kind'")
+    """
+    try:
+        Details.from_json(data)  # type: ignore[arg-type]
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 def value_problem(name: str, value: object) -> str | None:
     """What is wrong with one figure's value, or None: figures are finite numbers, never negative
     (NaN compares false with everything: it would gate nothing).

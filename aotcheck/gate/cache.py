@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aotcheck.figures.program import REQUIRED_FIGURES, Details, figures_problem
+from aotcheck.figures.program import REQUIRED_FIGURES, details_problem, figures_problem
 from aotcheck._files import atomic_write_text, probe_writable
 
 # Bump when the figures computed from the same executable change meaning or
@@ -71,16 +71,6 @@ def cache_key(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _details_problem(details: Any) -> bool:
-    # Details an entry cannot give back whole (a hand edit, a bug of an old version) would
-    # surface as an error of the user's code on every run: the entry is a miss, and rewritten.
-    try:
-        Details.from_json(details)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return True
-    return False
-
-
 class FiguresCache:
     """A directory of ``<key>.json`` entries; safe for concurrent xdist workers.
 
@@ -118,7 +108,9 @@ class FiguresCache:
         if (
             not isinstance(entry, dict)
             or entry.get("attribution_problem") is not None  # Older versions cached these; a fresh compile may split.
-            or _details_problem(entry.get("details"))
+            # Details it cannot give back whole (a hand edit, an old bug) would surface as an error of the
+            # user's code on every run: a miss, and the entry rewritten.
+            or details_problem(entry.get("details"))
             or entry.get("key") != key
             or entry.get("figures_version") != FIGURES_VERSION
             or entry.get("toolchain") != dict(toolchain)

@@ -103,12 +103,12 @@ def parse_tolerances(lines: Iterable[str], *, known: Sequence[str] = ()) -> tupl
         ...
         aotcheck.gate.compare.ToleranceError: 'peak_byte' in 'peak_byte = 0%' matches no figure, so it would tolerate nothing; figures are: flops, peak_bytes
     """
-    user = tuple(parse_tolerance_line(line) for line in lines if line.strip())
-    if known:
-        for (glob, _), line in zip(user, [line for line in lines if line.strip()]):
-            if not glob.startswith("fit_max_") and not any(fnmatch.fnmatchcase(n, glob) for n in known):
-                raise ToleranceError(f"{glob!r} in {line.strip()!r} matches no figure, so it would tolerate nothing; "
-                                     f"figures are: {', '.join(sorted(known))}")
+    given = [line.strip() for line in lines if line.strip()]
+    user = tuple(parse_tolerance_line(line) for line in given)
+    for (glob, _), line in zip(user, given):
+        if known and not glob.startswith("fit_max_") and not any(fnmatch.fnmatchcase(n, glob) for n in known):
+            raise ToleranceError(f"{glob!r} in {line!r} matches no figure, so it would tolerate nothing; "
+                                 f"figures are: {', '.join(sorted(known))}")
     return user + DEFAULT_TOLERANCES
 
 

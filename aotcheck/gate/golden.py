@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from aotcheck import _runtime
 from aotcheck._files import atomic_write_text, probe_writable
 from aotcheck.gate.case import Case
-from aotcheck.figures.program import Details, value_problem
+from aotcheck.figures.program import details_problem, value_problem
 from aotcheck.gate.verdict import GoldenAction
 
 FORMAT = 1
@@ -134,14 +133,13 @@ def parse_document(text: str, path: Path, *, case: Case | None = None) -> Golden
     for name, value in doc["figures"].items():
         problem = value_problem(name, value)
         if problem:
-            raise GoldenError(f"Golden file {path}: {problem}" + (", so this golden is corrupt" if "finite" in problem
-                              else "") + ". Fix it, or regenerate it with --update-golden.")
+            raise GoldenError(f"Golden file {path}: {problem}, so this golden is corrupt. Fix it, or regenerate "
+                              "it with --update-golden.")
     details = doc.get("details")
-    try:
-        Details.from_json(details)
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
+    problem = details_problem(details)
+    if problem:
         raise GoldenError(f"Golden file {path}: its 'details' (peak buffers, collectives) cannot be read "
-                          f"({type(e).__name__}: {e}). Fix it, or regenerate it with --update-golden.") from None
+                          f"({problem}). Fix it, or regenerate it with --update-golden.")
     if case is not None and doc.get("case") != case.id:
         said = doc.get("case")
         raise GoldenError(

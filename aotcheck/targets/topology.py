@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
