@@ -419,6 +419,24 @@ def attribute(
     return Attribution(classes, buffers[:top], excess)
 
 
+def dump_file(directory: str | Path, suffix: str = "", *, required: bool = True) -> str | None:
+    """The text of one file XLA dumped for the optimized program into ``directory``: ``suffix`` ""
+    is the module itself, else ``buffer-assignment``, ``live-range``, ``memory-usage-report``.
+
+    Raises AttributionError, naming the file, when a required one is missing or unreadable.
+    """
+    pattern = f"*after_optimizations{'-' + suffix if suffix else ''}.txt"
+    files = sorted(Path(directory).glob(pattern))
+    if not files:
+        if required:
+            raise AttributionError(f"XLA wrote no {pattern} into its dump directory")
+        return None
+    try:
+        return files[-1].read_text(errors="replace")
+    except OSError as e:
+        raise AttributionError(f"cannot read XLA's dump {files[-1].name}: {e.strerror or e}") from None
+
+
 def read_dump(directory: str | Path, *, hlo_text: str | None, arguments: Sequence[Argument], peak_bytes: int | None,
               module: Mapping[str, Computation] | None = None, top: int = TOP_BUFFERS) -> Attribution:
     """:func:`attribute` on the one program XLA dumped into ``directory``.
@@ -429,21 +447,9 @@ def read_dump(directory: str | Path, *, hlo_text: str | None, arguments: Sequenc
 
     Raises AttributionError, naming the file, when a dump is missing or unreadable.
     """
-    directory = Path(directory)
-
-    def one(suffix: str, *, required: bool = True) -> str | None:
-        pattern = f"*after_optimizations{'-' + suffix if suffix else ''}.txt"
-        files = sorted(directory.glob(pattern))
-        if not files:
-            if required:
-                raise AttributionError(f"XLA wrote no {pattern} into its dump directory")
-            return None
-        try:
-            return files[-1].read_text(errors="replace")
-        except OSError as e:
-            raise AttributionError(f"cannot read XLA's dump {files[-1].name}: {e.strerror or e}") from None
-
     if hlo_text is None:
-        hlo_text = one("", required=True)
-    return attribute(one("buffer-assignment"), one("live-range"), module or parse_module(hlo_text),
-                     arguments=arguments, peak_bytes=peak_bytes, frames=stack_frames(hlo_text), usage_report=one("memory-usage-report", required=False), top=top)
+        hlo_text = dump_file(directory)
+    return attribute(dump_file(directory, "buffer-assignment"), dump_file(directory, "live-range"),
+                     module or parse_module(hlo_text), arguments=arguments, peak_bytes=peak_bytes,
+                     frames=stack_frames(hlo_text), usage_report=dump_file(directory, "memory-usage-report", required=False),
+                     top=top)

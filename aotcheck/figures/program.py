@@ -16,6 +16,7 @@ import jax
 from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.hlo import CollectiveOp, HloAnalysis, analyze_hlo
+from aotcheck.figures.sharding import Unsharded
 from aotcheck.targets.topology import Topology, parse_topology
 
 Figures = dict[str, int | float]
@@ -31,7 +32,8 @@ REQUIRED_FIGURES = (
 @dataclasses.dataclass(frozen=True)
 class Details:
     """What explains a program's figures, not gated one by one: the largest buffers at its peak
-    (:mod:`aotcheck.figures.attribution`) and its largest collectives, with their source lines.
+    (:mod:`aotcheck.figures.attribution`) and its largest collectives, with their source lines;
+    the buffers at the peak that keep a sharded batch whole (:mod:`aotcheck.figures.sharding`).
 
     Example:
         >>> details = Details([PeakBuffer(1024, "temp", "jit(f)/exp", "f32[256]", "model.py:3")], [])
@@ -43,6 +45,7 @@ class Details:
     collectives: list[CollectiveOp] = dataclasses.field(default_factory=list)
     fit: Fit | None = None  # The fit search, for configs that ask for one.
     peak_excess_bytes: int = 0  # How much more XLA lists live at the peak than its peak figure (temp is net).
+    unsharded: list[Unsharded] = dataclasses.field(default_factory=list)  # The lint's findings.
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
@@ -51,6 +54,8 @@ class Details:
             out["fit"] = self.fit.to_json()
         if self.peak_excess_bytes:
             out["peak_excess_bytes"] = self.peak_excess_bytes
+        if self.unsharded:
+            out["unsharded"] = [u.to_json() for u in self.unsharded]
         return out
 
     @classmethod
@@ -59,7 +64,8 @@ class Details:
         data = data or {}
         return cls([PeakBuffer.from_json(b) for b in data.get("peak_buffers") or []],
                    [CollectiveOp.from_json(c) for c in data.get("collectives") or []],
-                   Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0))
+                   Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0),
+                   [Unsharded.from_json(u) for u in data.get("unsharded") or []])
 
 
 def details_problem(data: object) -> str | None:

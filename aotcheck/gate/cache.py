@@ -42,7 +42,8 @@ from aotcheck._files import atomic_write_text, probe_writable
 # 7: VMEM-colored buffers counted in the peak's classes, as XLA's peak counts them.
 # 8: compile cost (compile_cpu_seconds, lower_cpu_seconds); presets this libtpu refuses not sent.
 # 9: entry parameters read from libtpu 0.0.50.1's buffer assignment too ("size N, page P, parameter K").
-FIGURES_VERSION = 9
+# 10: details carry the lint of activations left unsharded (figures.sharding).
+FIGURES_VERSION = 10
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

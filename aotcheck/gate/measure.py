@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.figures.attribution import PEAK_FIGURES, AttributionError, dump_options, read_dump
+from aotcheck.figures.attribution import PEAK_FIGURES, AttributionError, PeakBuffer, dump_file, dump_options, read_dump
 from aotcheck.figures.hlo import COLLECTIVES, analyze_hlo, parse_module, top_collectives
 from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures, program_figures
+from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded, global_sizes
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
 from aotcheck.figures.fit import Fit, Probe, search
@@ -203,8 +204,10 @@ def _measure(
         except CompileError as e:
             if is_out_of_memory(str(e)):  # What filled the memory, from the dump XLA wrote before it gave up.
                 with contextlib.suppress(AttributionError):
-                    found = read_dump(dump, hlo_text=None, arguments=arguments(lowered, config), peak_bytes=None)
-                    e.details = Details(found.buffers, [])
+                    args, text = arguments(lowered, config), dump_file(dump)
+                    found = read_dump(dump, hlo_text=text, arguments=args, peak_bytes=None)
+                    e.details = Details(found.buffers, [], unsharded=_unsharded(
+                        lowered, args, parse_module(text), found.buffers, peak_bytes=sum(found.classes.values())))
             raise
         seconds, compile_cpu = time.perf_counter() - start, round(time.process_time() - cpu, 2)
         text = compiled.as_text()
@@ -212,19 +215,22 @@ def _measure(
         analysis = analyze_hlo(text, module=module)
         figures = program_figures(compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (compile_cpu, lower_cpu)))
-        problem, buffers, excess = None, [], 0
+        problem, buffers, excess, unsharded = None, [], 0, []
         try:
-            attribution = read_dump(dump, hlo_text=text, module=module, arguments=arguments(lowered, config),
+            args = arguments(lowered, config)
+            attribution = read_dump(dump, hlo_text=text, module=module, arguments=args,
                                     peak_bytes=int(figures["peak_bytes"]))
             figures.update(attribution.figures())
             buffers, excess = attribution.buffers, attribution.excess
+            unsharded = _unsharded(lowered, args, module, buffers, peak_bytes=int(figures["peak_bytes"]))
         except AttributionError as e:
             full = _runtime.scratch_problem(dump)
             if full:  # Not the program's doing: nothing is cached or written for this case.
                 raise _runtime.HostError(f"{full}; nothing was cached or written for this case.") from None
             problem = f"the peak is not split by class: {e}"
     result = Measurement(case, figures, options, seconds, compiled=compiled,
-                         details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess),
+                         details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess,
+                                         unsharded=unsharded),
                          attribution_problem=problem)
     # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
     # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
@@ -232,3 +238,14 @@ def _measure(
         cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain(),
                   details=result.details.to_json())
     return result
+
+
+def _unsharded(lowered: Any, args: list, module: Mapping[str, Any], buffers: list[PeakBuffer], *,
+               peak_bytes: int) -> list[Unsharded]:
+    """The lint of :mod:`aotcheck.figures.sharding` on one compile: its batch inputs as split in the
+    compiled program, its buffers' sizes before partitioning from the lowered program."""
+    inputs = batch_inputs(args, module)
+    if not inputs:  # Nothing split: nothing to keep whole (and no lowered text to print).
+        return []
+    before = global_sizes(lowered.as_text(dialect="hlo", debug_info=True))
+    return find_unsharded(buffers, inputs, before, peak_bytes=peak_bytes)

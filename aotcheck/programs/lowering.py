@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -57,6 +58,7 @@ class Argument:
 
     path: str
     kind: str
+    shape: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)  # Global, as traced.
 
 
 def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
@@ -75,17 +77,18 @@ def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
     positional = [(path[1:], leaf) for path, leaf in leaves if path and getattr(path[0], "idx", None) == 0]
     tops = {TrainerConfig: ("state", "batch"), InferenceConfig: ("params", "batch")}.get(type(config))
     out = []
-    for path, _ in positional:
+    for path, leaf in positional:
         position = getattr(path[0], "idx", 0)
         rest = jax.tree_util.keystr(path[1:], simple=True, separator="/")
         if tops is None:
-            out.append(Argument(f"args[{position}]" + (f"/{rest}" if rest else ""), "batch"))
+            found = Argument(f"args[{position}]" + (f"/{rest}" if rest else ""), "batch")
         elif tops[position if position < 2 else 1] == "state":
             first = getattr(path[1], "key", None) if len(path) > 1 else None
-            out.append(Argument(rest, "params" if first == "params" else "opt_state"))
+            found = Argument(rest, "params" if first == "params" else "opt_state")
         else:
             top = tops[min(position, 1)]
-            out.append(Argument(f"{top}/{rest}" if rest else top, "params" if top == "params" else "batch"))
+            found = Argument(f"{top}/{rest}" if rest else top, "params" if top == "params" else "batch")
+        out.append(dataclasses.replace(found, shape=tuple(getattr(leaf, "shape", ()))))
     # jit leaves unused arguments out of the program (keep_unused=False): keep the parameter numbering.
     kept = getattr(getattr(lowered, "_lowering", None), "compile_args", {}).get("kept_var_idx")
     if kept is not None and len(kept) != len(out):
@@ -93,15 +96,35 @@ def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
     return out
 
 
-def lowering_context(config: Config, mesh: jax.sharding.Mesh) -> Any:
-    """The mesh a program is traced under: abstract only, and none for a config with
-    ``trace_in_mesh=False``. Its devices are deviceless TPUs, so a concrete mesh context
-    (``jax.set_mesh``) would send what user code evaluates eagerly while tracing
-    (``jax.ensure_compile_time_eval``, e.g. Equinox's rotary tables) to devices that cannot run
-    it; bare PartitionSpecs in sharding constraints only need the abstract mesh."""
+@contextlib.contextmanager
+def lowering_context(config: Config, mesh: jax.sharding.Mesh) -> Iterator[None]:
+    """The mesh a program is traced under, visible wherever model code may look for it:
+    ``jax.sharding.get_abstract_mesh()`` (the abstract mesh, ``use_abstract_mesh``) and the legacy
+    physical-mesh context of ``with mesh:`` (``thread_resources``), where this jax still has it. A
+    model whose sharding helper returns ``x`` unchanged when it finds no mesh would otherwise
+    compile without its activation constraints: not the program the TPU runs.
+
+    No concrete mesh (``jax.set_mesh``): its devices are deviceless TPUs, so what user code
+    evaluates eagerly while tracing (``jax.ensure_compile_time_eval``, e.g. Equinox's rotary
+    tables) would be sent to devices that cannot run it. Nothing for a config with
+    ``trace_in_mesh=False``.
+    """
     if not config.trace_in_mesh:
-        return contextlib.nullcontext()
-    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
+        yield
+        return
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), _legacy_mesh(mesh):
+        yield
+
+
+def _legacy_mesh(mesh: jax.sharding.Mesh) -> contextlib.ExitStack:
+    """``with mesh:`` (deprecated since jax 0.10.1, still read by older model code), entered quietly;
+    nothing where this jax no longer has it or the user disabled it."""
+    stack = contextlib.ExitStack()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Ours to enter, not the user's to fix.
+        with contextlib.suppress(AttributeError, RuntimeError, TypeError, ValueError):
+            stack.enter_context(mesh)
+    return stack
 
 
 def _axis_sizes(mesh: jax.sharding.Mesh) -> dict[str, int]:

@@ -17,7 +17,7 @@ from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
 from aotcheck.gate.upgrade import accept_all_command, find_upgrade
-from aotcheck.render.text import SUMMARY_HEADERS, summary_row, toolchain_text, upgrade_rows
+from aotcheck.render.text import SUMMARY_HEADERS, UNSHARDED_CAUSES, summary_row, toolchain_text, upgrade_rows
 from aotcheck.units import fmt_bytes, fmt_pct
 
 
@@ -88,6 +88,16 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
         for o in explained:
             lines += [f"<details><summary><code>{o.case.id}</code>: peak {fmt_bytes((o.figures or {}).get('peak_bytes', 0))}"
                       "</summary>", "", *_peak_block(o), "</details>", ""]
+    flagged = [o for o in outcomes if o.details is not None and o.details.unsharded]
+    if flagged:
+        lines += ["", "### Activations left unsharded", "", UNSHARDED_CAUSES, ""]
+        for o in flagged:
+            found = o.details.unsharded
+            lines += [f"<details><summary><code>{o.case.id}</code>: {len(found)} buffer(s) keep "
+                      f"<code>{found[0].input}</code> whole ({found[0].batch} rows, split {found[0].ways} ways)</summary>", "",
+                      markdown_table(["bytes/device", "shape", "split", "buffer", "source"],
+                                     [[fmt_bytes(u.bytes), u.shape, u.split, f"`{u.name}`", u.source or "-"]
+                                      for u in found]), "", "</details>", ""]
     upgrade = find_upgrade(outcomes, now=report.toolchain)
     if upgrade is not None:
         lines += ["", "### Toolchain upgrade", "",

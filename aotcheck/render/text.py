@@ -106,9 +106,9 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         message = f"{case.id} {explain_oom(detail, case.topology)}"
         if outcome.details is not None and outcome.details.peak_buffers:
             message += "\nThe largest buffers at XLA's peak (from its dump):\n" + buffers_table(outcome.details.peak_buffers)
-        return message
+        return "\n\n".join([message, *unsharded_lines(outcome)])
     if verdict is Verdict.OVER_HBM:
-        return f"{case.id} does not fit: it {detail}."
+        return "\n\n".join([f"{case.id} does not fit: it {detail}.", *unsharded_lines(outcome)])
     if verdict is Verdict.ERROR:
         return f"{case.id}: {detail}"
     if verdict is Verdict.CORRUPT_GOLDEN:
@@ -136,11 +136,49 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         why = why_lines(outcome)
         if why:
             lines += [*why, ""]
+        lines += [*unsharded_lines(outcome), *([""] if unsharded_lines(outcome) else [])]
         if outcome.toolchain_note:
             lines.append(f"Note: {outcome.toolchain_note}.")
         lines.append(f"To accept the new figures: {accept}")
         return "\n".join(lines)
     return outcome.message
+
+
+UNSHARDED_CAUSES = (
+    "Likely causes: the model skips its sharding constraints on a CPU host (a helper that checks "
+    "jax.devices() or jax.default_backend(); decide by the mesh in context instead: "
+    "jax.sharding.get_abstract_mesh().empty), or the partitioner dropped a constraint (constrain this "
+    "activation's batch dimension). The figures are those of this program, which is not the one the TPU "
+    "would run. See README, \"How a model finds its mesh\".")
+
+
+def unsharded_lines(outcome: Outcome, *, limit: int = 5) -> list[str]:
+    """The lint's finding on a case (:mod:`aotcheck.figures.sharding`) as one paragraph; none if clean.
+
+    Example:
+        >>> from aotcheck.figures.sharding import Unsharded
+        >>> from aotcheck.gate.case import Case
+        >>> found = Unsharded(2**25, "jit(step)/dot_general", "f32[16,256,256,4]", "model.py:88", "batch/tokens", 16, 8, 2)
+        >>> o = Outcome(Case.of("llama", "train_step", "v5e-16"), Verdict.PASS, details=Details(unsharded=[found]))
+        >>> print(unsharded_lines(o)[0])  # doctest: +NORMALIZE_WHITESPACE
+        llama/train_step@v5e-16x1: 1 activation at the peak keeps the whole batch on every device
+        (batch/tokens: 16 rows, split 8 ways):
+          bytes/device  shape              split  buffer                 source
+          ------------  -----------------  -----  ---------------------  -----------
+          32.00 MiB     f32[16,256,256,4]  2      jit(step)/dot_general  model.py:88
+        Likely causes: ...
+    """
+    found = outcome.details.unsharded if outcome.details is not None else []
+    if not found:
+        return []
+    first = found[0]
+    rows = [[fmt_bytes(u.bytes), u.shape, u.split, _clip(u.name, 60), u.source or "-"] for u in found[:limit]]
+    more = [f"  ... and {len(found) - limit} more (the JSON report has them all)"] if len(found) > limit else []
+    head = (f"{outcome.case.id}: {len(found)} activation{'s' if len(found) > 1 else ''} at the peak "
+            f"keep{'' if len(found) > 1 else 's'} the whole batch on every device "
+            f"({first.input}: {first.batch} rows, split {first.ways} ways):")
+    body = "\n".join("  " + line for line in table(["bytes/device", "shape", "split", "buffer", "source"], rows).splitlines())
+    return ["\n".join([head, body, *more, UNSHARDED_CAUSES])]
 
 
 def hbm_fraction(outcome: Outcome) -> float | None:
@@ -193,6 +231,8 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
     for o in report.outcomes:
         if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:
             lines += ["", o.message if o.drift_warning else f"note: {o.message}"]
+    for o in report.outcomes:
+        lines += [line for found in unsharded_lines(o) for line in ("", "note: " + found)]
     for name, error in sorted(report.broken.items()):
         lines += ["", f"aotcheck: config {name!r} could not be built: {error}"]
     if update:
