@@ -255,7 +255,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         Path(args.svg).write_text(svg_chart(merged.report.outcomes))
     for line in annotations(merged, limit=args.annotations):
         print(line)
-    return 1 if merged.failed else 0
+    # A report missing or unreadable is bad input (2), said after rendering what could be read.
+    return 2 if merged.problems else 1 if merged.failed else 0
 
 
 def cmd_init(args: argparse.Namespace) -> int:

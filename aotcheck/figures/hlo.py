@@ -143,6 +143,23 @@ def parse_instruction(line: str) -> Instruction | None:
     return Instruction(match[2], type_text, op[1], operands, args, rest[close:], bool(match[1]))
 
 
+_UNPREFIXED = re.compile(r"^(\s*(?:ROOT\s+)?)(?!%)([\w.\-]+\s*=)")
+
+
+def lowered_instructions(text: str) -> Iterator[Instruction]:
+    r"""Every instruction of a module's text in order, names printed with ``%`` (a compiled
+    program's) or without (``lowered.as_text(dialect="hlo")``).
+
+    Example:
+        >>> [i.opcode for i in lowered_instructions("ENTRY m {\n  p.1 = f32[4]{0} parameter(0)\n}")]
+        ['parameter']
+    """
+    for line in text.splitlines():
+        inst = parse_instruction(_UNPREFIXED.sub(r"\1%\2", line, count=1))
+        if inst is not None:
+            yield inst
+
+
 def parse_module(text: str) -> dict[str, Computation]:
     """Computations of an HLO module's text, by name."""
     computations: dict[str, Computation] = {}

@@ -58,6 +58,29 @@ class Details:
             out["unsharded"] = [u.to_json() for u in self.unsharded]
         return out
 
+    def sources(self) -> set[str]:
+        """Every source line these details name (what a cached copy must map onto the code as it is now)."""
+        found = [*self.peak_buffers, *self.collectives, *self.unsharded,
+                 *(self.fit.buffers_at_max if self.fit is not None else [])]
+        return {item.source for item in found if item.source}
+
+    def with_sources(self, lines: Mapping[str, str]) -> "Details":
+        """These details with every source line replaced by ``lines[source]`` (see
+        :mod:`aotcheck.figures.sources`); a line not in ``lines`` stays.
+
+        Example:
+            >>> d = Details([PeakBuffer(8, "temp", "jit(f)/exp", "f32[2]", "m.py:7")], [])
+            >>> d.with_sources({"m.py:7": "m.py:8"}).peak_buffers[0].source
+            'm.py:8'
+        """
+        def moved(items: list) -> list:
+            return [dataclasses.replace(i, source=lines.get(i.source, i.source)) if i.source else i for i in items]
+
+        fit = (dataclasses.replace(self.fit, buffers_at_max=moved(self.fit.buffers_at_max))
+               if self.fit is not None else None)
+        return dataclasses.replace(self, peak_buffers=moved(self.peak_buffers), collectives=moved(self.collectives),
+                                   unsharded=moved(self.unsharded), fit=fit)
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> "Details":
         """The inverse of :meth:`to_json` (None: no details); KeyError/TypeError/ValueError if malformed."""

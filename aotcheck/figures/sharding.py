@@ -36,12 +36,11 @@ Example (a 4-way sharded batch of 16; the scores kept all 16 rows):
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from aotcheck.figures.attribution import PeakBuffer
-from aotcheck.figures.hlo import Computation, instruction_source, metadata, parse_arrays, parse_instruction, stack_frames
+from aotcheck.figures.hlo import Computation, instruction_source, lowered_instructions, metadata, parse_arrays, stack_frames
 from aotcheck.programs.lowering import Argument
 
 # A buffer below this share of the peak is not worth a note, however it is sharded.
@@ -105,9 +104,6 @@ def batch_inputs(args: Sequence[Argument], module: Mapping[str, Computation]) ->
     return out
 
 
-_UNPREFIXED = re.compile(r"^(\s*(?:ROOT\s+)?)(?!%)([\w.\-]+\s*=)")
-
-
 def global_sizes(lowered_hlo: str) -> dict[tuple[str, str | None], set[int]]:
     """Element counts by (op name, source line), from the lowered program before partitioning
     (``lowered.as_text(dialect="hlo", debug_info=True)``: global shapes, JAX's names and lines).
@@ -120,12 +116,8 @@ def global_sizes(lowered_hlo: str) -> dict[tuple[str, str | None], set[int]]:
     """
     frames = stack_frames(lowered_hlo)
     out: dict[tuple[str, str | None], set[int]] = {}
-    for line in lowered_hlo.splitlines():
-        if "op_name=" not in line:
-            continue
-        inst = parse_instruction(_UNPREFIXED.sub(r"\1%\2", line, count=1))
-        arrays = inst.arrays if inst is not None else []
-        name = metadata(inst, "op_name") if inst is not None else None
+    for inst in lowered_instructions(lowered_hlo):
+        arrays, name = inst.arrays, metadata(inst, "op_name")
         if not name or len(arrays) != 1:
             continue
         out.setdefault((name, instruction_source(inst, frames)), set()).add(arrays[0].elements)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from aotcheck.figures.program import REQUIRED_FIGURES, details_problem, figures_problem
+from aotcheck.figures.sources import anchors_problem
 from aotcheck._files import atomic_write_text, probe_writable
 
 # Bump when the figures computed from the same executable change meaning or
@@ -42,7 +43,8 @@ from aotcheck._files import atomic_write_text, probe_writable
 # 7: VMEM-colored buffers counted in the peak's classes, as XLA's peak counts them.
 # 8: compile cost (compile_cpu_seconds, lower_cpu_seconds); presets this libtpu refuses not sent.
 # 9: entry parameters read from libtpu 0.0.50.1's buffer assignment too ("size N, page P, parameter K").
-# 10: details carry the lint of activations left unsharded (figures.sharding).
+# 10: details carry the lint of activations left unsharded (figures.sharding); entries carry anchors,
+#     so a hit names the source lines as they are now (figures.sources).
 FIGURES_VERSION = 10
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
@@ -112,6 +114,7 @@ class FiguresCache:
             # Details it cannot give back whole (a hand edit, an old bug) would surface as an error of the
             # user's code on every run: a miss, and the entry rewritten.
             or details_problem(entry.get("details"))
+            or anchors_problem(entry.get("anchors", {}))
             or entry.get("key") != key
             or entry.get("figures_version") != FIGURES_VERSION
             or entry.get("toolchain") != dict(toolchain)
@@ -123,13 +126,15 @@ class FiguresCache:
         return entry
 
     def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float, toolchain: Mapping[str, Any],
-            details: Mapping[str, Any] | None = None) -> None:
-        """Stores a case's figures, with what explains them (``details``): only whole answers (the
-        peak split by class), so that an entry says what a fresh compile would."""
+            details: Mapping[str, Any] | None = None, anchors: Mapping[str, list[int]] | None = None) -> None:
+        """Stores a case's figures, with what explains them (``details``) and where the source lines
+        they name stand in the lowered program (``anchors``, :mod:`aotcheck.figures.sources`): only
+        whole answers (the peak split by class), so that an entry says what a fresh compile would."""
         if not self.enabled:
             return
         entry = {"key": key, "figures": dict(figures), "compile_seconds": compile_seconds,
-                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain), "details": dict(details or {})}
+                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain), "details": dict(details or {}),
+                 "anchors": dict(anchors or {})}
         try:
             atomic_write_text(self._path(key), json.dumps(entry, sort_keys=True))
         except OSError as e:

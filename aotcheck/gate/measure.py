@@ -32,6 +32,7 @@ from aotcheck.figures.attribution import PEAK_FIGURES, AttributionError, PeakBuf
 from aotcheck.figures.hlo import COLLECTIVES, analyze_hlo, parse_module, top_collectives
 from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures, program_figures
 from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded, global_sizes
+from aotcheck.figures.sources import anchors, remap, source_sequence
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
 from aotcheck.figures.fit import Fit, Probe, search
@@ -188,14 +189,19 @@ def _measure(
     cpu = time.process_time()  # The process's own counters (user + sys, every thread), not wall time.
     lowered = lower_config(config, case.target, program=case.program)[case.program]
     lower_cpu = round(time.process_time() - cpu, 2)
-    key = None
+    key, located = None, _Located(lowered)
     if cache is not None:
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=case.topology.name,
                         num_slices=case.num_slices, toolchain=_runtime.toolchain())
         entry = cache.get(key, toolchain=_runtime.toolchain())
-        if entry is not None:  # Every figure as the compile that made the entry measured it (its costs too).
-            return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)), cached=True,
-                               details=Details.from_json(entry.get("details")))
+        if entry is not None:
+            # Every figure as the compile that made the entry measured it (its costs too); the lines its
+            # details name, as the code stands now. An entry whose lines cannot be mapped is compiled afresh.
+            details = Details.from_json(entry.get("details"))
+            lines = remap(entry.get("anchors", {}), located.sequence(), needed=details.sources())
+            if lines is not None:
+                return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)),
+                                   cached=True, details=details.with_sources(lines))
     with _runtime.dump_directory() as dump:
         start, cpu = time.perf_counter(), time.process_time()
         try:
@@ -207,7 +213,7 @@ def _measure(
                     args, text = arguments(lowered, config), dump_file(dump)
                     found = read_dump(dump, hlo_text=text, arguments=args, peak_bytes=None)
                     e.details = Details(found.buffers, [], unsharded=_unsharded(
-                        lowered, args, parse_module(text), found.buffers, peak_bytes=sum(found.classes.values())))
+                        located, args, parse_module(text), found.buffers, peak_bytes=sum(found.classes.values())))
             raise
         seconds, compile_cpu = time.perf_counter() - start, round(time.process_time() - cpu, 2)
         text = compiled.as_text()
@@ -222,7 +228,7 @@ def _measure(
                                     peak_bytes=int(figures["peak_bytes"]))
             figures.update(attribution.figures())
             buffers, excess = attribution.buffers, attribution.excess
-            unsharded = _unsharded(lowered, args, module, buffers, peak_bytes=int(figures["peak_bytes"]))
+            unsharded = _unsharded(located, args, module, buffers, peak_bytes=int(figures["peak_bytes"]))
         except AttributionError as e:
             full = _runtime.scratch_problem(dump)
             if full:  # Not the program's doing: nothing is cached or written for this case.
@@ -236,16 +242,33 @@ def _measure(
     # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
     if cache is not None and key is not None and problem is None:
         cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain(),
-                  details=result.details.to_json())
+                  details=result.details.to_json(), anchors=anchors(result.details.sources(), located.sequence()))
     return result
 
 
-def _unsharded(lowered: Any, args: list, module: Mapping[str, Any], buffers: list[PeakBuffer], *,
+class _Located:
+    """The lowered program with its locations (``as_text(dialect="hlo", debug_info=True)``), printed
+    once and only when asked for: the lint's sizes before partitioning, the cache's line anchors."""
+
+    def __init__(self, lowered: Any) -> None:
+        self._lowered, self._text, self._sequence = lowered, None, None
+
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._lowered.as_text(dialect="hlo", debug_info=True)
+        return self._text
+
+    def sequence(self) -> list[str | None]:
+        if self._sequence is None:
+            self._sequence = source_sequence(self.text())
+        return self._sequence
+
+
+def _unsharded(located: _Located, args: list, module: Mapping[str, Any], buffers: list[PeakBuffer], *,
                peak_bytes: int) -> list[Unsharded]:
     """The lint of :mod:`aotcheck.figures.sharding` on one compile: its batch inputs as split in the
     compiled program, its buffers' sizes before partitioning from the lowered program."""
     inputs = batch_inputs(args, module)
     if not inputs:  # Nothing split: nothing to keep whole (and no lowered text to print).
         return []
-    before = global_sizes(lowered.as_text(dialect="hlo", debug_info=True))
-    return find_unsharded(buffers, inputs, before, peak_bytes=peak_bytes)
+    return find_unsharded(buffers, inputs, global_sizes(located.text()), peak_bytes=peak_bytes)

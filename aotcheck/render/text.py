@@ -21,6 +21,7 @@ from aotcheck.figures.attribution import CLASSES, PeakBuffer
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.hlo import CollectiveOp
 from aotcheck.figures.program import Details
+from aotcheck.figures.sharding import Unsharded
 from aotcheck.gate.why import class_growth, grown
 from aotcheck.figures.program import Figures, comm_bytes, roofline
 from aotcheck.gate.compare import Change, Row
@@ -169,16 +170,19 @@ def unsharded_lines(outcome: Outcome, *, limit: int = 5) -> list[str]:
         Likely causes: ...
     """
     found = outcome.details.unsharded if outcome.details is not None else []
-    if not found:
-        return []
+    return [unsharded_paragraph(found, what=outcome.case.id, limit=limit)] if found else []
+
+
+def unsharded_paragraph(found: Sequence[Unsharded], *, what: str, limit: int = 5) -> str:
+    """The buffers that keep a sharded batch whole, a table and their likely causes (``found`` non-empty)."""
     first = found[0]
     rows = [[fmt_bytes(u.bytes), u.shape, u.split, _clip(u.name, 60), u.source or "-"] for u in found[:limit]]
     more = [f"  ... and {len(found) - limit} more (the JSON report has them all)"] if len(found) > limit else []
-    head = (f"{outcome.case.id}: {len(found)} activation{'s' if len(found) > 1 else ''} at the peak "
+    head = (f"{what}: {len(found)} activation{'s' if len(found) > 1 else ''} at the peak "
             f"keep{'' if len(found) > 1 else 's'} the whole batch on every device "
             f"({first.input}: {first.batch} rows, split {first.ways} ways):")
     body = "\n".join("  " + line for line in table(["bytes/device", "shape", "split", "buffer", "source"], rows).splitlines())
-    return ["\n".join([head, body, *more, UNSHARDED_CAUSES])]
+    return "\n".join([head, body, *more, UNSHARDED_CAUSES])
 
 
 def hbm_fraction(outcome: Outcome) -> float | None:
@@ -441,6 +445,8 @@ def explain(hlo_text: str, figures: Figures, *, details: Details | None = None, 
         lines.append("What holds the HBM at the peak (per device):\n" + split + note)
     if details is not None and details.peak_buffers:
         lines.append("The largest buffers at the peak:\n" + buffers_table(details.peak_buffers, limit=limit))
+    if details is not None and details.unsharded:
+        lines.append(unsharded_paragraph(details.unsharded, what="this program"))
     return "\n\n".join(lines)
 
 

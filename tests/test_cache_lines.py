@@ -1,0 +1,68 @@
+"""A figures cache that is never stale: an edit that moves source lines but not the program reuses
+the compiled figures, and the details name the lines as they are now (aotcheck.figures.sources).
+
+Real runs of ``aotcheck check`` in a project of its own: lm-tiny's train step from a copy of
+aotcheck/models/lm.py, edited between runs as a user edits a model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import aotcheck.models.lm
+
+CONFTEST = '''
+import aotcheck
+import mylm
+
+aotcheck.register("mylm", lambda: mylm.trainer_config(mylm.TINY))
+'''
+
+
+def _check(project: Path, *args: str) -> dict:
+    report = project / "r.json"
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "check", "--configs", "mylm", "--topologies", "v4-8",
+                          "--slices", "1", f"--report={report}", *args], cwd=project, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (case,) = json.loads(report.read_text())["cases"]
+    return case
+
+
+def _lines(details: dict) -> list[str]:
+    found = [b.get("source") for key in ("peak_buffers", "collectives") for b in details[key]]
+    return sorted(s for s in found if s)
+
+
+def test_an_edit_that_moves_lines_reuses_the_figures_and_names_the_lines_as_they_are_now(tmp_path):
+    shutil.copy(aotcheck.models.lm.__file__, tmp_path / "mylm.py")
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    cache = f"--aot-cache-dir={tmp_path / 'cache'}".replace("--aot-", "--")
+    first = _check(tmp_path, cache, "--update-golden")
+    assert not first["cached"] and any(s.startswith("mylm.py:") for s in _lines(first["details"]))
+
+    model = tmp_path / "mylm.py"
+    model.write_text("# One line more at the top: every line below moves down by one.\n" + model.read_text())
+    moved = _check(tmp_path, cache, "--update-golden")
+    assert moved["cached"]  # The program did not change: nothing compiled...
+    shifted = [re.sub(r"^mylm\.py:(\d+)$", lambda m: f"mylm.py:{int(m[1]) + 1}", s) for s in _lines(first["details"])]
+    assert _lines(moved["details"]) == shifted  # ...and every line is named as it is now,
+    fresh = _check(tmp_path, "--no-cache")
+    assert not fresh["cached"] and moved["details"] == fresh["details"]  # exactly as a fresh compile names it,
+    golden = json.loads((tmp_path / "golden/mylm/train_step@v4-8x1.json").read_text())
+    assert golden["details"] == fresh["details"]  # in the golden --update-golden wrote from the cache too.
+
+    # An entry whose lines cannot be mapped onto the program as it is (here: anchors pointing at
+    # instructions that name no line) is never served: the case is compiled afresh and the entry rewritten.
+    (entry,) = (tmp_path / "cache").rglob("??/*.json")
+    data = json.loads(entry.read_text())
+    data["anchors"] = {source: [0] for source in data["anchors"]}
+    entry.write_text(json.dumps(data))
+    again = _check(tmp_path, cache)
+    assert not again["cached"] and again["details"] == fresh["details"]
+    assert json.loads(entry.read_text())["anchors"] != data["anchors"]
