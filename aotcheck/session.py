@@ -45,11 +45,11 @@ from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, parse_tolerances
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
-from aotcheck.gate.measure import figure_names, unsupported_reason
+from aotcheck.gate.measure import COST_FIGURES, figure_names, unsupported_reason
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.upgrade import glob_quote
-from aotcheck.gate.shard import ShardError, assign_shards, parse_shard
+from aotcheck.gate.shard import ShardError, assign_shards, expected_seconds, parse_shard, shard_of_name
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, parse_libtpu_init_args, refusal_lines,
                                        runtime_only)
@@ -296,6 +296,7 @@ class GateSession:
                                                           presets=settings.presets)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
+        self._recorded: dict[str, float] | None = None  # Goldens' compile CPU seconds, read once.
         self.interruption = Interruption()  # Front ends install it for the run's life.
         self.warnings: list[str] = []
         self._noted: set[str] = set()
@@ -379,10 +380,38 @@ class GateSession:
             )
         if sharded and self.settings.shard:
             k, n = self.settings.shard
-            shard_of = assign_shards([p.case for p in cases], n)
+            shard_of = assign_shards([p.case for p in cases], n, seconds=self.expected_seconds([p.case for p in cases]))
             cases = [p for p in cases if shard_of[p.case.id] == k]
             broken = broken if k == 1 else {}  # A broken config fails once, in the first shard.
         return Plan(cases, broken, empty)
+
+    def expected_seconds(self, cases: Sequence[Case]) -> dict[str, float]:
+        """Case id -> the compile CPU seconds its golden recorded (a guess from its kind without one):
+        what shards are balanced by."""
+        if self._recorded is None:
+            self._recorded = {}
+            for case in cases:
+                try:
+                    golden = self.store.read(case)
+                except GoldenError:
+                    golden = None
+                if golden is not None:
+                    self._recorded[case.id] = sum(float(golden.figures.get(name, 0.0)) for name in COST_FIGURES)
+        return expected_seconds(cases, self._recorded)
+
+    def other_shards_tests(self, names: Sequence[str]) -> set[str]:
+        """Of a user's own tests (node ids), those that belong to another shard than this session's."""
+        if not self.settings.shard:
+            return set()
+        k, n = self.settings.shard
+        return {name for name in names if shard_of_name(name, n) != k}
+
+    def shard_seconds(self) -> tuple[float, float] | None:
+        """(this shard's expected compile seconds, the whole matrix's), when sharded."""
+        if not self.settings.shard:
+            return None
+        every = self.expected_seconds([p.case for p in self.plan(sharded=False).cases])
+        return sum(every[p.case.id] for p in self.plan().cases), sum(every.values())
 
     # Cases ---------------------------------------------------------------------------
 
@@ -506,6 +535,7 @@ class GateSession:
         s = self.settings
         lines = header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
                              cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
+                             shard_seconds=self.shard_seconds(),
                              toolchain=_runtime.toolchain(), foreign=self.foreign_toolchain_goldens())
         if s.presets:
             lines += refusal_lines({family_of(t.topology) for t in s.targets})

@@ -194,8 +194,8 @@ def test_adapted_models_compile_and_match_their_goldens(tmp_path):
     flagged = {k: c["details"].get("unsharded") for k, c in cases.items() if c["details"].get("unsharded")}
     assert list(flagged) == ["esm2-8m/train_step@v5e-16x1"], flagged
     found = flagged["esm2-8m/train_step@v5e-16x1"][0]
-    assert (found["shape"], found["input"], found["batch"], found["ways"], found["split"]) == (
-        "f32[6,64,5,256,256]", "batch/tokens", 64, 16, 4)
+    assert (found["shape"], found["batch"], found["ways"], found["split"]) == ("f32[6,64,5,256,256]", 64, 16, 4)
+    assert found["input"] in ("batch/tokens", "batch/targets")  # Both are (64, 256), split 16 ways.
 
 
 # --- What user code evaluates while it is traced -----------------------------------------------------

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.models import lm
 from aotcheck.programs.registry import Registry
 from aotcheck.gate.measure import measure
-from aotcheck.gate.shard import ShardError, assign_shards, case_weight, parse_shard
+from aotcheck.gate.shard import expected_seconds, ShardError, assign_shards, case_weight, parse_shard
 from aotcheck.targets.topology import topology_names
 
 from toy import INI, golden, plant_stale, run
@@ -100,6 +101,46 @@ def test_shards_cover_the_matrix_once_and_balance(matrix, n):
         assert max(loads) - min(loads) <= max(case_weight(c) for c in matrix)
 
 
+def _best_split(costs: list[float], n: int) -> float:
+    """The smallest largest-shard load over every split of ``costs`` into ``n`` shards (exhaustive)."""
+    best = float("inf")
+
+    def place(i: int, loads: list[float]) -> None:
+        nonlocal best
+        if max(loads) >= best:
+            return
+        if i == len(costs):
+            best = max(loads)
+            return
+        for k in range(n):
+            if k and loads[k] == loads[k - 1]:
+                continue  # Shards with equal loads are interchangeable.
+            loads[k] += costs[i]
+            place(i + 1, loads)
+            loads[k] -= costs[i]
+
+    place(0, [0.0] * n)
+    return best
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["train_step", "prefill"]),
+                          st.integers(1, 4), st.floats(0.1, 500.0) | st.none()), max_size=9, unique_by=lambda t: t[:3]),
+       st.integers(1, 4))
+def test_shards_weighed_by_recorded_seconds_stay_within_the_largest_case_of_the_best_split(rows, n):
+    """Each case costs what its golden recorded (None: no golden, its kind's guess): no shard exceeds
+    the best possible split by more than the largest case, and every runner computes the same split."""
+    matrix = [Case.of(config, program, "v4-8", slices) for config, program, slices, _ in rows]
+    recorded = {c.id: seconds for c, (*_, seconds) in zip(matrix, rows) if seconds is not None}
+    seconds = expected_seconds(matrix, recorded)
+    assert all(seconds[k] == v for k, v in recorded.items())  # A golden's seconds are the case's cost.
+    assignment = assign_shards(matrix, n, seconds=seconds)
+    assert assign_shards(list(reversed(matrix)), n, seconds=dict(reversed(list(seconds.items())))) == assignment
+    if matrix:
+        loads = [sum(seconds[c.id] for c in matrix if assignment[c.id] == k) for k in range(1, n + 1)]
+        costs = sorted((seconds[c.id] for c in matrix), reverse=True)
+        assert max(loads) <= _best_split(costs, n) + max(costs) + 1e-9
+
+
 @pytest.mark.parametrize("spec", ["3/2", "0/4", "1/0", "a/b", "1", ""])
 def test_bad_shard_specs(spec):
     with pytest.raises(ShardError, match="--aot-shard"):
@@ -112,22 +153,41 @@ MATRIX = ("--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2")
 def test_shards_in_a_real_run_union_to_the_matrix(toy):
     run(toy, *MATRIX, "--update-golden").assert_outcomes(passed=8)
     stale = plant_stale(toy)
-    seen = {}
+    seen, expected = {}, {}
     for k in (1, 2):
         report = toy.path / f"r{k}.json"
         result = run(toy, *MATRIX, f"--aot-shard={k}/2", f"--aot-report={report}", "--update-golden")
         assert result.ret == 0
+        # The header says what this shard is expected to cost, from the goldens' recorded seconds.
+        expected[k] = [float(x) for x in re.search(
+            rf"shard {k}/2 \(expected (\S+) s of the matrix's (\S+) s of compile CPU\)", result.stdout.str()).groups()]
         seen[k] = {c["case"] for c in json.loads(report.read_text())["cases"]}
         assert stale.exists()  # A shard never removes stale goldens...
         result.stdout.fnmatch_lines(["*stale golden file(s) with no registered case: gone/step@v4-8x1.json*"])
         assert "toy/step" not in result.stdout.str().split("stale golden")[1]  # ...nor calls other shards' stale.
     assert seen[1].isdisjoint(seen[2]) and len(seen[1] | seen[2]) == 8
+    assert expected[1][1] == expected[2][1] > 0 and abs(expected[1][0] + expected[2][0] - expected[1][1]) <= 0.1
 
     out = subprocess.run([sys.executable, "-m", "aotcheck", "report", "r1.json", "r2.json", "--expect-shards", "2"],
                          cwd=toy.path, capture_output=True, text=True)
     rows = {line.split()[0]: line.split()[-1] for line in out.stdout.splitlines() if "@" in line.split(" ")[0]}
     assert out.returncode == 0 and set(rows) == seen[1] | seen[2], out.stdout  # Each case once, by its id...
     assert set(rows.values()) <= {"created", "changed", "unchanged"}, rows  # ...with its verdict.
+
+
+def test_users_own_aotcheck_tests_are_sharded_with_the_cases(project):
+    """A test of the user's marked ``aotcheck`` runs in exactly one shard (not in every one); the
+    generated cases alone carry ``aotcheck_case``, which the action's golden rerun selects."""
+    project.makepyfile(test_mine="\n".join(
+        ["import pytest", *[f"@pytest.mark.aotcheck\ndef test_{i}():\n    pass\n" for i in range(6)]]))
+    ran = {}
+    for k in (1, 2):
+        result = run(project, "--aot-topologies=v4-8", "-m", "aotcheck", f"--aot-shard={k}/2", "--update-golden", "-v")
+        assert result.ret == 0
+        ran[k] = set(re.findall(r"test_mine.py::(test_\d) PASSED", result.stdout.str()))
+    assert ran[1].isdisjoint(ran[2]) and ran[1] | ran[2] == {f"test_{i}" for i in range(6)}
+    only_cases = run(project, "--aot-topologies=v4-8", "-m", "aotcheck_case", "-v")
+    only_cases.assert_outcomes(passed=1)  # toy/step@v4-8x1: none of the user's tests.
 
 
 def test_cache_hits_are_shown_and_no_cache_bypasses(toy):

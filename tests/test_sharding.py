@@ -40,9 +40,10 @@ def test_a_model_that_reads_the_legacy_mesh_gets_its_constraints():
     """Lowering only: the helper that looks for ``with mesh:`` finds it while aotcheck traces; with the
     abstract mesh alone (what aotcheck set before) its constraints vanish."""
     import shard_helpers
-    from adapter_models import llama_config
 
     from aotcheck.programs import lowering
+
+    llama_config = shard_helpers.llama_config  # tests/adapter_models.py as already loaded.
 
     target = Target.of("v5e-16")
     legacy = _constraints(lower_config(llama_config(shard=shard_helpers.by_legacy_mesh), target)["train_step"].as_text())
@@ -135,9 +136,9 @@ def test_small_buffers_and_ones_without_the_whole_batch_are_not_flagged():
 
 
 def test_global_sizes_read_the_lowered_program_with_its_lines():
-    from adapter_models import llama_config
+    import shard_helpers
 
-    lowered = lower_config(llama_config(), Target.of("v5e-16"))["train_step"]
+    lowered = lower_config(shard_helpers.llama_config(), Target.of("v5e-16"))["train_step"]
     sizes = global_sizes(lowered.as_text(dialect="hlo", debug_info=True))
     scores = [v for (name, source), v in sizes.items() if name.endswith("jvp(BTHGD,BSHD->BHGTS)/dot_general")]
     assert scores == [{16 * 2 * 4 * 256 * 256}]  # B, kv heads, groups, T, S: global, before partitioning.

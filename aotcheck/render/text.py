@@ -452,12 +452,15 @@ def explain(hlo_text: str, figures: Figures, *, details: Details | None = None, 
 
 def header_lines(
     *, targets: Sequence[str], golden_dir: str, update: bool, cache_dir: str | None, shard: tuple[int, int] | None,
-    toolchain: dict[str, str | None], foreign: Sequence[str],
+    toolchain: dict[str, str | None], foreign: Sequence[str], shard_seconds: tuple[float, float] | None = None,
 ) -> list[str]:
-    """The session's header: what it checks, where goldens are, the cache, the shard, the toolchain."""
+    """The session's header: what it checks, where goldens are, the cache, the shard (with its expected
+    compile seconds of the whole matrix's), the toolchain."""
     cache = f"figures cache {cache_dir}" if cache_dir else "no figures cache"
+    expected = (f" (expected {shard_seconds[0]:.1f} s of the matrix's {shard_seconds[1]:.1f} s of compile CPU)"
+                if shard and shard_seconds else "")
     lines = [f"aotcheck: {', '.join(targets)}; goldens in {golden_dir}{' (updating)' if update else ''}; {cache}"
-             f"{f'; shard {shard[0]}/{shard[1]}' if shard else ''}; "
+             f"{f'; shard {shard[0]}/{shard[1]}{expected}' if shard else ''}; "
              + ", ".join(f"{k} {v}" for k, v in toolchain.items())]
     if foreign:
         lines.append(f"aotcheck: {len(foreign)} golden file(s) were made with another toolchain "
