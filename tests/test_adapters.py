@@ -174,6 +174,7 @@ ADAPTED_CASES = ["linen-tiny/train_step", "linen-tiny/forward", "nnx-tiny/train_
                  "esm2-8m/train_step", "nnx-llama/train_step"]
 
 
+@pytest.mark.heavy
 def test_adapted_models_compile_and_match_their_goldens(tmp_path):
     """The gate's CLI over the repository's ini (which loads tests/adapter_models.py), on v5e-16."""
     report = tmp_path / "report.json"

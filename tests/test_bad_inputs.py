@@ -251,6 +251,7 @@ GOLDEN_FAULTS = [
 ]
 
 
+@pytest.mark.heavy
 def test_broken_golden_files_fail_their_case_and_are_left_alone(faults):
     run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden").assert_outcomes(passed=1)
     path = golden(faults)
@@ -301,6 +302,7 @@ def program_figures_of(path):
     return doc
 
 
+@pytest.mark.heavy
 def test_plausible_but_wrong_cache_entries_are_recompiled_never_copied(faults):
     cache = faults.path / "cache"
     run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden", f"--aot-cache-dir={cache}")

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import aotcheck.models.lm
 
 CONFTEST = '''
@@ -39,6 +41,7 @@ def _lines(details: dict) -> list[str]:
     return sorted(s for s in found if s)
 
 
+@pytest.mark.heavy
 def test_an_edit_that_moves_lines_reuses_the_figures_and_names_the_lines_as_they_are_now(tmp_path):
     shutil.copy(aotcheck.models.lm.__file__, tmp_path / "mylm.py")
     (tmp_path / "conftest.py").write_text(CONFTEST)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aotcheck.gate.measure import COST_FIGURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +64,7 @@ def test_bad_input_is_a_clear_error():
     assert out.returncode == 2 and "no program 'nope'" in out.stderr
 
 
+@pytest.mark.heavy
 def test_compile_explain_shows_loops_with_trip_counts():
     out = run("compile", "lm-tiny", "--topology", "v4-8", "--method", "train_step", "--explain")
     assert out.returncode == 0, out.stderr
@@ -79,6 +82,7 @@ def test_compile_explain_shows_loops_with_trip_counts():
     assert "The largest collectives, per step:" in text
 
 
+@pytest.mark.heavy
 def test_compile_json_has_the_goldens_figures_and_details_and_leaves_no_file(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "lm-tiny", "--topology", "v4-8",

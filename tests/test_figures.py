@@ -34,6 +34,7 @@ def test_loop_aware_flops_match_the_analytic_count(topology):
     assert figures["flops_xla"] * figures["flops_program"] / figures["flops"] < 0.5 * analytic
 
 
+@pytest.mark.heavy
 def test_windowed_einsum_loops_are_counted():
     # Unscanned and FSDP-only on v5e-16: the SPMD partitioner turns weight matmuls into
     # while loops (windowed einsum) that XLA's raw figure counts once. (~30 s compile.)

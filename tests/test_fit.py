@@ -131,6 +131,7 @@ def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, 
     assert sum(found.split_at_max.values()) == found.peak_at_max
 
 
+@pytest.mark.heavy
 def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit_project, monkeypatch, tmp_path):
     cache = f"--aot-cache-dir={tmp_path / 'cache'}"
     # First the gate's --aot-fit asks for the search (the config names none): the toy FunctionConfig,
@@ -166,6 +167,7 @@ def test_one_fit_target_glob_alone_is_a_tuple_of_one():
     assert lm.inference_config(lm.TINY, fit_targets=("v4-8x1", "v5e-*")).fit_targets == ("v4-8x1", "v5e-*")
 
 
+@pytest.mark.heavy
 def test_fit_targets_limit_where_the_gate_searches(fit_project, monkeypatch, tmp_path):
     """A search costs compiles: fit_targets=("*x1",) runs it on one slice only, for the config's own
     fit and the gate's --aot-fit alike; the other targets are gated without the figure."""

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 LM_TINY = '''
 import aotcheck
 from aotcheck.models import lm
@@ -39,6 +41,7 @@ def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.json"))}
 
 
+@pytest.mark.heavy
 def test_check_command_and_plugin_give_identical_goldens_and_reports(pytester):
     pytester.makeconftest(LM_TINY)
     pytester.makeini(MATRIX)

@@ -150,6 +150,7 @@ def test_bad_shard_specs(spec):
 MATRIX = ("--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2")
 
 
+@pytest.mark.heavy
 def test_shards_in_a_real_run_union_to_the_matrix(toy):
     run(toy, *MATRIX, "--update-golden").assert_outcomes(passed=8)
     stale = plant_stale(toy)
@@ -190,6 +191,7 @@ def test_users_own_aotcheck_tests_are_sharded_with_the_cases(project):
     only_cases.assert_outcomes(passed=1)  # toy/step@v4-8x1: none of the user's tests.
 
 
+@pytest.mark.heavy
 def test_cache_hits_are_shown_and_no_cache_bypasses(toy):
     run(toy, "--aot-topologies=v4-8", "--update-golden")
     result = run(toy, "--aot-topologies=v4-8")
@@ -356,6 +358,7 @@ def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, monkeypatch):
     assert "golden/toy/step@v5e-16x1.json" in patch and "NOTES.md" not in patch.split("diff --git")[0]
 
 
+@pytest.mark.heavy
 def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy, monkeypatch, tmp_path):
     """The action's own scripts, run in a git repository as the runner would: each failing shard writes
     a patch that turns a clean checkout's golden/ into what --update-golden writes, and the summary

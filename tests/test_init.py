@@ -29,6 +29,7 @@ def pytest_in(cwd, *args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("model", ["nnx", "linen", "equinox", "jax"])
 def test_init_makes_a_gate_that_compiles_and_passes(model, tmp_path):
     out = aotcheck("init", "--model", model, cwd=tmp_path)

@@ -8,6 +8,8 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
+
 from aotcheck.targets import families
 
 WIDE = """
@@ -44,6 +46,7 @@ def quirk_counts(python: str, tmp_path: Path) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.heavy
 def test_the_locked_libtpu_no_longer_carries_this_state_across_families(tmp_path):
     # Why aotcheck isolates families: with libtpu 0.0.42.1 (the oldest lock; tests/test_toolchains.py
     # checks it there) the same v4 x2 program compiled differently after a v5e compile in the same
@@ -53,6 +56,7 @@ def test_the_locked_libtpu_no_longer_carries_this_state_across_families(tmp_path
     assert counts["fresh"] == counts["after-v5e"], counts
 
 
+@pytest.mark.heavy
 def test_plugin_runs_other_families_in_their_own_process(pytester):
     pytester.makeconftest(WIDE)
     pytester.makeini("[pytest]\naot_golden_dir = golden\n")
@@ -81,6 +85,7 @@ def test_note_family_warns_once_on_a_second_family():
     assert families._compiled == {"v4", "v5e", "v6e"}
 
 
+@pytest.mark.heavy
 def test_7x_compiles_with_the_locked_libtpu_and_passes_its_goldens(pytester):
     # libtpu 0.0.42.1 (the oldest lock) kills the compiler on lm-tiny's 7x train_step and sample_decode
     # (SIGSEGV, a stack overflow; tests/test_toolchains.py checks those crashes end as 'crashed' cases);

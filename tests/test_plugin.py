@@ -112,6 +112,7 @@ def test_stale_goldens_reported_not_when_deselected_and_removed_only_unfiltered(
     assert not stale.exists() and golden(project).exists()
 
 
+@pytest.mark.heavy
 def test_xdist_gives_the_same_verdicts_figures_and_files(project):
     run(project, "--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2", "--update-golden", "-n", "2")
     files = {p.name: p.read_text() for p in (project.path / "golden").rglob("*.json")}
@@ -186,6 +187,7 @@ def test_foreign_toolchain_is_named_in_the_header(project):
     ])
 
 
+@pytest.mark.heavy
 def test_a_partition_change_moves_the_collectives_and_is_caught(project, monkeypatch):
     monkeypatch.setenv("TOY_LM", "fsdp")
     run(project, "--aot-topologies=v4-8", "--aot-configs=lm", "--update-golden").assert_outcomes(passed=2)

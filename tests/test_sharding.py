@@ -76,6 +76,7 @@ def _program_figures(outcome: Outcome) -> dict:
     return {k: v for k, v in (outcome.figures or {}).items() if k not in COST_FIGURES}
 
 
+@pytest.mark.heavy
 def test_every_way_to_find_the_mesh_compiles_the_same_program(llama_run):
     cases, _, _ = llama_run
     assert sorted(cases) == ["llama-direct", "llama-legacy", "llama-platform", "nnx-llama"]
@@ -86,6 +87,7 @@ def test_every_way_to_find_the_mesh_compiles_the_same_program(llama_run):
         assert cases[name].details.unsharded == [], name
 
 
+@pytest.mark.heavy
 def test_a_platform_check_is_caught_by_the_lint_with_its_buffer_named(llama_run):
     cases, stdout, report = llama_run
     platform = cases["llama-platform"]
