@@ -160,7 +160,7 @@ def test_params_class_is_the_analytic_parameter_bytes_per_device(name, cfg):
         target = Target.parse(path.stem.split("@")[1])
         measured = json.loads(path.read_text())["figures"]["peak_params_bytes"]
         analytic = analytic_param_bytes(lm.trainer_config(cfg), target)
-        assert abs(measured - analytic) <= 0.01 * analytic, (path.name, measured, analytic)
+        assert measured == analytic, (path.name, measured, analytic)  # README: "equals".
 
 
 def test_dropping_remat_fails_with_the_temporaries_named(toy, monkeypatch):
@@ -177,6 +177,7 @@ def test_dropping_remat_fails_with_the_temporaries_named(toy, monkeypatch):
 
 
 def test_a_missing_dump_is_an_error_that_names_the_file(tmp_path):
+    """FAKE: dump files written by hand (none, then ones of an unknown format), not by XLA."""
     with pytest.raises(AttributionError, match=r"no \*after_optimizations-buffer-assignment.txt"):
         read_dump(tmp_path, hlo_text="", arguments=[], peak_bytes=1)
     (tmp_path / "m.after_optimizations-buffer-assignment.txt").write_text("allocation 0: size 4, maybe-live-out:\n")
@@ -186,6 +187,8 @@ def test_a_missing_dump_is_an_error_that_names_the_file(tmp_path):
 
 
 def test_a_dump_that_adds_up_past_the_peak_nets_temporaries_or_is_refused():
+    """FAKE: a buffer assignment and live ranges written by hand, so the peak figure can be set
+    below what they list (as lm-1b's prefill on v4-8 showed for real, by 4%)."""
     assignment = ("allocation 0: size 64, parameter 0, shape |f32[16]| at ShapeIndex {}:\n"
                   " value: <1 p @0> (size=64,offset=0): f32[16]{0}\n"
                   "allocation 1: size 64, preallocated-temp:\n value: <2 f.1 @0> (size=64,offset=0): f32[16]{0}\n")

@@ -1,0 +1,88 @@
+"""User-visible paths that had no test of their own: README's pytest-free script with real
+workers, ``aotcheck check --shard``, ``aot_tolerances`` deciding a verdict, and a non-editable
+install (``pip install .``, as the action installs aotcheck). Real processes throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from toy import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_script() -> str:
+    readme = (ROOT / "README.md").read_text()
+    after = readme.split("The gate itself, without pytest, in a script")[1]
+    return re.search(r"```python\n(.*?)```", after, re.S)[1]
+
+
+@pytest.mark.heavy
+def test_readmes_pytest_free_script_runs_the_gate_with_real_workers(tmp_path):
+    """README's script, as printed: its workers import it for the registration; each case has a
+    verdict (no goldens here: missing), and nothing but the script's own output is printed."""
+    (tmp_path / "gate.py").write_text(_readme_script())
+    out = subprocess.run([sys.executable, "gate.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = eval(out.stdout.strip().splitlines()[-1])  # The script prints a list of (id, verdict, failed).
+    ids = {f"lm-tiny/{p}@{t}x{n}" for p in ("train_step", "prefill", "sample_decode") for t in ("v4-8", "v5e-16")
+           for n in (1, 2)}
+    assert {case for case, _, _ in found} == ids
+    assert {(verdict, failed) for _, verdict, failed in found} == {("missing-golden", True)}
+
+
+def test_check_shards_on_the_command_line_split_the_matrix(project):
+    """``aotcheck check --shard K/N`` (the CLI's spelling): the shards' cases are disjoint and make
+    up the matrix."""
+    project.makeini("[pytest]\naot_golden_dir = golden\naot_topologies = v4-8 v5e-16\naot_slices = 1 2\n")
+    # The goldens first, as a checkout has them: shards are weighed by the seconds they record.
+    check = [sys.executable, "-m", "aotcheck", "check", "--configs", "toy"]
+    assert subprocess.run([*check, "--update-golden"], cwd=project.path, capture_output=True, timeout=600).returncode == 0
+    seen = {}
+    for k in (1, 2):
+        report = project.path / f"r{k}.json"
+        out = subprocess.run([*check, "--shard", f"{k}/2", f"--report={report}"], cwd=project.path,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen[k] = {c["case"] for c in json.loads(report.read_text())["cases"]}
+        assert f"shard {k}/2 (expected " in out.stdout
+    assert seen[1] and seen[2] and seen[1].isdisjoint(seen[2])
+    assert seen[1] | seen[2] == {f"toy/step@{t}x{n}" for t in ("v4-8", "v5e-16") for n in (1, 2)}
+
+
+def test_aot_tolerances_decide_the_verdict(project, monkeypatch):
+    """A change the default tolerances fail passes under a wider ``aot_tolerances`` line, and the
+    table shows the tolerance that judged it."""
+    run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
+    monkeypatch.setenv("TOY_WIDTH", "264")  # Wider: every figure grows (by half, with the tiles' padding).
+    strict = run(project, "--aot-topologies=v4-8")
+    strict.assert_outcomes(passed=1, failed=1)
+    assert "regressed against" in strict.stdout.str()
+    loose = run(project, "--aot-topologies=v4-8", "-o", "aot_tolerances=* = 100% + 1MiB")
+    loose.assert_outcomes(passed=2)
+
+
+@pytest.mark.heavy
+def test_a_non_editable_install_has_every_module_and_runs(tmp_path):
+    """``pip install .`` as the action does (a wheel, not the source tree): every module of the
+    package is in it, and the installed command works from elsewhere."""
+    target = tmp_path / "site"
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                          f"--target={target}", str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    installed = {p.relative_to(target).as_posix() for p in (target / "aotcheck").rglob("*.py")}
+    source = {p.relative_to(ROOT).as_posix() for p in (ROOT / "aotcheck").rglob("*.py")}
+    assert installed == source
+    env = dict(os.environ, PYTHONPATH=str(target))
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "topologies"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "v5e-16" in out.stdout, out.stderr[-2000:]
+    where = subprocess.run([sys.executable, "-c", "import aotcheck; print(aotcheck.__file__)"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    assert where.stdout.strip().startswith(str(target))
