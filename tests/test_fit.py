@@ -181,7 +181,7 @@ def test_fit_targets_limit_where_the_gate_searches(fit_project, monkeypatch, tmp
     assert "fit_max_batch" not in two["figures"] and "fit" not in two["details"]
 
 
-@pytest.mark.main_job  # 20-30 s of real compiles: with the main job.
+@pytest.mark.heavy  # 20-30 s of real compiles: CI's heavy leg (and the main job, -m aotcheck).
 @pytest.mark.aotcheck
 def test_the_fit_command(fit_project):
     def fit(*args):
