@@ -130,7 +130,13 @@ def test_a_buffer_keeping_the_batch_is_flagged_exactly_when_it_is_split_fewer_wa
 
 
 def test_small_buffers_and_ones_without_the_whole_batch_are_not_flagged():
+    """Pure logic on made-up buffers (no compile)."""
     inputs = [BatchInput("batch/x", 16, 4)]
+    # A weight gradient whose first dimension happens to be the batch's: whole on every device by design.
+    grad = PeakBuffer(2**20, "temp", "jit(f)/transpose(jvp())/dot_general", "f32[16,16384]", None)
+    before = {(grad.name, None): {16 * 16384}}
+    assert find_unsharded([grad], inputs, before, peak_bytes=2**20) != []  # Not told it is a weight's shape...
+    assert find_unsharded([grad], inputs, before, peak_bytes=2**20, param_shapes=[(16384, 16)]) == []  # ...told.
     small = PeakBuffer(64, "temp", "op", "f32[16]", None)
     assert find_unsharded([small], inputs, {("op", None): {16}}, peak_bytes=64 * 101) == []  # Under 1% of the peak.
     per_device = PeakBuffer(64, "temp", "op", "f32[4,4]", None)  # Its rows are the per-device batch.

@@ -18,7 +18,9 @@ A buffer at the peak is flagged when all of these hold:
   heads over the data axis) shrinks as much as the batch does and is not flagged.
 
 Buffers named by an argument (copies, gathers of a parameter) or by no JAX op are never flagged:
-nothing says how large they were before partitioning.
+nothing says how large they were before partitioning. Nor is one shaped like a parameter (its
+dimensions those of a parameter's, in any order): a gradient or a gathered weight whose dimension
+happens to equal the batch is whole on every device by design.
 
 Example (a 4-way sharded batch of 16; the scores kept all 16 rows):
     >>> from aotcheck.figures.attribution import PeakBuffer
@@ -126,12 +128,16 @@ def global_sizes(lowered_hlo: str) -> dict[tuple[str, str | None], set[int]]:
 
 def find_unsharded(
     buffers: Iterable[PeakBuffer], inputs: Sequence[BatchInput], before: GlobalSizes, *, peak_bytes: int,
+    param_shapes: Iterable[Sequence[int]] = (),
 ) -> list[Unsharded]:
-    """The buffers at the peak that keep a sharded batch input whole (see the module's docstring)."""
+    """The buffers at the peak that keep a sharded batch input whole (see the module's docstring);
+    ``param_shapes``: the parameters' global shapes (a buffer shaped like one is not an activation)."""
+    weights = {tuple(sorted(shape)) for shape in param_shapes}
     found = []
     for buffer in buffers:
         arrays = parse_arrays(buffer.shape)
-        if buffer.kind not in ("temp", "outputs") or buffer.bytes < MIN_SHARE * peak_bytes or len(arrays) != 1:
+        if buffer.kind not in ("temp", "outputs") or buffer.bytes < MIN_SHARE * peak_bytes or len(arrays) != 1 \
+                or tuple(sorted(arrays[0].dims)) in weights:
             continue
         here = arrays[0].elements
         splits = [g // here for g in before.get((buffer.name, buffer.source), ()) if here and g >= here and g % here == 0]
