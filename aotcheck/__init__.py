@@ -28,7 +28,7 @@ from aotcheck.programs.compile import (
     lower_inference_programs,
     lower_trainer_programs,
 )
-from aotcheck.programs.config import FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.config import FunctionConfig, InferenceConfig, Knob, TrainerConfig
 from aotcheck.programs.options import OptionsError, default_compiler_options, parse_libtpu_init_args
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, ProgramNotFound, Registry, RegistryError, register
 from aotcheck.session import GateSession, GateSettings
@@ -46,6 +46,7 @@ __all__ = [
     "GateSession",
     "GateSettings",
     "InferenceConfig",
+    "Knob",
     "MeshError",
     "OptionsError",
     "MeshSpec",

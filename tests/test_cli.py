@@ -47,6 +47,7 @@ def test_compile_json_and_dump_hlo(tmp_path):
     assert "TPU_WORKER_HOSTNAMES" not in out.stderr  # libtpu's start-up noise is kept out
 
 
+@pytest.mark.heavy
 def test_compile_table():
     out = run("compile", "lm-tiny", "--topology", "v5e-16", "--slices", "2", "--method", "train_step")
     assert out.returncode == 0, out.stderr

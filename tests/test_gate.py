@@ -320,6 +320,7 @@ def test_the_action_and_the_workflow_that_uses_it_are_valid(tmp_path):
     assert any("lm-1b" in line for line in collected) and any("esm2-8m" in line for line in collected), out.stdout
 
 
+@pytest.mark.heavy
 def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, monkeypatch):
     """What the check step must not touch while it makes its patch: a golden file of the user's that
     git does not track, the user's staged change, and, on first adoption, a golden dir that was never

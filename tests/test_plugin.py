@@ -94,6 +94,7 @@ def test_corrupt_golden_fails_naming_the_file_and_is_kept(project, text, complai
     assert json.loads(path.read_text())["figures"]["peak_bytes"] > 0
 
 
+@pytest.mark.heavy
 def test_stale_goldens_reported_not_when_deselected_and_removed_only_unfiltered(project):
     run(project, "--aot-topologies=v4-8", "--update-golden")
     stale = plant_stale(project)

@@ -86,3 +86,48 @@ def test_a_non_editable_install_has_every_module_and_runs(tmp_path):
     where = subprocess.run([sys.executable, "-c", "import aotcheck; print(aotcheck.__file__)"], cwd=tmp_path, env=env,
                            capture_output=True, text=True)
     assert where.stdout.strip().startswith(str(target))
+
+
+KNOB_CONFTEST = '''
+import jax, jax.numpy as jnp, optax
+from jax.sharding import PartitionSpec as P
+
+import aotcheck
+
+VOCAB, WIDTH = 16384, 64
+
+
+def config(seq):
+    def loss(params, batch):
+        logits = (params["embed"][batch["tokens"]] @ params["unembed"]).astype(jnp.float32)
+        return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+
+    return aotcheck.TrainerConfig(
+        init_fn=lambda key: {"embed": jax.random.normal(key, (VOCAB, WIDTH)),
+                             "unembed": jax.random.normal(key, (WIDTH, VOCAB))},
+        loss_fn=loss, optimizer=optax.sgd(0.1),
+        partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
+        # 512 sequences: 8 MiB of f32 logits per position on each of 4 devices, so about 1,900 fit.
+        batch_spec={"tokens": jax.ShapeDtypeStruct((512, seq), jnp.int32)}, mesh=aotcheck.MeshSpec(("data",), (-1,)),
+        knobs={"seq": aotcheck.Knob(128, config, step=128)}, fit="seq")
+
+
+aotcheck.register("seqfit", lambda: config(128))
+'''
+
+
+def test_a_configs_own_knob_is_searched_and_gated(pytester):
+    """A config's own ``Knob`` (its sequence length, in steps of 128) named by ``fit=``: the gate
+    searches it and gates ``fit_max_seq``, and ``aotcheck fit`` reports it."""
+    pytester.makeconftest(KNOB_CONFTEST)
+    pytester.makeini("[pytest]\naot_golden_dir = golden\n")
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "check", "--topologies", "v5e-4", "--update-golden",
+                          "--report=r.json"], cwd=pytester.path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (case,) = json.loads((pytester.path / "r.json").read_text())["cases"]
+    found = case["figures"]["fit_max_seq"]
+    assert found > 128 and found % 128 == 0 and case["details"]["fit"]["knob"] == "seq"
+    fit = subprocess.run([sys.executable, "-m", "aotcheck", "fit", "seqfit", "--topology", "v5e-4", "--knob", "seq"],
+                         cwd=pytester.path, capture_output=True, text=True, timeout=600)
+    assert fit.returncode == 0 and f"seqfit/train_step@v5e-4x1: the largest seq that fits is {found}," in fit.stdout, \
+        fit.stdout
