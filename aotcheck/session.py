@@ -296,7 +296,7 @@ class GateSession:
                                                           presets=settings.presets)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
-        self._recorded: dict[str, float] | None = None  # Goldens' compile CPU seconds, read once.
+        self._recorded: dict[str, float] = {}  # Case id -> its golden's compile CPU seconds (0: none), read once.
         self.interruption = Interruption()  # Front ends install it for the run's life.
         self.warnings: list[str] = []
         self._noted: set[str] = set()
@@ -380,24 +380,28 @@ class GateSession:
             )
         if sharded and self.settings.shard:
             k, n = self.settings.shard
-            shard_of = assign_shards([p.case for p in cases], n, seconds=self.expected_seconds([p.case for p in cases]))
+            shard_of = self._shard_of([p.case for p in cases])
             cases = [p for p in cases if shard_of[p.case.id] == k]
             broken = broken if k == 1 else {}  # A broken config fails once, in the first shard.
         return Plan(cases, broken, empty)
 
     def expected_seconds(self, cases: Sequence[Case]) -> dict[str, float]:
         """Case id -> the compile CPU seconds its golden recorded (a guess from its kind without one):
-        what shards are balanced by."""
-        if self._recorded is None:
-            self._recorded = {}
-            for case in cases:
+        what shards are balanced by. Each golden is read once per session."""
+        for case in cases:
+            if case.id not in self._recorded:
                 try:
                     golden = self.store.read(case)
                 except GoldenError:
                     golden = None
-                if golden is not None:
-                    self._recorded[case.id] = sum(float(golden.figures.get(name, 0.0)) for name in COST_FIGURES)
+                self._recorded[case.id] = (sum(float(golden.figures.get(name, 0.0)) for name in COST_FIGURES)
+                                           if golden is not None else 0.0)
         return expected_seconds(cases, self._recorded)
+
+    def _shard_of(self, cases: Sequence[Case]) -> dict[str, int]:
+        """Case id -> its shard among this session's ``--aot-shard`` N, weighed by :meth:`expected_seconds`."""
+        assert self.settings.shard is not None
+        return assign_shards(cases, self.settings.shard[1], seconds=self.expected_seconds(cases))
 
     def other_shards_tests(self, names: Sequence[str]) -> set[str]:
         """Of a user's own tests (node ids), those that belong to another shard than this session's."""
@@ -410,8 +414,10 @@ class GateSession:
         """(this shard's expected compile seconds, the whole matrix's), when sharded."""
         if not self.settings.shard:
             return None
-        every = self.expected_seconds([p.case for p in self.plan(sharded=False).cases])
-        return sum(every[p.case.id] for p in self.plan().cases), sum(every.values())
+        cases = [p.case for p in self.plan(sharded=False).cases]
+        every, shard_of = self.expected_seconds(cases), self._shard_of(cases)
+        mine = sum(seconds for case_id, seconds in every.items() if shard_of[case_id] == self.settings.shard[0])
+        return mine, sum(every.values())
 
     # Cases ---------------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
     import jax  # noqa: F401
 
     from aotcheck import _runtime
+    from aotcheck.figures.sources import source_sequence
     from aotcheck.gate.cache import FiguresCache, cache_key
     from aotcheck.programs.lowering import lower_config
     from aotcheck.targets.topology import Target, get_devices_for_topology
@@ -92,7 +93,7 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=target.topology.name,
                         num_slices=target.num_slices, toolchain=_runtime.toolchain())
         cache.get(key, toolchain=_runtime.toolchain())
-        lowered.as_text(dialect="hlo", debug_info=True)  # The lines a hit maps (aotcheck.figures.sources).
+        source_sequence(lowered.as_text(dialect="hlo", debug_info=True))  # The lines a hit maps onto.
         reading += time.perf_counter() - start
     out["lowering"], out["cache reads"] = lowering, reading
     print(json.dumps(out))

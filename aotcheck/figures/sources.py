@@ -29,6 +29,7 @@ from aotcheck.figures.hlo import instruction_source, lowered_instructions, stack
 Anchors = dict[str, list[int]]
 """A source line -> the positions of the instructions it made, in the lowered program's order."""
 
+
 def source_sequence(lowered_hlo: str) -> list[str | None]:
     """The source line of every instruction of a lowered program, in order
     (``lowered.as_text(dialect="hlo", debug_info=True)``; None where an instruction names none).
@@ -60,8 +61,10 @@ def remap(stored: Mapping[str, Sequence[int]], sequence: Sequence[str | None], *
     (its positions now disagree or fall outside the program) or a ``needed`` line has no anchors."""
     mapping: dict[str, str] = {}
     for source, positions in stored.items():
-        now = {sequence[p] for p in positions if 0 <= p < len(sequence)}
-        if len(now) != 1 or None in now or len(positions) == 0 or max(positions) >= len(sequence):
+        if not positions or max(positions) >= len(sequence):
+            return None
+        now = {sequence[p] for p in positions}
+        if len(now) != 1 or None in now:
             return None
         mapping[source] = now.pop()  # type: ignore[assignment]
     if any(source not in mapping for source in needed):

@@ -137,7 +137,7 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         why = why_lines(outcome)
         if why:
             lines += [*why, ""]
-        lines += [*unsharded_lines(outcome), *([""] if unsharded_lines(outcome) else [])]
+        lines += [line for found in unsharded_lines(outcome) for line in (found, "")]
         if outcome.toolchain_note:
             lines.append(f"Note: {outcome.toolchain_note}.")
         lines.append(f"To accept the new figures: {accept}")
