@@ -100,6 +100,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                             "or set aot_topologies in the [pytest] section of your ini file")
     _load([], settings.rootdir)
     with GateSession(settings) as session:
+        session.start_workers()
         session.prepare()
         for line in session.header():
             print(line)

@@ -148,8 +148,14 @@ def pytest_configure(config: pytest.Config) -> None:
         if not settings.targets:
             return  # No topology asked for: stay out of ordinary test runs.
         session = GateSession(settings)
+    except SettingsError as e:
+        raise pytest.UsageError(str(e)) from None
+    if _measures_here(config):
+        session.start_workers()
+    try:
         session.prepare()
     except SettingsError as e:
+        session.close()
         raise pytest.UsageError(str(e)) from None
     session.interruption.install()  # SIGTERM ends the run as Ctrl-C does (summary, report, workers stopped).
     config.pluginmanager.register(AotPlugin(config, session), "aotcheck-session")
@@ -252,7 +258,7 @@ class AotPlugin:
     def pytest_runtestloop(self, session: pytest.Session) -> None:
         # After deselection: start the compile workers the selected cases need. Under xdist each
         # worker starts them as its cases arrive instead (it cannot know which it will get).
-        if not hasattr(self.config, "workerinput") and not session.config.option.collectonly:
+        if _measures_here(self.config):
             self.session.prestart([i.case for i in session.items if isinstance(i, AotItem) and not _skipped(i)])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -279,6 +285,14 @@ class AotPlugin:
             terminalreporter.write_sep("=", "aotcheck summary")
             terminalreporter.write_line("\n".join(session_summary(self.report, update=self.session.settings.update,
                                                                    accept_args=self.session.accept_args())))
+
+
+def _measures_here(config: pytest.Config) -> bool:
+    """Whether this process will measure cases and knows it now: not under ``--collect-only``, not
+    xdist's controller (its workers measure) nor one of its workers (each starts compile workers as
+    its cases arrive: it cannot know which it will get)."""
+    dist = config.getoption("dist", "no")
+    return not hasattr(config, "workerinput") and not config.option.collectonly and dist in ("no", None)
 
 
 def _users_aotcheck_test(item: pytest.Item) -> bool:

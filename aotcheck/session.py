@@ -452,10 +452,21 @@ class GateSession:
         outcome.notes += new
         return outcome
 
-    def prestart(self, cases: Sequence[Case]) -> None:
-        """Starts the compile workers these cases need, in parallel, before the first case runs."""
+    def start_workers(self) -> None:
+        """Starts the compile workers of the run's TPU topologies now, before the configs are built and
+        the cases selected, so their start-up (jax, libtpu, a warm-up compile) overlaps with that.
+        :meth:`prestart` later stops those no selected case needs. (A ``cpu-N`` worker waits for
+        :meth:`prepare`, which sets its device count.)"""
         if self._measurer is not None:
-            self._measurer.prestart({family_of(c.topology) for c in cases})
+            self._measurer.prestart({family_of(t.topology) for t in self.settings.targets if t.topology.is_tpu})
+
+    def prestart(self, cases: Sequence[Case]) -> None:
+        """Starts the compile workers these cases need, in parallel, before the first case runs, and
+        stops any started early that none of them needs."""
+        if self._measurer is not None:
+            families = {family_of(c.topology) for c in cases}
+            self._measurer.retain(families)
+            self._measurer.prestart(families)
 
     def record(self, outcome: Outcome) -> None:
         self.outcomes[outcome.case.id] = outcome

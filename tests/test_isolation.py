@@ -102,3 +102,21 @@ def test_7x_compiles_with_the_locked_libtpu_and_passes_its_goldens(pytester):
     verdicts = {c["case"]: c["verdict"] for c in json.loads((pytester.path / "report.json").read_text())["cases"]}
     assert verdicts == {f"lm-tiny/{p}@7x-8x1": "pass" for p in ("train_step", "prefill", "sample_decode")}
     result.stdout.fnmatch_lines(["*aotcheck summary*"])
+
+
+def test_workers_started_early_are_stopped_when_no_selected_case_needs_them(tmp_path):
+    """The front ends start the compile workers of every TPU topology before the configs are built (their
+    start-up overlaps with that); once the cases are selected, a family none of them needs is stopped,
+    its process gone. Real worker processes."""
+    from aotcheck.gate.case import Case
+    from aotcheck.session import GateSession, GateSettings
+
+    settings = GateSettings.parse(rootdir=tmp_path, topologies=["v4-8", "v5e-4", "cpu-2"], cache_dir=None)
+    with GateSession(settings) as session:
+        session.start_workers()
+        workers = dict(session._measurer._workers)  # noqa: SLF001  (the processes themselves are the evidence)
+        assert sorted(workers) == ["v4", "v5e"]  # cpu-N waits for prepare(), which sets its device count.
+        session.prestart([Case.of("toy", "step", "v4-8")])
+        assert sorted(session._measurer._workers) == ["v4"]  # noqa: SLF001
+        assert workers["v5e"].proc.poll() is not None and workers["v4"].proc.poll() is None
+    assert workers["v4"].proc.poll() is not None  # Closing the session stops the rest.

@@ -129,5 +129,8 @@ def test_a_configs_own_knob_is_searched_and_gated(pytester):
     assert found > 128 and found % 128 == 0 and case["details"]["fit"]["knob"] == "seq"
     fit = subprocess.run([sys.executable, "-m", "aotcheck", "fit", "seqfit", "--topology", "v5e-4", "--knob", "seq"],
                          cwd=pytester.path, capture_output=True, text=True, timeout=600)
+    # ``aotcheck fit``'s happy path in the default run: the max, the configured size's peak, what fills the memory.
     assert fit.returncode == 0 and f"seqfit/train_step@v5e-4x1: the largest seq that fits is {found}," in fit.stdout, \
         fit.stdout
+    assert "configured seq 128: peak " in fit.stdout and "What fills the memory at the max:" in fit.stdout, fit.stdout
+    assert "log_softmax" in fit.stdout, fit.stdout

@@ -318,6 +318,12 @@ class Measurer:
             if family not in self._workers:
                 self._workers[family] = FamilyWorker(family)
 
+    def retain(self, families: set[str] | frozenset[str]) -> None:
+        """Stops the started workers of families not in ``families`` (started early for a target
+        whose cases were all deselected)."""
+        for family in [f for f in self._workers if f not in families]:
+            self._workers.pop(family).close()
+
     def __call__(self, case: Case) -> Measurement:
         family = family_of(case.topology)
         worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(family))
