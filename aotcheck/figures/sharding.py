@@ -38,7 +38,7 @@ Example (a 4-way sharded batch of 16; the scores kept all 16 rows):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from aotcheck.figures.attribution import PeakBuffer
@@ -127,23 +127,31 @@ def global_sizes(lowered_hlo: str) -> dict[tuple[str, str | None], set[int]]:
 
 
 def find_unsharded(
-    buffers: Iterable[PeakBuffer], inputs: Sequence[BatchInput], before: GlobalSizes, *, peak_bytes: int,
-    param_shapes: Iterable[Sequence[int]] = (),
+    buffers: Iterable[PeakBuffer], inputs: Sequence[BatchInput], before: GlobalSizes | Callable[[], GlobalSizes], *,
+    peak_bytes: int, param_shapes: Iterable[Sequence[int]] = (),
 ) -> list[Unsharded]:
     """The buffers at the peak that keep a sharded batch input whole (see the module's docstring);
-    ``param_shapes``: the parameters' global shapes (a buffer shaped like one is not an activation)."""
+    ``param_shapes``: the parameters' global shapes (a buffer shaped like one is not an activation).
+    ``before`` may be a function giving the sizes, called only when a buffer keeps a batch's dimension
+    (printing the lowered program with its locations costs as much as a tenth of a small compile)."""
     weights = {tuple(sorted(shape)) for shape in param_shapes}
+    sizes = before if not callable(before) else None
     found = []
     for buffer in buffers:
         arrays = parse_arrays(buffer.shape)
         if buffer.kind not in ("temp", "outputs") or buffer.bytes < MIN_SHARE * peak_bytes or len(arrays) != 1 \
                 or tuple(sorted(arrays[0].dims)) in weights:
             continue
+        kept = [batch for batch in inputs if batch.size in arrays[0].dims]
+        if not kept:
+            continue
+        if sizes is None:
+            sizes = before()  # type: ignore[operator]
         here = arrays[0].elements
-        splits = [g // here for g in before.get((buffer.name, buffer.source), ()) if here and g >= here and g % here == 0]
-        for batch in inputs:
+        splits = [g // here for g in sizes.get((buffer.name, buffer.source), ()) if here and g >= here and g % here == 0]
+        for batch in kept:
             # The most generous reading of its name must still split it fewer ways than the batch.
-            if batch.size in arrays[0].dims and splits and max(splits) < batch.ways:
+            if splits and max(splits) < batch.ways:
                 found.append(Unsharded(buffer.bytes, buffer.name, buffer.shape, buffer.source, batch.path, batch.size,
                                        batch.ways, max(splits)))
                 break

@@ -271,5 +271,5 @@ def _unsharded(located: _Located, args: list, module: Mapping[str, Any], buffers
     inputs = batch_inputs(args, module)
     if not inputs:  # Nothing split: nothing to keep whole (and no lowered text to print).
         return []
-    return find_unsharded(buffers, inputs, global_sizes(located.text()), peak_bytes=peak_bytes,
+    return find_unsharded(buffers, inputs, lambda: global_sizes(located.text()), peak_bytes=peak_bytes,
                           param_shapes=[a.shape for a in args if a.kind in ("params", "opt_state")])
