@@ -15,13 +15,13 @@ Public surface::
 """
 
 from aotcheck import _runtime  # noqa: F401  (sets libtpu's environment first)
+from aotcheck.errors import CompileError, ConfigError, OutOfMemory, WorkerCrashed
 from aotcheck.figures.program import program_figures
 from aotcheck.gate.check import check_case
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.gate.verdict import Verdict
 from aotcheck.programs.compile import (
-    CompileError,
     compile_function,
     compile_inference_programs,
     compile_trainer_programs,
@@ -41,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "REGISTRY",
     "CompileError",
+    "ConfigError",
     "ConfigNotFound",
     "FunctionConfig",
     "GateSession",
@@ -48,8 +49,9 @@ __all__ = [
     "InferenceConfig",
     "Knob",
     "MeshError",
-    "OptionsError",
     "MeshSpec",
+    "OptionsError",
+    "OutOfMemory",
     "Outcome",
     "PartitionError",
     "ProgramNotFound",
@@ -59,17 +61,18 @@ __all__ = [
     "TopologyError",
     "TrainerConfig",
     "Verdict",
+    "WorkerCrashed",
     "build_mesh",
     "check_case",
     "compile_function",
     "compile_inference_programs",
     "compile_trainer_programs",
-    "fsdp",
     "default_compiler_options",
+    "fsdp",
     "get_devices_for_topology",
     "lower_inference_programs",
-    "parse_libtpu_init_args",
     "lower_trainer_programs",
+    "parse_libtpu_init_args",
     "parse_topology",
     "program_figures",
     "register",

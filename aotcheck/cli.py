@@ -32,10 +32,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aotcheck.gate.case import Case
-from aotcheck.gate.isolation import Measurer, WorkerCrashed, error_type
+from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
+from aotcheck.figures.program import Details
+from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import ReportError, merge_reports
 from aotcheck.ini import IniError, find_ini
-from aotcheck.programs.compile import CompileError
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.lowering import LoweringError
 from aotcheck.programs.registry import REGISTRY, RegistryError
@@ -222,8 +223,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     try:
         result = measurer(case)
         found, status = result.details.fit, 0
-    except CompileError as e:
-        found, status = getattr(getattr(e, "details", None), "fit", None), 1
+    except OutOfMemory as e:
+        found, status = Details.from_json(e.details).fit if e.details is not None else None, 1
         if found is None:
             raise
     except WorkerCrashed as e:

@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "aotcheck"
 
 LAYERS = [
-    ("aotcheck._runtime", "aotcheck.units", "aotcheck._files"),
+    ("aotcheck._runtime", "aotcheck.units", "aotcheck._files", "aotcheck.errors"),
     ("aotcheck.targets",),
     ("aotcheck.programs", "aotcheck.models", "aotcheck.adapters"),
     ("aotcheck.figures",),
@@ -82,3 +82,40 @@ def test_the_checker_catches_a_cycle_and_an_upward_import():
     assert layer_of("aotcheck.gate.check") > layer_of("aotcheck.programs.compile")
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter({**GRAPH, "aotcheck.targets.topology": {"aotcheck.session"}}).prepare()
+
+
+def imported_names(module: str) -> set[tuple[str, str]]:
+    """(module, name) of every ``from aotcheck.x import name`` in ``module``."""
+    out = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aotcheck"):
+            out |= {(node.module, alias.name) for alias in node.names}
+    return out
+
+
+def test_errors_are_named_from_their_leaf_module():
+    """Errors live in aotcheck.errors, which imports nothing of aotcheck's: no module reaches into the
+    compile workers' module (gate/isolation.py) to name one."""
+    assert GRAPH["aotcheck.errors"] == set()
+    from_isolation = {(m, n) for m in MODULES for (where, n) in imported_names(m) if where == "aotcheck.gate.isolation"}
+    named = sorted((m, n) for m, n in from_isolation if n.endswith(("Error", "Crashed")) or "error" in n)
+    assert not named, named
+    assert ("aotcheck.errors", "OutOfMemory") in imported_names("aotcheck.gate.check")  # The check above bites.
+
+
+def test_no_private_jax_attribute_in_the_package():
+    """Only jax's public API: no ``jax._src``, no attribute of a jax object that starts with an underscore
+    (``lowered._lowering``), read from each module's syntax tree."""
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jax._src"):
+                found.append(f"{module}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                found += [f"{module}: import {a.name}" for a in node.names if a.name.startswith("jax._src")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if isinstance(node.value, ast.Name) and node.value.id in ("jax", "jaxlib", "lowered", "compiled"):
+                    found.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
+            elif isinstance(node, ast.Constant) and node.value in ("_lowering", "_executable", "kept_var_idx"):
+                found.append(f"{module}:{node.lineno}: getattr(..., {node.value!r})")
+    assert not found, found

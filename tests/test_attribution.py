@@ -252,3 +252,26 @@ def test_the_job_summary_and_chart_show_the_split(tmp_path):
     block = text.split("### What holds the HBM at the peak")[1]
     assert "<details>" in block and "| temp |" in block and "`jit(train_step)/log_softmax`" in block
     assert "T temp" in text_bars([outcome]) and 'fill="#e36209"><title>temp</title>' in svg_chart([outcome])
+
+
+def test_arguments_skip_what_jit_leaves_out_of_the_program():
+    """jit drops unused arguments (keep_unused=False), so the entry's parameters, and the names the
+    peak's buffers get from them, skip those: read from the lowered module's public text (the names
+    and shapes jax gives the parameters), no private attribute. Lowered for host devices, compiled."""
+    from jax.sharding import NamedSharding
+
+    from aotcheck.programs.lowering import arguments, lower_config
+    from aotcheck.targets.topology import Target
+
+    def make_args(mesh):
+        rows, whole = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+        return (jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=rows),
+                jax.ShapeDtypeStruct((256,), jnp.float32, sharding=whole),  # Unused, shaped like params["b"].
+                {"b": jax.ShapeDtypeStruct((256,), jnp.float32, sharding=whole),  # Unused too.
+                 "w": jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=whole)})
+
+    config = aotcheck.FunctionConfig(fn=lambda x, unused, params: jnp.tanh(x @ params["w"]), make_args=make_args)
+    lowered = lower_config(config, Target.of("cpu-4"))["step"]
+    assert [a.path for a in arguments(lowered, config)] == ["args[0]", "args[2]/w"]
+    entry = next(c for c in parse_module(lowered.compile().as_text()).values() if c.is_entry)
+    assert sum(inst.opcode == "parameter" for inst in entry.instructions.values()) == 2

@@ -14,7 +14,7 @@ from aotcheck.gate.case import Case
 from aotcheck.gate.measure import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import GoldenAction, Verdict
-from aotcheck.programs.compile import CompileError
+from aotcheck.errors import CompileError, OutOfMemory
 from aotcheck.programs.registry import ProgramNotFound
 from aotcheck.session import GateSession, GateSettings
 
@@ -45,7 +45,8 @@ def write_golden(tmp_path, figures):
 
 
 @pytest.mark.parametrize("error,verdict,words", [
-    (CompileError(OOM), Verdict.OUT_OF_MEMORY, "does not fit: XLA needs 20.00 GiB of the 15.75 GiB"),
+    (OutOfMemory(OOM), Verdict.OUT_OF_MEMORY, "does not fit: XLA needs 20.00 GiB of the 15.75 GiB"),
+    (CompileError(OOM.replace("RESOURCE_EXHAUSTED", "INVALID_ARGUMENT")), Verdict.COMPILE_ERROR, "INVALID_ARGUMENT"),
     (CompileError("INVALID_ARGUMENT: bad sharding"), Verdict.COMPILE_ERROR, "does not compile:\nINVALID_ARGUMENT"),
     (ProgramNotFound("Config 'toy' has no program 'step'; it has a."), Verdict.ERROR, "has no program 'step'"),
     (ValueError("Mesh shape (3,) does not fit 4 devices"), Verdict.ERROR, "Mesh shape (3,)"),

@@ -46,11 +46,12 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
+from aotcheck.errors import ConfigError
 from aotcheck.programs.config import BatchSpec, InferenceConfig, TrainerConfig
 from aotcheck.targets.partition import Rules, path_to_str, replicate
 
 
-class AdapterError(ValueError):
+class AdapterError(ConfigError):
     """A model the adapter cannot read as given (missing extra, mutable collections, ...)."""
 
 

@@ -38,15 +38,8 @@ def _size(number: str, unit: str) -> float:
     return float(number) * _UNITS.get(unit.upper().rstrip("IB") if unit else "", 1)
 
 
-def is_out_of_memory(error: str) -> bool:
-    """Whether a compile error is XLA running out of memory."""
-    return "RESOURCE_EXHAUSTED" in error or "Ran out of memory" in error
-
-
-def explain_oom(error: str, topology: str | Topology) -> str | None:
-    """A plain summary of XLA's out-of-memory error, or None if ``error`` is not one."""
-    if not is_out_of_memory(error):
-        return None
+def explain_oom(error: str, topology: str | Topology) -> str:
+    """A plain summary of XLA's out-of-memory error (an :class:`aotcheck.errors.OutOfMemory`'s message)."""
     name = parse_topology(topology).name
     lines = []
     need = re.search(r"required for (.+?) \(([\d.]+)([KMGT]?)i?B?\) exceeds available HBM \(([\d.]+)([KMGT]?)i?B?\)", error)

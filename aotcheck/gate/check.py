@@ -27,7 +27,7 @@ Example (FAKE: a ``measure`` that fails as XLA would, so nothing compiles):
     >>> from aotcheck.gate.case import Case
     >>> from aotcheck.gate.golden import GoldenStore
     >>> def measure(case):
-    ...     raise CompileError("RESOURCE_EXHAUSTED: Ran out of memory. Used 20.00G of 15.75G hbm.")
+    ...     raise OutOfMemory("RESOURCE_EXHAUSTED: Ran out of memory. Used 20.00G of 15.75G hbm.")
     >>> outcome = check_case(Case.of("lm", "train_step", "v5e-16"), measure=measure,
     ...                      store=GoldenStore(tempfile.mkdtemp()))
     >>> outcome.verdict, outcome.failed
@@ -40,16 +40,15 @@ from collections.abc import Callable, Sequence
 
 from aotcheck import _runtime
 from aotcheck.figures.attribution import PEAK_FIGURES
-from aotcheck.figures.hbm import explain_oom, hbm_verdict
+from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
+from aotcheck.figures.hbm import hbm_verdict
 from aotcheck.figures.program import Details
 from aotcheck.gate.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
-from aotcheck.gate.isolation import WorkerCrashed, error_type
 from aotcheck.gate.measure import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
-from aotcheck.programs.compile import CompileError
 
 Measure = Callable[[Case], Measurement]
 
@@ -93,10 +92,11 @@ def _decide(
         result = measure(case)
     except WorkerCrashed as e:
         return Outcome(case, Verdict.CRASHED, detail=str(e), log=list(e.log))
+    except OutOfMemory as e:
+        return Outcome(case, Verdict.OUT_OF_MEMORY, detail=str(e),
+                       details=Details.from_json(e.details) if e.details is not None else None)
     except CompileError as e:
-        oom = explain_oom(str(e), case.topology)
-        return Outcome(case, Verdict.OUT_OF_MEMORY if oom else Verdict.COMPILE_ERROR, detail=str(e),
-                       details=getattr(e, "details", None))
+        return Outcome(case, Verdict.COMPILE_ERROR, detail=str(e))
     except SELF_EXPLAINING as e:
         return Outcome(case, Verdict.ERROR, detail=str(e))
     except Exception as e:  # User code (tracing, building, make_args) raised: name it, never a traceback.

@@ -22,9 +22,7 @@ and the last lines kept for a crash report.
 
 from __future__ import annotations
 
-import builtins
 import collections
-import importlib
 import json
 import os
 import re
@@ -36,6 +34,7 @@ import time
 from typing import Any
 
 from aotcheck import _runtime
+from aotcheck.errors import WorkerCrashed, error_from_json, error_to_json
 from aotcheck.gate.cache import FiguresCache
 from aotcheck.gate.case import Case
 from aotcheck.figures.program import Details
@@ -45,30 +44,6 @@ from aotcheck.programs.loader import import_sources
 from aotcheck.programs.options import probe_notes
 from aotcheck.programs.registry import REGISTRY
 from aotcheck.targets.families import family_of
-
-
-class WorkerError(RuntimeError):
-    """An error from a compile process whose class is not rebuilt here (``type_name`` names it)."""
-
-    def __init__(self, message: str, *, type_name: str = "WorkerError") -> None:
-        super().__init__(message)
-        self.type_name = type_name
-
-
-def error_type(error: BaseException) -> str:
-    """The name of an error's class as the user's code raised it, even across a worker."""
-    return getattr(error, "type_name", None) or type(error).__name__
-
-
-class WorkerCrashed(RuntimeError):
-    """A compile process died (a signal, an abort, the host's OOM killer) while measuring a case."""
-
-    def __init__(self, message: str, *, signal_name: str | None = None, tail: tuple[str, ...] = (),
-                 log: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.signal_name = signal_name
-        self.tail = tail
-        self.log = log  # Everything the worker printed while on the case (a crash handler's stack too).
 
 
 def describe_exit(code: int) -> str:
@@ -101,51 +76,6 @@ def killed_by_host(code: int) -> str:
     memory = f"; this host has {total / 2**30:.1f} GiB of memory" if total else ""
     return (f" (SIGKILL: most likely the host's OOM killer or a memory limit{memory}; the compile needs more "
             "host memory than it had: run it on a larger machine, or alone with -n 0)")
-
-
-def encode_error(error: BaseException) -> dict[str, str]:
-    """An exception as JSON: its class's import path and its message."""
-    cls = type(error)
-    out = {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(error.args[0]) if
-           isinstance(error, KeyError) and error.args else str(error)}
-    if isinstance(getattr(error, "details", None), Details):  # What filled the memory, for an OOM.
-        out["details"] = error.details.to_json()
-    return out
-
-
-def decode_error(data: dict[str, str]) -> Exception:
-    """The exception :func:`encode_error` described: the same class when it is importable
-    (aotcheck's own, Python's built-in ones), else a :class:`WorkerError` naming it.
-
-    Example:
-        >>> from aotcheck.programs.registry import ConfigNotFound
-        >>> error = decode_error(encode_error(ConfigNotFound("No config named 'x'.")))
-        >>> type(error).__name__, str(error)
-        ('ConfigNotFound', "No config named 'x'.")
-        >>> error = decode_error({"type": "somewhere.Else", "message": "boom"})
-        >>> error, error_type(error)
-        (WorkerError('somewhere.Else: boom'), 'Else')
-    """
-    module_name, _, name = data["type"].rpartition(".")
-    cls: Any = None
-    if module_name == "builtins":
-        cls = getattr(builtins, name, None)
-    elif module_name.startswith("aotcheck."):  # Not jax's: some take a tracer, not a message.
-        try:
-            cls = importlib.import_module(module_name)
-            for part in name.split("."):
-                cls = getattr(cls, part)
-        except (ImportError, AttributeError):
-            cls = None
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            error = cls(data["message"])
-            if data.get("details"):
-                error.details = Details.from_json(data["details"])
-            return error
-        except Exception:  # A class whose constructor wants more than a message.
-            pass
-    return WorkerError(f"{data['type']}: {data['message']}", type_name=name)
 
 
 # What a crash handler prints after the fact (stack addresses, core-dump plumbing): kept off
@@ -350,7 +280,7 @@ class Measurer:
             if note not in self.notes:
                 self.notes.append(note)
         if "error" in reply:
-            raise decode_error(reply["error"])
+            raise error_from_json(reply["error"])
         return Measurement(case, reply["figures"], reply["compiler_options"], reply["compile_seconds"],
                            cached=reply["cached"], host_peak_bytes=reply.get("host_peak_bytes"),
                            hlo_text=reply.get("hlo_text"), attribution_problem=reply.get("attribution_problem"),
@@ -404,7 +334,7 @@ def serve(reply_fd: int, family: str | None = None) -> None:
             if request.get("hlo") and result.compiled is not None:
                 reply["hlo_text"] = result.compiled.as_text()
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
-            reply = {"error": encode_error(e)}
+            reply = {"error": error_to_json(e)}
         reply["notes"] = [n for c in caches.values() for n in c.notes] + probe_notes()
         replies.write(json.dumps(reply) + "\n")
         replies.flush()

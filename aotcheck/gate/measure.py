@@ -20,7 +20,6 @@ Example (host CPU devices; a TPU topology name works the same, through libtpu):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import fnmatch
 import time
@@ -36,8 +35,9 @@ from aotcheck.figures.sources import anchors, remap, source_sequence
 from aotcheck.gate.cache import FiguresCache, cache_key
 from aotcheck.gate.case import Case
 from aotcheck.figures.fit import Fit, Probe, search
-from aotcheck.figures.hbm import hbm_verdict, is_out_of_memory
-from aotcheck.programs.compile import CompileError, compile_lowered
+from aotcheck.errors import OutOfMemory
+from aotcheck.figures.hbm import hbm_verdict
+from aotcheck.programs.compile import compile_lowered
 from aotcheck.programs.config import Config
 from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.lowering import arguments, lower_config
@@ -115,7 +115,8 @@ def measure(
     ``compiler_options`` (the caller's: the gate's launch flags) go over the config's, which go over
     aotcheck's presets this libtpu accepts for the chip; ``presets=False`` leaves the presets out.
 
-    Raises what lowering and compiling raise: CompileError when XLA refuses,
+    Raises what lowering and compiling raise: CompileError when XLA refuses (OutOfMemory when the
+    program does not fit, what filled the memory and the fit search in its ``details``),
     the registry's, mesh's and partitioning's own errors when the config is wrong.
     """
     config = config or registry.get(case.config).program(case.program)
@@ -127,12 +128,14 @@ def measure(
         knob = None  # The config asks for its searches elsewhere.
     try:
         result = _measure(case, config, compiler_options, cache, presets=presets)
-    except CompileError as e:
-        if knob and is_out_of_memory(str(e)):  # Then how far down it would fit.
-            found = fit_search(case, config, knob, compiler_options=compiler_options, cache=cache,
-                               hbm_headroom=hbm_headroom, presets=presets)
-            e.details = dataclasses.replace(getattr(e, "details", None) or Details(), fit=found)
-        raise
+    except OutOfMemory as e:
+        if not knob:
+            raise
+        # Then how far down it would fit.
+        found = fit_search(case, config, knob, compiler_options=compiler_options, cache=cache,
+                           hbm_headroom=hbm_headroom, presets=presets)
+        details = Details.from_json(e.details) if e.details is not None else Details()
+        raise e.with_details(dataclasses.replace(details, fit=found).to_json()) from e
     if knob:
         found = fit_search(case, config, knob, first=result, compiler_options=compiler_options, cache=cache,
                            hbm_headroom=hbm_headroom, presets=presets)
@@ -163,10 +166,8 @@ def fit_search(
         else:
             try:
                 measured = _measure(case, knob.rebuild(size), compiler_options, cache, presets=presets)
-            except CompileError as e:
-                if is_out_of_memory(str(e)):
-                    return Probe(size, None, False)
-                raise
+            except OutOfMemory:
+                return Probe(size, None, False)
         measured_at[size] = measured
         peak = int(measured.figures["peak_bytes"])
         return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None)
@@ -207,14 +208,15 @@ def _measure(
         try:
             compiled = compile_lowered(lowered, {**options, **dump_options(dump)}, what=case.id,
                                        topology=case.topology)
-        except CompileError as e:
-            if is_out_of_memory(str(e)):  # What filled the memory, from the dump XLA wrote before it gave up.
-                with contextlib.suppress(AttributionError):
-                    args, text = arguments(lowered, config), dump_file(dump)
-                    found = read_dump(dump, hlo_text=text, arguments=args, peak_bytes=None)
-                    e.details = Details(found.buffers, [], unsharded=_unsharded(
-                        located, args, parse_module(text), found.buffers, peak_bytes=sum(found.classes.values())))
-            raise
+        except OutOfMemory as e:  # What filled the memory, from the dump XLA wrote before it gave up.
+            try:
+                args, text = arguments(lowered, config), dump_file(dump)
+                found = read_dump(dump, hlo_text=text, arguments=args, peak_bytes=None)
+            except AttributionError:
+                raise e from None
+            details = Details(found.buffers, [], unsharded=_unsharded(
+                located, args, parse_module(text), found.buffers, peak_bytes=sum(found.classes.values())))
+            raise e.with_details(details.to_json()) from e
         seconds, compile_cpu = time.perf_counter() - start, round(time.process_time() - cpu, 2)
         text = compiled.as_text()
         module = parse_module(text)

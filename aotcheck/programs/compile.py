@@ -26,15 +26,12 @@ from typing import Any
 import jax
 
 from aotcheck import _runtime
+from aotcheck.errors import CompileError, OutOfMemory, out_of_memory
 from aotcheck.programs.config import BatchSpec, TrainerConfig, InferenceConfig
 from aotcheck.programs.lowering import lower_inference, lower_trainer
 from aotcheck.programs.options import resolve_compiler_options, tiny_lowered
 from aotcheck.targets.families import note_family
 from aotcheck.targets.topology import Target, Topology, parse_topology
-
-
-class CompileError(RuntimeError):
-    """XLA refused to compile a program; the message says which and why."""
 
 
 def lower_trainer_programs(
@@ -84,6 +81,8 @@ def compile_lowered(
                 f"{parse_topology(topology).name}, while compiling {what}. Remove it from the config's "
                 f"compiler_options or your launch flags (aot_libtpu_init_args) for this chip. libtpu says: {message}"
             ) from e
+        if out_of_memory(message):  # Said here, once, as a type: nothing downstream reads the message for it.
+            raise OutOfMemory(f"Compiling {what} failed: {message}") from e
         raise CompileError(f"Compiling {what} failed: {message}") from e
 
 
@@ -193,6 +192,7 @@ def compile_function(
 
 __all__ = [
     "CompileError",
+    "OutOfMemory",
     "compile_function",
     "compile_inference_programs",
     "compile_lowered",

@@ -16,12 +16,13 @@ import math
 
 import jax
 
+from aotcheck.errors import ConfigError
 from aotcheck.programs.config import Config, InferenceConfig, Knob, TrainerConfig
 from aotcheck.programs.lowering import place
 from aotcheck.targets.topology import Target
 
 
-class KnobError(ValueError):
+class KnobError(ConfigError):
     """A knob the config does not offer, or a batch a fit search cannot move; the message lists what it offers."""
 
 

@@ -15,21 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from aotcheck.errors import ConfigError
 from aotcheck.programs.config import BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
 from aotcheck.targets.mesh import build_mesh
 from aotcheck.targets.partition import check_spec, match_partition_specs, named_shardings, with_shardings
 from aotcheck.targets.topology import Target, Topology, get_devices_for_topology
 
 
-class LoweringError(ValueError):
+class LoweringError(ConfigError):
     """A config that cannot be lowered as asked (e.g. an inference method it does not define)."""
 
 
@@ -90,10 +92,55 @@ def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
             found = Argument(f"{top}/{rest}" if rest else top, "params" if top == "params" else "batch")
         out.append(dataclasses.replace(found, shape=tuple(getattr(leaf, "shape", ()))))
     # jit leaves unused arguments out of the program (keep_unused=False): keep the parameter numbering.
-    kept = getattr(getattr(lowered, "_lowering", None), "compile_args", {}).get("kept_var_idx")
-    if kept is not None and len(kept) != len(out):
-        out = [out[i] for i in sorted(kept) if i < len(out)]
-    return out
+    kept = kept_arguments(lowered.as_text(debug_info=True),
+                          [(path, tuple(getattr(leaf, "shape", ()))) for path, leaf in positional])
+    return out if kept is None else [out[i] for i in kept]
+
+
+def kept_arguments(lowered_text: str, leaves: Sequence[tuple[tuple[Any, ...], tuple[int, ...]]]) -> list[int] | None:
+    """Which of the flat arguments (each its pytree path, top-level position first, and global shape)
+    the lowered program kept as parameters, in order: jit drops the unused ones. Read from the entry's
+    parameters in ``lowered.as_text(debug_info=True)``: the name jax gives each (the argument's name,
+    then the leaf's path) and its shape. None when they cannot be matched one way only.
+
+    Example:
+        >>> text = 'func.func public @main(%arg0: tensor<3xf32> loc("a.p"), %arg1: tensor<3xf32> loc("c")) -> ('
+        >>> p, q = jax.tree_util.GetAttrKey("p"), jax.tree_util.GetAttrKey("q")
+        >>> kept_arguments(text, [((0, p), (3,)), ((0, q), (2,)), ((1,), (4,)), ((2,), (3,))])
+        [0, 3]
+        >>> kept_arguments(text, [((0, p), (3,)), ((1,), (3,)), ((2,), (3,))]) is None  # b or c? Either.
+        True
+    """
+    aliases = dict(re.findall(r'^#(loc\d*) = loc\("((?:[^"\\]|\\.)*)"', lowered_text, re.M))
+    main = re.search(r"func\.func public @main\((.*?)\) ->", lowered_text)
+    if main is None:
+        return None
+    params = [(name or aliases.get(alias), tuple(int(d) for d in dims.split("x")[:-1]))
+              for dims, name, alias in re.findall(
+                  r'%arg\d+: tensor<([^>]*)>.*?loc\((?:"((?:[^"\\]|\\.)*)"|#(loc\d*))\)', main[1])]
+    if len(params) == len(leaves):
+        return list(range(len(leaves)))
+
+    def greedy(order: Sequence[int], wanted: list[tuple[str | None, tuple[int, ...]]]) -> list[int] | None:
+        kept: list[int] = []
+        prefixes: dict[Any, str] = {}  # Each top-level argument's name, as its first kept leaf shows it.
+        for i in order:
+            if len(kept) == len(wanted):
+                break
+            (path, shape), (name, dims) = leaves[i], wanted[len(kept)]
+            suffix = jax.tree_util.keystr(tuple(path[1:]))
+            if name is None or tuple(shape) != dims or not name.endswith(suffix):
+                continue
+            prefix = name[: len(name) - len(suffix)]
+            if prefixes.get(path[0], prefix) != prefix or (path[0] not in prefixes and prefix in prefixes.values()):
+                continue
+            prefixes[path[0]] = prefix
+            kept.append(i)
+        return kept if len(kept) == len(wanted) else None
+
+    forward = greedy(range(len(leaves)), params)
+    backward = greedy(range(len(leaves) - 1, -1, -1), params[::-1])
+    return forward if forward is not None and backward is not None and forward == backward[::-1] else None
 
 
 @contextlib.contextmanager

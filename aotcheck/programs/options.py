@@ -26,11 +26,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from aotcheck.errors import ConfigError
 from aotcheck import _runtime
 from aotcheck.targets.topology import Topology, parse_topology
 
 
-class OptionsError(ValueError):
+class OptionsError(ConfigError):
     """Compiler options or launch flags that cannot be used; the message names the token and the fix."""
 
 

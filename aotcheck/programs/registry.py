@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from aotcheck.errors import ConfigError
 from aotcheck.programs.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
 
 Builder = Callable[[], Config | list[Config] | tuple[Config, ...]]
@@ -37,7 +38,7 @@ def name_problem(name: object, what: str) -> str | None:
     return None
 
 
-class RegistryError(ValueError):
+class RegistryError(ConfigError):
     """A duplicate name, an unknown name, or a config whose builder failed."""
 
 

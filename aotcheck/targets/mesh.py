@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from aotcheck.errors import ConfigError
 from aotcheck.targets.topology import Topology, parse_topology
 
 
-class MeshError(ValueError):
+class MeshError(ConfigError):
     """A mesh shape that does not fit the devices it is asked to cover."""
 
 

@@ -30,11 +30,13 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from aotcheck.errors import ConfigError
+
 RuleFn = Callable[[str, tuple[int, ...], Mapping[str, int]], "PartitionSpec | None"]
 Rules = Sequence["tuple[str, PartitionSpec] | RuleFn"]
 
 
-class PartitionError(ValueError):
+class PartitionError(ConfigError):
     """A partition rule or spec that does not fit the arrays or the mesh."""
 
 

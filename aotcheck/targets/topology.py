@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -22,6 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from aotcheck.errors import ConfigError
 from aotcheck import _runtime
 
 GiB = 1 << 30
@@ -114,7 +116,7 @@ _SHAPES: dict[str, dict[int, tuple[int, ...]]] = {
 }
 
 
-class TopologyError(ValueError):
+class TopologyError(ConfigError):
     """A topology name or slice count that aotcheck cannot use."""
 
 
@@ -333,9 +335,9 @@ def reserve_cpu_devices(count: int) -> None:
     same process cannot grow it: ask early, with room to spare.
     """
     import jax
-    from jax._src import xla_bridge
 
-    if not xla_bridge.backends_are_initialized():
+    # jax refuses a new count once its backends started (a RuntimeError): then the count stays as it is.
+    with contextlib.suppress(RuntimeError):
         jax.config.update("jax_num_cpu_devices", max(count, 8, jax.config.jax_num_cpu_devices))
 
 
