@@ -194,12 +194,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
         chip = target.topology.chip
-        print(json.dumps({r.case.program: {
-            "case": r.case.id, "compile_seconds": round(r.compile_seconds, 3), "figures": r.figures,
-            "compiler_options": r.compiler_options, "host_peak_bytes": r.host_peak_bytes,
-            "hbm_bytes_per_device": chip.hbm_bytes if chip else None,
+        print(json.dumps({r.case.program: {  # A view of each measurement, with its share of the chip's HBM.
+            **r.view("case", "figures", "compiler_options", "host_peak_bytes", "details", "attribution_problem"),
+            "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": chip.hbm_bytes if chip else None,
             "peak_share_of_hbm": r.figures["peak_bytes"] / chip.hbm_bytes if chip else None,
-            "details": r.details.to_json(), "attribution_problem": r.attribution_problem,
         } for r in results}, indent=2, sort_keys=True))
         return 0
     print(compile_table(results, target.topology))

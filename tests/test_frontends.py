@@ -168,3 +168,63 @@ def test_two_modules_of_one_name_both_register_in_a_worker(tmp_path, monkeypatch
     import_sources([("conftest_twin", str(tmp_path / "a" / "conftest.py")),
                     ("conftest_twin", str(tmp_path / "b" / "conftest.py"))])
     assert seen == ["a", "b"]
+
+
+RECORD = '''
+import dataclasses, json, sys, tempfile
+import jax, jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+import aotcheck
+from aotcheck.gate.cache import FiguresCache
+from aotcheck.gate.case import Case
+from aotcheck.gate.check import check_case
+from aotcheck.gate.golden import GoldenStore
+from aotcheck.gate.isolation import Measurer
+from aotcheck.gate.measure import Measurement
+sys.path.insert(0, ".")
+import shapes
+
+def huge(mesh):  # 24 GiB per device: more than a v5e has.
+    return (jax.ShapeDtypeStruct((mesh.devices.size * 6 * 2**30,), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+
+aotcheck.register("ok", aotcheck.FunctionConfig(fn=lambda x: jnp.tanh(x) * 2, make_args=shapes.make_args))
+aotcheck.register("oom", aotcheck.FunctionConfig(fn=lambda x: x * 2 + jnp.flip(x), make_args=huge))
+if __name__ == "__main__":
+    root = tempfile.mkdtemp()
+    measurer = Measurer(cache=FiguresCache(root + "/cache"))
+    case = Case.of("ok", "step", "v5e-4")
+    cold = measurer(case)  # The worker's reply: the record's JSON.
+    warm = measurer(case)  # From the cache entry: a view of the record's JSON.
+    store = GoldenStore(root + "/golden")
+    check_case(case, measure=lambda c: cold, store=store, update=True)
+    golden = store.read(case)  # The golden body: a view too.
+    try:
+        measurer(Case.of("oom", "step", "v5e-4"))
+    except aotcheck.OutOfMemory as e:
+        oom = e
+    measurer.close()
+    print(json.dumps({
+        "json_round_trip": Measurement.from_json(json.loads(json.dumps(cold.to_json()))) == cold,
+        "cold_cached": cold.cached, "warm_cached": warm.cached,
+        "warm_is_cold": dataclasses.replace(warm, cached=False, host_peak_bytes=cold.host_peak_bytes) == cold,
+        "golden_is_cold": (golden.figures, golden.compiler_options, golden.details)
+                          == (cold.figures, cold.compiler_options, cold.details.to_json()),
+        "peak": cold.figures["peak_bytes"],
+        "oom": [type(oom).__name__, bool(oom.details["peak_buffers"]), str(oom).startswith("Compiling oom/step@v5e-4x1 failed: RESOURCE_EXHAUSTED")],
+    }))
+'''
+
+
+def test_one_measurement_record_through_the_worker_the_cache_and_the_golden(tmp_path):
+    """A measurement is one record with one JSON form: the compile worker's reply rebuilds the same
+    object, a cache hit gives it back (but for being a hit and the process's memory), the golden holds
+    its figures, options and details unchanged; an out-of-memory compile crosses the worker as an
+    OutOfMemory with what filled the memory. Real worker, real compiles."""
+    (tmp_path / "shapes.py").write_text(textwrap.dedent(PACKAGE["myconfigs/shapes.py"]))
+    (tmp_path / "record.py").write_text(RECORD)
+    out = subprocess.run([sys.executable, "record.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.splitlines()[-1])
+    assert found["peak"] > 0 and (found["cold_cached"], found["warm_cached"]) == (False, True)
+    assert found["json_round_trip"] and found["warm_is_cold"] and found["golden_is_cold"], found
+    assert found["oom"] == ["OutOfMemory", True, True], found

@@ -70,7 +70,7 @@ def test_corrupt_or_doubtful_entries_are_misses_and_rewritten(tmp_path):
     key = cache_key(**KEY_INPUTS)
     toolchain = KEY_INPUTS["toolchain"]
     whole = dict.fromkeys(REQUIRED_FIGURES, 1)
-    cache.put(key, whole, compile_seconds=1.0, toolchain=toolchain)
+    cache.put(key, {"figures": whole, "compile_seconds": 1.0, "details": {}}, toolchain=toolchain)
     entry = next(tmp_path.rglob(f"{key}.json"))
     good = json.loads(entry.read_text())
     for doc in ("{oops", '{"key": "other", "figures": {}}', "[]", {**good, "figures": {"flops": 1}},
@@ -79,7 +79,7 @@ def test_corrupt_or_doubtful_entries_are_misses_and_rewritten(tmp_path):
         entry.write_text(doc if isinstance(doc, str) else json.dumps(doc))
         assert cache.get(key, toolchain=toolchain) is None, doc
     assert cache.get(key, toolchain={**toolchain, "libtpu": "0.0.1"}) is None
-    cache.put(key, {**whole, "flops": 2}, compile_seconds=1.0, toolchain=toolchain)
+    cache.put(key, {"figures": {**whole, "flops": 2}, "compile_seconds": 1.0}, toolchain=toolchain)
     assert cache.get(key, toolchain=toolchain)["figures"]["flops"] == 2
 
 

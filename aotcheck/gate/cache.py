@@ -13,10 +13,10 @@ Example:
     >>> key = cache_key(module_text="module @m {}", compiler_options={}, topology="v4-8",
     ...                 num_slices=1, toolchain={"jax": "0.10.2"})
     >>> figures = dict.fromkeys(REQUIRED_FIGURES, 1)
-    >>> cache.put(key, figures, compile_seconds=2.5, toolchain={"jax": "0.10.2"})
+    >>> cache.put(key, {"figures": figures, "compile_seconds": 2.5, "details": {}}, toolchain={"jax": "0.10.2"})
     >>> cache.get(key, toolchain={"jax": "0.10.2"})["figures"] == figures
     True
-    >>> cache.put(key, {"flops": 1.0}, compile_seconds=2.5, toolchain={"jax": "0.10.2"})  # Incomplete: a miss.
+    >>> cache.put(key, {"figures": {"flops": 1.0}, "compile_seconds": 2.5}, toolchain={"jax": "0.10.2"})  # A miss.
     >>> cache.get(key, toolchain={"jax": "0.10.2"}) is None
     True
 """
@@ -125,15 +125,15 @@ class FiguresCache:
             return None
         return entry
 
-    def put(self, key: str, figures: Mapping[str, Any], *, compile_seconds: float, toolchain: Mapping[str, Any],
-            details: Mapping[str, Any] | None = None, anchors: Mapping[str, list[int]] | None = None) -> None:
-        """Stores a case's figures, with what explains them (``details``) and where the source lines
-        they name stand in the lowered program (``anchors``, :mod:`aotcheck.figures.sources`): only
-        whole answers (the peak split by class), so that an entry says what a fresh compile would."""
+    def put(self, key: str, measured: Mapping[str, Any], *, toolchain: Mapping[str, Any],
+            anchors: Mapping[str, list[int]] | None = None) -> None:
+        """Stores a view of a measurement's JSON (its figures, compile seconds and the ``details`` that
+        explain them), with where the source lines they name stand in the lowered program (``anchors``,
+        :mod:`aotcheck.figures.sources`): only whole answers (the peak split by class), so that an entry
+        says what a fresh compile would."""
         if not self.enabled:
             return
-        entry = {"key": key, "figures": dict(figures), "compile_seconds": compile_seconds,
-                 "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain), "details": dict(details or {}),
+        entry = {**measured, "key": key, "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain),
                  "anchors": dict(anchors or {})}
         try:
             atomic_write_text(self._path(key), json.dumps(entry, sort_keys=True))

@@ -117,8 +117,9 @@ def _decide(
         same_toolchain = previous is not None and toolchain_note(previous.toolchain) is None
         written = settle_noisy(previous.figures if same_toolchain else None, figures, tolerances)
         try:
+            # The golden keeps a view of the measurement (its figures settled against the last golden's).
             action = store.write(case, written, toolchain=_runtime.toolchain(),
-                                 compiler_options=result.compiler_options, details=result.details.to_json())
+                                 **result.view("compiler_options", "details"))
         except OSError as e:
             return Outcome(case, Verdict.ERROR, detail=f"cannot write its golden file {store.path(case)}: "
                            f"{e.strerror or e}. Check the golden directory's permissions.", **measured)

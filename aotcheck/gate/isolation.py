@@ -23,6 +23,7 @@ and the last lines kept for a crash report.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -37,7 +38,6 @@ from aotcheck import _runtime
 from aotcheck.errors import WorkerCrashed, error_from_json, error_to_json
 from aotcheck.gate.cache import FiguresCache
 from aotcheck.gate.case import Case
-from aotcheck.figures.program import Details
 from aotcheck.gate.measure import Measurement, measure
 from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_sources
@@ -281,10 +281,7 @@ class Measurer:
                 self.notes.append(note)
         if "error" in reply:
             raise error_from_json(reply["error"])
-        return Measurement(case, reply["figures"], reply["compiler_options"], reply["compile_seconds"],
-                           cached=reply["cached"], host_peak_bytes=reply.get("host_peak_bytes"),
-                           hlo_text=reply.get("hlo_text"), attribution_problem=reply.get("attribution_problem"),
-                           details=Details.from_json(reply.get("details")))
+        return Measurement.from_json(reply["measurement"])
 
     def close(self, *, kill: bool = False) -> None:
         """Stops every worker process: all asked at once, then each given what is left of
@@ -327,12 +324,9 @@ def serve(reply_fd: int, family: str | None = None) -> None:
             result = measure(Case.parse(request["case"]), cache=cache, fit=request.get("fit"),
                              fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)),
                              compiler_options=request.get("compiler_options"), presets=request.get("presets", True))
-            reply: dict[str, Any] = {"figures": result.figures, "compiler_options": result.compiler_options,
-                                     "compile_seconds": result.compile_seconds, "cached": result.cached,
-                                     "host_peak_bytes": _runtime.peak_rss_bytes(), "details": result.details.to_json(),
-                                     "attribution_problem": result.attribution_problem}
-            if request.get("hlo") and result.compiled is not None:
-                reply["hlo_text"] = result.compiled.as_text()
+            hlo = result.compiled.as_text() if request.get("hlo") and result.compiled is not None else None
+            measured = dataclasses.replace(result, host_peak_bytes=_runtime.peak_rss_bytes(), hlo_text=hlo)
+            reply: dict[str, Any] = {"measurement": measured.to_json()}
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
             reply = {"error": error_to_json(e)}
         reply["notes"] = [n for c in caches.values() for n in c.notes] + probe_notes()

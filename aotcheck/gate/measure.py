@@ -50,6 +50,11 @@ from aotcheck.programs.registry import REGISTRY, Registry
 COST_FIGURES = ("compile_cpu_seconds", "lower_cpu_seconds")
 
 
+# What a figures cache entry keeps of a measurement: what a fresh compile would answer (the rest is
+# the run's: the options it resolved, the process's memory, whether it came from the cache).
+CACHED_FIELDS = ("figures", "compile_seconds", "details")
+
+
 def figure_names() -> tuple[str, ...]:
     """Every figure a case can have; ``fit_max_<knob>`` stands for any knob's (``fit_max_KNOB``).
 
@@ -62,20 +67,54 @@ def figure_names() -> tuple[str, ...]:
     return (*REQUIRED_FIGURES, *PEAK_FIGURES, *comm, *COST_FIGURES, "fit_max_KNOB")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Measurement:
-    """What measuring a case produced."""
+    """What measuring a case produced: one record, with one JSON form (:meth:`to_json`). The compile
+    worker's reply is that form; the figures cache, the golden file and ``aotcheck compile --json``
+    keep views of it (:meth:`view`).
+
+    Example:
+        >>> m = Measurement(Case.of("lm", "prefill", "v4-8"), {"peak_bytes": 1024.0}, {"xla_opt": "1"}, 2.5)
+        >>> Measurement.from_json(m.to_json()) == m
+        True
+        >>> m.view("figures", "compile_seconds")
+        {'figures': {'peak_bytes': 1024.0}, 'compile_seconds': 2.5}
+    """
 
     case: Case
     figures: Figures
     compiler_options: dict[str, str]
     compile_seconds: float
-    compiled: Any = dataclasses.field(default=None, repr=False)  # None when the figures came from the cache.
+    # The executable, in the process that compiled it (None from the cache, and across a pipe): not data.
+    compiled: Any = dataclasses.field(default=None, repr=False, compare=False)
     cached: bool = False
     host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
     details: Details = dataclasses.field(default_factory=Details)  # The peak's largest buffers, collectives.
     attribution_problem: str | None = None  # Why the peak could not be split by class (then no peak_* figures).
     hlo_text: str | None = dataclasses.field(default=None, repr=False)  # The optimized HLO, when asked for.
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON: every field but the executable."""
+        return {"case": self.case.id, "figures": dict(self.figures), "compiler_options": dict(self.compiler_options),
+                "compile_seconds": self.compile_seconds, "cached": self.cached,
+                "host_peak_bytes": self.host_peak_bytes, "details": self.details.to_json(),
+                "attribution_problem": self.attribution_problem, "hlo_text": self.hlo_text}
+
+    def view(self, *fields: str) -> dict[str, Any]:
+        """Some fields of :meth:`to_json`, in the order asked: what a cache entry or a golden keeps."""
+        whole = self.to_json()
+        return {name: whole[name] for name in fields}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], **given: Any) -> "Measurement":
+        """The inverse of :meth:`to_json` (or of a view, the missing fields ``given``); KeyError names
+        a field neither has."""
+        data = {**data, **given}
+        case = data["case"]
+        return cls(case if isinstance(case, Case) else Case.parse(case), dict(data["figures"]),
+                   dict(data["compiler_options"]), float(data["compile_seconds"]), cached=bool(data.get("cached")),
+                   host_peak_bytes=data.get("host_peak_bytes"), details=Details.from_json(data.get("details")),
+                   attribution_problem=data.get("attribution_problem"), hlo_text=data.get("hlo_text"))
 
 
 def unsupported_reason(config: Config, case: Case) -> str | None:
@@ -139,8 +178,8 @@ def measure(
     if knob:
         found = fit_search(case, config, knob, first=result, compiler_options=compiler_options, cache=cache,
                            hbm_headroom=hbm_headroom, presets=presets)
-        result.figures = {**result.figures, f"fit_max_{knob}": found.max_size}
-        result.details = dataclasses.replace(result.details, fit=found)
+        result = dataclasses.replace(result, figures={**result.figures, f"fit_max_{knob}": found.max_size},
+                                     details=dataclasses.replace(result.details, fit=found))
     return result
 
 
@@ -201,8 +240,8 @@ def _measure(
             details = Details.from_json(entry.get("details"))
             lines = remap(entry.get("anchors", {}), located.sequence(), needed=details.sources())
             if lines is not None:
-                return Measurement(case, entry["figures"], options, float(entry.get("compile_seconds", 0.0)),
-                                   cached=True, details=details.with_sources(lines))
+                return Measurement.from_json(entry, case=case, compiler_options=options, cached=True,
+                                             details=details.with_sources(lines).to_json())
     with _runtime.dump_directory() as dump:
         start, cpu = time.perf_counter(), time.process_time()
         try:
@@ -243,8 +282,7 @@ def _measure(
     # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
     # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
     if cache is not None and key is not None and problem is None:
-        cache.put(key, figures, compile_seconds=seconds, toolchain=_runtime.toolchain(),
-                  details=result.details.to_json(), anchors=anchors(result.details.sources(), located.sequence()))
+        cache.put(key, result.view(*CACHED_FIELDS), toolchain=_runtime.toolchain(), anchors=anchors(result.details.sources(), located.sequence()))
     return result
 
 
