@@ -11,6 +11,7 @@ from aotcheck.gate.case import Case
 from aotcheck.gate.compare import (Change, Row, Tolerance, ToleranceError, compare, compare_metric,
                                    parse_tolerance_line, verdict)
 from aotcheck.gate.verdict import GoldenAction, Verdict
+from aotcheck.gate.measure import figure_names
 from aotcheck.gate.golden import GoldenError, GoldenStore, golden_document, dumps, parse_document
 from aotcheck.targets.topology import MAX_DEVICES, parse_topology, topology_names
 
@@ -120,3 +121,22 @@ def test_a_golden_figure_that_is_not_finite_or_is_negative_is_a_corrupt_golden(t
     document = '{"figures": {"%s": %s, "argument_bytes": 1}, "toolchain": {}, "compiler_options": {}}' % (name, text)
     with pytest.raises(GoldenError, match=f"figure '{name}' is .*figures are finite and never negative"):
         parse_document(document, Path("g.json"))
+
+
+@given(name=st.sampled_from([n.replace("KNOB", "batch") for n in figure_names()]), golden=st.floats(1, 1e12),
+       grow=st.booleans())
+def test_every_figure_is_compared_as_its_row_of_the_table_says(name, golden, grow):
+    """Comparison reads the figure table: each figure's default tolerance is its row's, and moving past
+    it the way the row calls worse is a regression, the other way an improvement."""
+    from aotcheck.figures.table import describe
+    from aotcheck.gate.compare import DEFAULT_TOLERANCES, tolerance_for
+
+    row = describe(name)
+    tol = tolerance_for(name, DEFAULT_TOLERANCES)
+    assert (tol.rel, tol.abs) == row.tolerance and row.glob != "*" or name.endswith("_xla")
+    step = tol.allowed(golden) * 1.5 + 1
+    now = golden + step if grow else max(golden - step, 0.0)
+    if now == 0.0 and not grow and golden <= tol.allowed(golden):
+        return  # Cannot drop past the tolerance without going negative.
+    worse = grow == (row.worse == "more")
+    assert compare_metric(name, golden, now, tol).change is (Change.REGRESSION if worse else Change.IMPROVEMENT)

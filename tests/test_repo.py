@@ -68,3 +68,10 @@ def test_flax_is_ranged_apart_where_jax_outgrew_it():
     flax = [Requirement(r) for r in project["optional-dependencies"]["flax"]]
     on_312 = [r for r in flax if r.marker.evaluate({"python_version": "3.12"})]
     assert len(on_312) == 1 and not on_312[0].specifier.contains("0.12.8") and on_312[0].specifier.contains("0.12.12")
+
+
+def test_readme_shows_the_figure_table_comparison_reads():
+    from aotcheck.render.markdown import figures_table
+
+    assert figures_table() in (ROOT / "README.md").read_text(), \
+        "README's figure table is not aotcheck/figures/table.py's: paste figures_table() into README"

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from aotcheck.figures.table import FIGURES
 from aotcheck.gate.verdict import Verdict
 
 
@@ -54,19 +55,9 @@ class Tolerance:
         return cls(float(data["rel"]), float(data["abs"]))
 
 
-# Defaults, first match wins. Figures are bit-identical across runs on one
+# Defaults, first match wins (aotcheck.figures.table). Figures are bit-identical across runs on one
 # toolchain, so these only absorb deliberate small changes.
-DEFAULT_TOLERANCES: tuple[tuple[str, Tolerance], ...] = (
-    ("comm_*_count", Tolerance(rel=0.0, abs=0)),  # A new collective is news.
-    ("comm_*_bytes", Tolerance(rel=0.01, abs=4 * 1024)),
-    ("*_bytes", Tolerance(rel=0.01, abs=64 * 1024)),
-    ("*flops*", Tolerance(rel=0.01, abs=0)),
-    # Compile cost is CPU time: the same compile varied up to 2.2x across runs in one session on a
-    # 2-core machine, and 3.4x against its golden on another day (README). Only more than 5x, and
-    # over 10 s more, is news: the hazard it catches (a toolchain's compile-time blowup) is larger.
-    ("*_cpu_seconds", Tolerance(rel=4.0, abs=10.0)),
-    ("*", Tolerance(rel=0.02, abs=0)),
-)
+DEFAULT_TOLERANCES: tuple[tuple[str, Tolerance], ...] = tuple((f.glob, Tolerance(*f.tolerance)) for f in FIGURES)
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -162,10 +153,10 @@ class Row:
 
 
 # Figures where more is better (headroom): a drop beyond tolerance is the regression.
-HIGHER_IS_BETTER = ("fit_max_*",)
+HIGHER_IS_BETTER = tuple(f.glob for f in FIGURES if f.worse == "less")
 # Figures that differ from run to run (timings): --update-golden keeps a golden's value while the
 # new one is within tolerance of it, so accepting unchanged programs leaves their goldens as they were.
-NOISY = ("*_cpu_seconds",)
+NOISY = tuple(f.glob for f in FIGURES if f.noisy)
 
 
 def settle_noisy(golden: Mapping[str, float] | None, now: Mapping[str, float],

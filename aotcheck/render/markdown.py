@@ -12,6 +12,7 @@ import posixpath
 from collections.abc import Sequence
 
 from aotcheck.figures.attribution import CLASSES
+from aotcheck.figures.table import FIGURES, Figure
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
@@ -30,6 +31,19 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
     lines = ["| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def figures_table() -> str:
+    """README's table of the figures, from :mod:`aotcheck.figures.table` (a test keeps README in step)."""
+
+    def amount(figure: Figure) -> str:
+        if not figure.abs:
+            return f"{figure.rel:.0%}" if figure.rel else "exact"
+        size = fmt_bytes(figure.abs) if figure.unit == "bytes" else f"{figure.abs:g} s"
+        return f"{figure.rel:.0%} + {size}" if figure.rel else size
+
+    return markdown_table(["figure", "unit", "worse when", "default tolerance", "what it is"], [
+        [f"`{f.glob}`", f.unit, "it drops" if f.worse == "less" else "it grows", amount(f), f.meaning] for f in FIGURES])
 
 
 def _changes(outcome: Outcome, limit: int = 3) -> str:

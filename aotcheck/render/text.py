@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aotcheck.figures.hbm import explain_oom
+from aotcheck.figures.table import describe
 from aotcheck.figures.hlo import analyze_hlo, iter_loops
 from aotcheck.figures.attribution import CLASSES, PeakBuffer
 from aotcheck.figures.fit import Fit
@@ -44,12 +45,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def fmt_value(metric: str, value: float | None) -> str:
-    """A figure's value in its unit: bytes for ``*_bytes``, counts otherwise."""
+    """A figure's value in its unit (:mod:`aotcheck.figures.table`): bytes, seconds, or a count."""
     if value is None:
         return "-"
-    if metric.endswith("_seconds"):
+    unit = describe(metric).unit
+    if unit == "seconds":
         return f"{value:.2f}s"
-    return fmt_bytes(value) if metric.endswith("_bytes") else fmt_count(value)
+    return fmt_bytes(value) if unit == "bytes" else fmt_count(value)
 
 
 def change_table(rows: Sequence[Row]) -> str:
