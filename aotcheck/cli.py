@@ -193,11 +193,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
             path.write_text(r.hlo_text or "")
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        chip = target.topology.chip
+        hbm = target.topology.hbm_bytes
         print(json.dumps({r.case.program: {  # A view of each measurement, with its share of the chip's HBM.
             **r.view("case", "figures", "compiler_options", "host_peak_bytes", "details", "attribution_problem"),
-            "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": chip.hbm_bytes if chip else None,
-            "peak_share_of_hbm": r.figures["peak_bytes"] / chip.hbm_bytes if chip else None,
+            "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": hbm,
+            "peak_share_of_hbm": r.figures["peak_bytes"] / hbm if hbm else None,
         } for r in results}, indent=2, sort_keys=True))
         return 0
     print(compile_table(results, target.topology))

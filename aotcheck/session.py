@@ -331,7 +331,7 @@ class GateSession:
                                 "give --aot-report (or --report) a path you can write")
         # cpu-N needs N host devices, fixed when JAX's CPU backend starts: the compile workers
         # (which alone compile) read the count from the environment.
-        cpu = max((t.num_devices for t in self.settings.targets if not t.topology.is_tpu), default=0)
+        cpu = max((t.num_devices for t in self.settings.targets if t.topology.platform == "cpu"), default=0)
         if cpu:
             if int(os.environ.get("JAX_NUM_CPU_DEVICES", "0") or 0) < max(cpu, 8):
                 os.environ["JAX_NUM_CPU_DEVICES"] = str(max(cpu, 8))
@@ -458,7 +458,8 @@ class GateSession:
         :meth:`prestart` later stops those no selected case needs. (A ``cpu-N`` worker waits for
         :meth:`prepare`, which sets its device count.)"""
         if self._measurer is not None:
-            self._measurer.prestart({family_of(t.topology) for t in self.settings.targets if t.topology.is_tpu})
+            self._measurer.prestart({family_of(t.topology) for t in self.settings.targets
+                                     if t.topology.platform != "cpu"})
 
     def prestart(self, cases: Sequence[Case]) -> None:
         """Starts the compile workers these cases need, in parallel, before the first case runs, and

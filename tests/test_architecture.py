@@ -119,3 +119,17 @@ def test_no_private_jax_attribute_in_the_package():
             elif isinstance(node, ast.Constant) and node.value in ("_lowering", "_executable", "kept_var_idx"):
                 found.append(f"{module}:{node.lineno}: getattr(..., {node.value!r})")
     assert not found, found
+
+
+def test_nothing_past_the_targets_asks_which_platform_or_chip():
+    """A target says what downstream needs (its platform's capacity and peak rates: Topology.hbm_bytes,
+    memory_limit_bytes, peak_flops, hbm_bandwidth), so figures, gate, render and the session never look
+    at the chip or ask whether it is a TPU: a new platform is a new kind of target, not a branch there."""
+    found = []
+    for module, path in MODULES.items():
+        if not module.startswith(("aotcheck.figures", "aotcheck.gate", "aotcheck.render", "aotcheck.session")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("chip", "is_tpu"):
+                found.append(f"{module}:{node.lineno}: .{node.attr}")
+    assert not found, found

@@ -21,16 +21,16 @@ def hbm_verdict(peak_bytes: int, topology: str | Topology, *, headroom: float = 
         >>> print(hbm_verdict(int(17.3 * 2**30), "v5e-16"))
         needs 17.30 GiB of 16.00 GiB HBM per device on v5e-16: 108%
     """
-    chip = parse_topology(topology).chip
-    if chip is None:
+    topo = parse_topology(topology)
+    if topo.hbm_bytes is None:
         return None
-    limit = chip.hbm_bytes * headroom
+    limit = topo.hbm_bytes * headroom
     if peak_bytes <= limit:
         return None
     allowed = f" (headroom {headroom:.0%} allows {fmt_bytes(limit)})" if headroom != 1.0 else ""
     return (
-        f"needs {fmt_bytes(peak_bytes)} of {fmt_bytes(chip.hbm_bytes)} HBM per device on "
-        f"{parse_topology(topology).name}: {peak_bytes / chip.hbm_bytes:.0%}{allowed}"
+        f"needs {fmt_bytes(peak_bytes)} of {fmt_bytes(topo.hbm_bytes)} HBM per device on "
+        f"{topo.name}: {peak_bytes / topo.hbm_bytes:.0%}{allowed}"
     )
 
 

@@ -249,9 +249,9 @@ def roofline(figures: dict[str, int | float], topology: str | Topology) -> dict[
     XLA's bytes accessed / HBM bandwidth (XLA counts a loop body once, so this is
     a lower bound too). ``bound_seconds``: the larger of the two.
     """
-    chip = parse_topology(topology).chip
-    if chip is None or "flops" not in figures:
+    topo = parse_topology(topology)
+    if topo.peak_flops is None or topo.hbm_bandwidth is None or "flops" not in figures:
         return None
-    compute = figures["flops"] / chip.peak_bf16_flops
-    memory = figures.get("bytes_accessed_xla", 0) / chip.hbm_bandwidth
+    compute = figures["flops"] / topo.peak_flops
+    memory = figures.get("bytes_accessed_xla", 0) / topo.hbm_bandwidth
     return {"compute_seconds": compute, "memory_seconds": memory, "bound_seconds": max(compute, memory)}

@@ -195,9 +195,10 @@ def fit_search(
     """
     knob = knob_of(config, knob_name, case.target)
     measured_at: dict[int, Measurement] = {}
-    chip = case.topology.chip
+    topo = case.topology
     # The affine model aims at what the compiler lets a device use (below the datasheet's HBM).
-    limit = int(min(chip.hbm_bytes * hbm_headroom, chip.hbm_limit_bytes)) if chip else 2**62
+    limit = int(min(topo.hbm_bytes * hbm_headroom, topo.memory_limit_bytes)) \
+        if topo.hbm_bytes is not None and topo.memory_limit_bytes is not None else 2**62
 
     def probe(size: int) -> Probe:
         if size == knob.size and first is not None:

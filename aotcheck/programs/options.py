@@ -75,7 +75,7 @@ KNOWN_REFUSALS: dict[str, dict[str, frozenset[str]]] = {
 def preset_options(topology: str | Topology, num_slices: int = 1) -> dict[str, str]:
     """Every preset aotcheck has for this chip (before asking what the running libtpu accepts)."""
     topo = parse_topology(topology)
-    if not topo.is_tpu:
+    if topo.platform != "tpu":
         return {}
     options = dict(_TPU_DEFAULTS)
     options.update(_TPU_FAMILY_DEFAULTS.get(topo.chip.family, {}))
@@ -111,7 +111,7 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     else from a probe (a tiny compile on the chip's devices), done once per process and, with
     ``store`` (a directory, e.g. the figures cache), once per libtpu version."""
     topo = parse_topology(topology)
-    if not topo.is_tpu:
+    if topo.platform != "tpu":
         return Refusal(frozenset(), "table")
     family, multi = topo.chip.family, num_slices > 1
     known = known_refusal(family)

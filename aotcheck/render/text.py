@@ -190,10 +190,10 @@ def unsharded_paragraph(found: Sequence[Unsharded], *, what: str, limit: int = 5
 def hbm_fraction(outcome: Outcome) -> float | None:
     """Peak bytes per device over the chip's HBM capacity (None without figures or a chip)."""
     figures = outcome.figures or {}
-    chip = outcome.case.topology.chip
-    if "peak_bytes" not in figures or chip is None:
+    hbm = outcome.case.topology.hbm_bytes
+    if "peak_bytes" not in figures or hbm is None:
         return None
-    return figures["peak_bytes"] / chip.hbm_bytes
+    return figures["peak_bytes"] / hbm
 
 
 def verdict_label(outcome: Outcome) -> str:
@@ -301,7 +301,7 @@ COMPILE_HEADERS = ["case", "compile", "argument", "output", "alias", "temp", "co
 
 def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
     """``aotcheck compile``'s table: XLA's memory analysis, the peak's share of HBM, FLOPs, collectives."""
-    hbm = topology.chip.hbm_bytes if topology.chip else None
+    hbm = topology.hbm_bytes
     rows = []
     for r in results:
         f = r.figures
@@ -393,7 +393,7 @@ def why_lines(outcome: Outcome) -> list[str]:
 
 def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
     """What a fit search found, in words, with what fills the memory at the max."""
-    hbm = topology.chip.hbm_bytes if topology.chip else None
+    hbm = topology.hbm_bytes
     share = (lambda b: f" ({fmt_share(b / hbm)} of {fmt_bytes(hbm)})") if hbm else (lambda b: "")
     how = ("bisection (the affine prediction was not confirmed: memory is not a straight line in the "
            f"{fit.knob} here)" if fit.bisected else "the affine prediction, confirmed")

@@ -126,7 +126,7 @@ def build_mesh(
     topo = parse_topology(topology)
     shape = resolve_mesh_shape(spec.shape_for(topo), num_devices=len(devices), num_slices=num_slices)
     ici, dcn = split_ici_dcn(shape, num_slices)
-    if not topo.is_tpu:
+    if topo.platform != "tpu":
         # Host devices have no physical layout to follow.
         return Mesh(np.asarray(devices).reshape(shape), spec.axis_names)
 

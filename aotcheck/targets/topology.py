@@ -137,8 +137,37 @@ class Topology:
     num_devices: int
 
     @property
-    def is_tpu(self) -> bool:
-        return self.chip is not None
+    def platform(self) -> str:
+        """The compiler that builds its programs: ``"tpu"`` (libtpu) or ``"cpu"`` (this host's devices).
+
+        Example:
+            >>> parse_topology("v5e-16").platform, parse_topology("cpu-4").platform
+            ('tpu', 'cpu')
+        """
+        return "tpu" if self.chip is not None else "cpu"
+
+    # Per device, from the chip's datasheet (None for host devices: they have no HBM to fit, no peak to
+    # bound a step). Code downstream asks these, never which platform it is.
+
+    @property
+    def hbm_bytes(self) -> int | None:
+        """A device's memory capacity (the HBM verdict's denominator)."""
+        return self.chip.hbm_bytes if self.chip else None
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        """What the compiler lets one device use (a little below the capacity on TPUs)."""
+        return self.chip.hbm_limit_bytes if self.chip else None
+
+    @property
+    def peak_flops(self) -> float | None:
+        """A device's peak bf16 FLOP/s."""
+        return self.chip.peak_bf16_flops if self.chip else None
+
+    @property
+    def hbm_bandwidth(self) -> float | None:
+        """A device's HBM bytes/s."""
+        return self.chip.hbm_bandwidth if self.chip else None
 
     @property
     def num_chips(self) -> int:
@@ -276,7 +305,7 @@ def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> T
     """
     topo = parse_topology(topology)
     num_slices = check_num_slices(num_slices)
-    if not topo.is_tpu:
+    if topo.platform != "tpu":
         return TopologyDevices(_cpu_devices(topo.num_devices * num_slices), topo.num_devices)
     if not _runtime.libtpu_available():
         raise TopologyError(
