@@ -1,7 +1,7 @@
 """Speed of the gate, as ratios of the same work measured side by side in one run (not a timed test).
 
     python benchmarks/bench.py                      # lm-tiny on v4-8 and v5e-16, 1 and 2 slices
-    python benchmarks/bench.py --configs lm-1b --topologies v5e-16 --slices 1
+    python benchmarks/bench.py --configs lm-1b --topologies v5e-16 --slices 1 --no-fit  # ~25 min here
 
 Every row compares like with like. The gate runs the generated cases only (``-m aotcheck_case``:
 no test of the suite) of ``bench-<config>`` (benchmarks/bench_configs.py: the reference config
@@ -148,6 +148,7 @@ def main() -> None:
     for worker in ("bare", "phases", "attribution-worker"):
         parser.add_argument(f"--{worker}", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--no-fit", action="store_true", help="leave out the fit search's row (lm-1b: ~25 probes of a minute)")
     args = parser.parse_args()
     if args.bare:
         return bare(args.configs, args.topologies, args.slices)
@@ -181,8 +182,10 @@ def main() -> None:
             for phase, seconds in json.loads(out.splitlines()[-1]).items():
                 split[phase] = split.get(phase, 0.0) + seconds
     parallel_s, _ = gate(plain, "--aot-no-cache", "-n", "2")
-    fit_s, fitted = gate(searched, "--aot-no-cache", "-n", "0")
-    probes = sum(((c.get("details") or {}).get("fit") or {}).get("probes", 0) for c in fitted["cases"])
+    fit_s, probes = None, 0
+    if not args.no_fit:
+        fit_s, fitted = gate(searched, "--aot-no-cache", "-n", "0")
+        probes = sum(((c.get("details") or {}).get("fit") or {}).get("probes", 0) for c in fitted["cases"])
     attribution = [o.split() for _, o in per_family(args, "--attribution-worker")]
     plain_compile, attributed = sum(float(o[-2]) for o in attribution), sum(float(o[-1]) for o in attribution)
     hits = sum(1 for c in warm["cases"] if c.get("cached"))
@@ -194,6 +197,7 @@ def main() -> None:
         (f"fit search / none ({probes} probes)", fit_s, gate_s, "its cost"),
         ("compile+dump+attribution / compile", attributed, plain_compile, "its cost"),
     ]
+    rows = [row for row in rows if row[1] is not None]
     print(f"{args.configs} on {args.topologies} x {args.slices} slices")
     print(f"{'ratio':40} {'value':>7}  {'numerator':>10} {'denominator':>12}  target")
     for name, num, den, target in rows:
