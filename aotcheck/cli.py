@@ -28,15 +28,16 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from aotcheck.gate.case import Case
 from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import ReportError, merge_reports
-from aotcheck.ini import IniError, find_ini
+from aotcheck.ini import Ini, IniError, find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.lowering import LoweringError
 from aotcheck.programs.registry import REGISTRY, RegistryError
@@ -46,6 +47,7 @@ from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
 from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, Interruption, SettingsError, exit_status
+from aotcheck.settings import Setting, add_cli_arguments, read_settings
 from aotcheck.targets.topology import CHIPS, Target, TopologyError, all_topologies
 from aotcheck.units import fmt_bytes, fmt_count
 
@@ -68,32 +70,8 @@ def _load(modules: Sequence[str] | None, rootdir: Path | None = None) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     ini = find_ini(Path.cwd())
-
-    def pick(value: str | None, key: str) -> list[str] | str:
-        return value if value is not None else ini.args(key)
-
-    settings = GateSettings.parse(
-        rootdir=ini.rootdir,
-        topologies=pick(args.topologies, "aot_topologies"),
-        slices=pick(args.slices, "aot_slices"),
-        configs=pick(args.configs, "aot_configs"),
-        golden_dir=args.golden_dir or ini.get("aot_golden_dir", "golden"),
-        golden_dir_option=args.golden_dir,
-        update=args.update_golden,
-        strict=args.strict or ini.flag("aot_strict"),
-        tolerances=ini.lines("aot_tolerances"),
-        report=args.report,
-        hbm_headroom=ini.get("aot_hbm_headroom", "1.0"),
-        fit=args.fit if args.fit is not None else ini.get("aot_fit", ""),
-        cache_dir=None if args.no_cache else (args.cache_dir or ini.get("aot_cache_dir", ".aotcheck-cache")),
-        shard=args.shard,
-        config_modules=ini.lines("aot_config_modules") + list(args.module or []),
-        metric_drift=ini.get("aot_metric_drift", "fail"),
-        libtpu_init_args=args.libtpu_init_args if args.libtpu_init_args is not None else ini.get("aot_libtpu_init_args"),
-        default_options=args.default_options or ini.get("aot_default_options", "aotcheck"),
-        libtpu_init_args_option=args.libtpu_init_args,
-        flags=CLI_FLAGS,
-    )
+    values = read_settings(option=lambda s: getattr(args, s.name, None) if s.cli else None, ini=ini_values(ini))
+    settings = GateSettings.parse(rootdir=ini.rootdir, **values, flags=CLI_FLAGS)
     if args.topologies is not None and not args.topologies.strip():
         raise SettingsError("--topologies is empty; name the topologies to check, e.g. --topologies v4-8,v5e-16")
     if not settings.targets:
@@ -149,7 +127,7 @@ _TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "chips", "
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
-    _load(args.module)
+    _load(args.config_modules)
     rows = []
     for entry in REGISTRY:
         try:
@@ -165,7 +143,7 @@ def cmd_configs(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    _load(args.module)
+    _load(args.config_modules)
     target = Target.of(args.topology, args.slices)
     entry = REGISTRY.get(args.config)
     programs = [args.method] if args.method else list(entry.programs())
@@ -208,7 +186,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    _load(args.module)
+    _load(args.config_modules)
     target = Target.of(args.topology, args.slices)
     entry = REGISTRY.get(args.config)
     program = args.program or next(iter(entry.programs()))
@@ -278,45 +256,41 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def _option_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--libtpu-init-args", metavar="FLAGS", help="your job's LIBTPU_INIT_ARGS string, e.g. "
-                   "--libtpu-init-args='--xla_tpu_scoped_vmem_limit_kib=98304' (default: aot_libtpu_init_args)")
-    p.add_argument("--default-options", help="aotcheck (its per-chip presets under your options; the default) or "
-                   "none (only your options, as your job sends them)")
+def ini_values(ini: Ini) -> Callable[[Setting], Any]:
+    """How ``aotcheck`` reads a setting's ini value without pytest, by its type (aotcheck.settings)."""
+    read = {"args": ini.args, "linelist": ini.lines, "bool": ini.flag}
+
+    def value(setting: Setting) -> Any:
+        if not setting.ini:
+            return setting.default
+        return read[setting.kind](setting.ini) if setting.kind in read else ini.get(setting.ini, setting.default)
+
+    return value
+
+
+# The settings ``compile`` and ``fit`` take (those of the compile itself); ``check`` takes them all.
+COMPILE_SETTINGS = ("libtpu_init_args", "default_options", "config_modules")
 
 
 def _compile_options(args: argparse.Namespace) -> dict[str, object]:
     """The caller's options and the presets switch for ``compile`` and ``fit``, as ``check`` reads them."""
     ini = find_ini(Path.cwd())
-    settings = GateSettings.parse(
-        rootdir=ini.rootdir, cache_dir=None, flags=CLI_FLAGS,
-        libtpu_init_args=args.libtpu_init_args if args.libtpu_init_args is not None else ini.get("aot_libtpu_init_args"),
-        default_options=args.default_options or ini.get("aot_default_options", "aotcheck"))
+    values = read_settings(option=lambda s: getattr(args, s.name, None) if s.name in COMPILE_SETTINGS else None,
+                           ini=ini_values(ini))
+    settings = GateSettings.parse(rootdir=ini.rootdir, flags=CLI_FLAGS, cache_dir=None,
+                                  libtpu_init_args=values["libtpu_init_args"],
+                                  default_options=values["default_options"])
     return {"compiler_options": settings.compiler_options, "presets": settings.presets}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    module_help = "module or .py file that registers configs (repeatable; the rootdir's conftest.py is always read)"
 
     p = sub.add_parser("check", help="the gate without pytest: compile the matrix, compare with goldens",
                        description="Reads the aot_* settings of the [pytest] section of your ini file, "
                        "as the pytest plugin does; options override them.")
-    p.add_argument("--topologies", help="e.g. v4-8,v5e-16 (v5e-16x2: 2 slices only)")
-    p.add_argument("--slices", help="slice counts for every topology, e.g. 1,2")
-    p.add_argument("--configs", help="glob(s) over config names, e.g. 'lm-*'")
-    p.add_argument("--golden-dir", help="golden directory (default: aot_golden_dir, or golden/)")
-    p.add_argument("--update-golden", action="store_true", help="accept the figures of the cases that run")
-    p.add_argument("--strict", action="store_true", help="fail on improvements beyond tolerance too")
-    p.add_argument("--report", metavar="PATH", help="write the JSON report here")
-    p.add_argument("--shard", metavar="K/N", help="run only shard K of N of the matrix")
-    p.add_argument("--fit", metavar="KNOB", help="search the largest KNOB (e.g. batch) that fits on every config "
-                   "that offers it (default: aot_fit, or each config's own fit=)")
-    _option_arguments(p)
-    p.add_argument("--cache-dir", help="figures cache directory (default .aotcheck-cache)")
-    p.add_argument("--no-cache", action="store_true", help="compile every case; no figures cache")
-    p.add_argument("--module", action="append", help=module_help)
+    add_cli_arguments(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("topologies", help="the topology table")
@@ -324,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_topologies)
 
     p = sub.add_parser("configs", help="the registered configs")
-    p.add_argument("--module", action="append", help=module_help)
+    add_cli_arguments(p, ("config_modules",))
     p.set_defaults(func=cmd_configs)
 
     p = sub.add_parser("compile", help="compile one config and print its figures")
@@ -335,8 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print figures as JSON")
     p.add_argument("--dump-hlo", metavar="DIR", help="write each program's optimized HLO text here")
     p.add_argument("--explain", action="store_true", help="show where the FLOPs and bytes come from")
-    _option_arguments(p)
-    p.add_argument("--module", action="append", help=module_help)
+    add_cli_arguments(p, COMPILE_SETTINGS)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("fit", help="the largest batch (or other knob) that compiles and fits HBM")
@@ -347,8 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--knob", default="batch", help="what to search (default batch; a config may offer more)")
     p.add_argument("--headroom", type=float, default=1.0, help="share of HBM the max may fill (default 1.0)")
     p.add_argument("--json", action="store_true", help="print the search as JSON")
-    _option_arguments(p)
-    p.add_argument("--module", action="append", help=module_help)
+    add_cli_arguments(p, COMPILE_SETTINGS)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("init", help="start a project's gate: pytest settings, one config, the CI workflow",

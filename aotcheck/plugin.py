@@ -20,91 +20,29 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.text import session_summary
 from aotcheck.session import PYTEST_FLAGS, GateSession, GateSettings, SettingsError, split_list
+from aotcheck.settings import Setting, add_pytest_options, read_settings
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("aotcheck", "aotcheck: AOT-compile registered configs for TPU topologies")
-    group.addoption("--aot-topologies", help="topologies to check, e.g. v4-8,v5e-16 (v5e-16x2: 2 slices only); "
-                    "'none' turns the gate off for this run. Without any (here or in the ini), the plugin "
-                    "adds no tests.")
-    group.addoption("--aot-slices", help="slice counts for every topology, e.g. 1,2 (default 1)")
-    group.addoption("--aot-configs", help="glob(s) over config names, e.g. 'lm-*' (default all)")
-    group.addoption("--aot-golden-dir", help="golden directory (default golden/ at the rootdir)")
-    group.addoption("--update-golden", action="store_true", default=False,
-                    help="write the figures of the cases that run as their goldens (and pass them); "
-                    "cases that do not run are left alone")
-    group.addoption("--aot-strict", action="store_true", default=None,
-                    help="fail on improvements beyond tolerance too, to keep baselines tight")
-    group.addoption("--aot-report", metavar="PATH", help="write every case's figures, golden and verdict as JSON")
-    group.addoption("--aot-cache-dir", help="figures cache directory (default .aotcheck-cache at the rootdir)")
-    group.addoption("--aot-no-cache", action="store_true", default=False,
-                    help="compile every case, neither reading nor writing the figures cache")
-    group.addoption("--aot-fit", metavar="KNOB",
-                    help="search the largest KNOB (e.g. batch) that fits on every config that offers it, "
-                    "gated as fit_max_KNOB (default: each config's own fit=)")
-    group.addoption("--aot-libtpu-init-args", metavar="FLAGS",
-                    help="your job's LIBTPU_INIT_ARGS string, e.g. '--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=98304 "
-                    "--xla_tpu_enable_latency_hiding_scheduler=true' (runtime-only flags are dropped)")
-    group.addoption("--aot-shard", metavar="K/N", help="run only shard K of N of the case matrix (for CI runners)")
-    parser.addini("aot_topologies", "default --aot-topologies", type="args", default=[])
-    parser.addini("aot_slices", "default --aot-slices", type="args", default=[])
-    parser.addini("aot_configs", "default --aot-configs", type="args", default=[])
-    parser.addini("aot_golden_dir", "default --aot-golden-dir, relative to the rootdir", default="golden")
-    parser.addini("aot_cache_dir", "default --aot-cache-dir, relative to the rootdir", default=".aotcheck-cache")
-    parser.addini("aot_strict", "default --aot-strict", type="bool", default=False)
-    parser.addini("aot_hbm_headroom", "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
-                  default="1.0")
-    parser.addini("aot_fit", "default --aot-fit", default="")
-    parser.addini("aot_tolerances", "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
-                  type="linelist", default=[])
-    parser.addini("aot_metric_drift", "figures new or gone against a golden: fail (default) or warn",
-                  default="fail")
-    parser.addini("aot_libtpu_init_args", "default --aot-libtpu-init-args: your job's LIBTPU_INIT_ARGS string",
-                  default="")
-    parser.addini("aot_default_options", "aotcheck's per-chip compiler presets under your options: aotcheck "
-                  "(default) or none (only your options, as your job sends them)", default="aotcheck")
-    parser.addini("aot_config_modules", "modules or .py files (rootdir-relative) that register configs",
-                  type="linelist", default=[])
+    add_pytest_options(parser)
 
 
 def settings_from_pytest(config: pytest.Config) -> GateSettings:
-    """Options over ini values, parsed by the session's own rules."""
+    """Options over ini values (aotcheck.settings), parsed by the session's own rules."""
 
-    def pick(option: str) -> Any:
-        value = config.getoption(option)
-        return value if value is not None else config.getini(option)
+    def option(setting: Setting) -> Any:
+        return config.getoption(setting.pytest.lstrip("-").replace("-", "_")) if setting.pytest else None
 
-    strict = config.getoption("aot_strict")
-    if strict is None:
+    def ini(setting: Setting) -> Any:
         try:
-            strict = config.getini("aot_strict")
-        except ValueError as e:
-            raise SettingsError(f"aot_strict: {e}; write true or false") from None
-    return GateSettings.parse(
-        rootdir=config.rootpath,
-        topologies=pick("aot_topologies"),
-        slices=pick("aot_slices"),
-        configs=pick("aot_configs"),
-        golden_dir=pick("aot_golden_dir"),
-        golden_dir_option=config.getoption("aot_golden_dir"),
-        update=config.getoption("update_golden"),
-        strict=strict,
-        tolerances=config.getini("aot_tolerances"),
-        report=config.getoption("aot_report"),
-        hbm_headroom=config.getini("aot_hbm_headroom"),
-        fit=pick("aot_fit"),
-        cache_dir=None if config.getoption("aot_no_cache") else pick("aot_cache_dir"),
-        shard=config.getoption("aot_shard"),
-        config_modules=config.getini("aot_config_modules"),
-        metric_drift=config.getini("aot_metric_drift"),
-        libtpu_init_args=pick("aot_libtpu_init_args"),
-        default_options=config.getini("aot_default_options"),
-        libtpu_init_args_option=config.getoption("aot_libtpu_init_args"),
-        flags=PYTEST_FLAGS,
-    )
+            return config.getini(setting.ini)
+        except ValueError as e:  # A bool pytest cannot read.
+            raise SettingsError(f"{setting.ini}: {e}; write true or false") from None
+
+    return GateSettings.parse(rootdir=config.rootpath, **read_settings(option=option, ini=ini), flags=PYTEST_FLAGS)
 
 
 # Options whose value is a path: given after a space, pytest takes an existing path for a

@@ -55,6 +55,7 @@ from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, pa
                                        runtime_only)
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
+from aotcheck.settings import flag_names
 from aotcheck.targets.families import family_of
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
 
@@ -104,16 +105,9 @@ class SettingsError(ValueError):
     """A setting that cannot be used; the message names the option and the fix."""
 
 
-# How each front end spells its options, for error messages.
-PYTEST_FLAGS = {"topologies": "--aot-topologies", "configs": "--aot-configs", "slices": "--aot-slices", "tolerances": "aot_tolerances",
-                "hbm_headroom": "aot_hbm_headroom", "shard": "--aot-shard", "config_modules": "aot_config_modules",
-                "golden_dir": "--aot-golden-dir", "report": "--aot-report", "metric_drift": "aot_metric_drift",
-                "fit": "--aot-fit", "libtpu_init_args": "--aot-libtpu-init-args",
-                "default_options": "aot_default_options"}
-CLI_FLAGS = {"topologies": "--topologies", "configs": "--configs", "slices": "--slices", "tolerances": "aot_tolerances",
-             "hbm_headroom": "aot_hbm_headroom", "shard": "--shard", "config_modules": "--module",
-             "golden_dir": "--golden-dir", "report": "--report", "metric_drift": "aot_metric_drift",
-             "fit": "--fit", "libtpu_init_args": "--libtpu-init-args", "default_options": "--default-options"}
+# How each front end spells its options, for error messages (aotcheck.settings declares them).
+PYTEST_FLAGS = flag_names("pytest")
+CLI_FLAGS = flag_names("cli")
 METRIC_DRIFT = ("fail", "warn")
 DEFAULT_OPTIONS = ("aotcheck", "none")
 
@@ -300,6 +294,7 @@ class GateSession:
         self.interruption = Interruption()  # Front ends install it for the run's life.
         self.warnings: list[str] = []
         self._noted: set[str] = set()
+        self._plans: dict[tuple[bool, tuple[str, ...]], Plan] = {}
 
     # Setting up ----------------------------------------------------------------
 
@@ -351,7 +346,14 @@ class GateSession:
 
     def plan(self, *, sharded: bool = True) -> Plan:
         """Every selected case (with a skip reason or None), configs that failed to build, and
-        why the matrix is empty if it is. ``sharded``: only this session's shard."""
+        why the matrix is empty if it is. ``sharded``: only this session's shard. Computed once
+        per run (again only if configs were registered since)."""
+        key = (sharded, tuple(self.registry.names()))
+        if key not in self._plans:
+            self._plans[key] = self._plan(sharded=sharded)
+        return self._plans[key]
+
+    def _plan(self, *, sharded: bool) -> Plan:
         cases: list[Planned] = []
         broken: dict[str, str] = {}
         entries = self.registry.select(list(self.settings.config_globs) or None)
@@ -443,14 +445,13 @@ class GateSession:
         outcome = check_case(case, measure=self.measure, store=self.store, tolerances=s.tolerances,
                              update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom,
                              metric_drift=s.metric_drift)
-        outcome.message = outcome_message(outcome, golden_file=self.golden_file(case),
-                                          accept=self.accept_command(case))
         # Notes the compile workers raised on this case ride with it (under xdist, to the controller).
         worker_notes = self._measurer.notes if self._measurer is not None else []
         new = [n for n in worker_notes if n not in self._noted]
         self._noted.update(new)
-        outcome.notes += new
-        return outcome
+        # The message is the one worded field: the report's readers (Markdown, annotations) show it as is.
+        return dataclasses.replace(outcome, notes=[*outcome.notes, *new], message=outcome_message(
+            outcome, golden_file=self.golden_file(case), accept=self.accept_command(case)))
 
     def start_workers(self) -> None:
         """Starts the compile workers of the run's TPU topologies now, before the configs are built and

@@ -20,7 +20,7 @@ LAYERS = [
     ("aotcheck.figures",),
     ("aotcheck.gate",),
     ("aotcheck.render",),
-    ("aotcheck.session", "aotcheck.ini", "aotcheck.scaffold"),
+    ("aotcheck.session", "aotcheck.ini", "aotcheck.scaffold", "aotcheck.settings"),
     ("aotcheck.plugin", "aotcheck.cli"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]

@@ -9,6 +9,7 @@ dump changes nothing and leaves nothing behind; a missing dump is a note, not a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -245,7 +246,8 @@ def test_the_job_summary_and_chart_show_the_split(tmp_path):
                       golden_details=details)
     from aotcheck.render.text import outcome_message
 
-    outcome.message = outcome_message(outcome, golden_file="g.json", accept="pytest --update-golden")
+    outcome = dataclasses.replace(outcome, message=outcome_message(outcome, golden_file="g.json",
+                                                                   accept="pytest --update-golden"))
     assert "temp +1.00 GiB: f32[16,2048,8192] 'jit(train_step)/log_softmax' at model.py:88 (new at peak)" in outcome.message
     assert "all-gather +1.00 MiB (2 per step): 'jit(train_step)/sharding_constraint' at model.py:90 (new)" in outcome.message
     text = markdown(Merged(Report(outcomes=[outcome], golden_dir="golden"), []))

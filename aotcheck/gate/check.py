@@ -36,6 +36,7 @@ Example (FAKE: a ``measure`` that fails as XLA would, so nothing compiles):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from aotcheck import _runtime
@@ -79,9 +80,8 @@ def check_case(
     outcome = _decide(case, measure=measure, store=store, tolerances=tolerances, update=update,
                       hbm_headroom=hbm_headroom)
     if outcome.verdict is Verdict.METRICS_CHANGED and metric_drift == "warn":
-        outcome.verdict, outcome.drift_warning = Verdict.PASS, True
-    outcome.failed = outcome.verdict.fails(strict=strict)
-    return outcome
+        outcome = dataclasses.replace(outcome, verdict=Verdict.PASS, drift_warning=True)
+    return dataclasses.replace(outcome, failed=outcome.verdict.fails(strict=strict))
 
 
 def _decide(

@@ -27,7 +27,7 @@ from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.verdict import GoldenAction, Verdict
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """What checking one case found.
 

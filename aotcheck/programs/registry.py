@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -61,7 +62,21 @@ class Entry:
     source: str | None = None  # ...and its file, for modules that have no importable name.
 
     def configs(self) -> list[Config]:
-        """Builds the configs; any failure is re-raised naming this config."""
+        """Builds the configs once per process (the plan, the stale-golden check and every case of the
+        config read the same build); any failure is re-raised naming this config, each time."""
+        built = self._built
+        if isinstance(built, RegistryError):
+            raise built
+        return list(built)
+
+    @functools.cached_property
+    def _built(self) -> "list[Config] | RegistryError":
+        try:
+            return self._build()
+        except RegistryError as e:
+            return e
+
+    def _build(self) -> list[Config]:
         try:
             built = self.build() if callable(self.build) else self.build
         except Exception as e:
