@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer

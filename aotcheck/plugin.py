@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.text import session_summary

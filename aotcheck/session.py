@@ -19,7 +19,7 @@ of one's own is measured in this process, since compile workers read ``aotcheck.
     ...     jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)))
     >>> root = tempfile.mkdtemp()
     >>> settings = GateSettings.parse(rootdir=root, topologies=["cpu-2"], update=True, cache_dir=None)
-    >>> from aotcheck.gate.measure import measure
+    >>> from aotcheck.pipeline.measure import measure
     >>> with GateSession(settings, registry=registry, measure=lambda case: measure(case, registry=registry)) as session:
     ...     report = session.run()
     >>> [(o.case.id, o.verdict.value, o.golden_action.value) for o in report.outcomes]
@@ -39,13 +39,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from aotcheck import _runtime
-from aotcheck.gate.cache import FiguresCache
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.cache import FiguresCache
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, parse_tolerances
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
-from aotcheck.gate.measure import COST_FIGURES, figure_names, unsupported_reason
+from aotcheck.pipeline.measure import unsupported_reason
+from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.upgrade import glob_quote
@@ -283,7 +284,7 @@ class GateSession:
             raise SettingsError(
                 "A registry of your own needs measure=...: the compile workers find configs by importing the "
                 "modules that registered them in aotcheck.REGISTRY. Pass e.g. measure=lambda case: "
-                "aotcheck.gate.measure.measure(case, registry=registry) to measure in this process.")
+                "aotcheck.pipeline.measure.measure(case, registry=registry) to measure in this process.")
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
                                                           fit_default=settings.fit,
                                                           compiler_options=settings.compiler_options,

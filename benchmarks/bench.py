@@ -74,7 +74,7 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
 
     from aotcheck import _runtime
     from aotcheck.figures.sources import source_sequence
-    from aotcheck.gate.cache import FiguresCache, cache_key
+    from aotcheck.pipeline.cache import FiguresCache, cache_key
     from aotcheck.programs.lowering import lower_config
     from aotcheck.targets.topology import Target, get_devices_for_topology
 

@@ -33,9 +33,10 @@ def main() -> None:
     import conftest  # noqa: F401  (registers the reference configs)
     from aotcheck.figures.fit import DEFAULT_UPPER
     from aotcheck.figures.hbm import hbm_verdict
-    from aotcheck.gate.cache import FiguresCache
-    from aotcheck.gate.case import Case
-    from aotcheck.gate.measure import _measure, fit_search
+    from aotcheck.pipeline.cache import FiguresCache
+    from aotcheck.pipeline.case import Case
+    from aotcheck.pipeline.measure import fit_search
+    from aotcheck.pipeline.stages import lower
     from aotcheck.programs.compile import CompileError
     from aotcheck.programs.knobs import knob_of
     from aotcheck.programs.registry import REGISTRY
@@ -57,7 +58,7 @@ def main() -> None:
             nonlocal compiles
             compiles += 1
             try:
-                peak = _measure(case, knob.rebuild(steps * knob.step), None, cache).figures["peak_bytes"]
+                peak = lower(case, knob.rebuild(steps * knob.step)).measure(cache).figures["peak_bytes"]
             except CompileError:
                 ok = False
             else:

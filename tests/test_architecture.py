@@ -2,7 +2,7 @@
 
 The pipeline, bottom to top (a module may import its own layer and the ones below):
 
-    _runtime, units -> targets -> programs -> figures -> gate -> render -> session, ini -> plugin, cli
+    _runtime, units -> targets -> programs -> figures -> pipeline -> gate -> render -> session, ini -> plugin, cli
 """
 
 import ast
@@ -18,6 +18,7 @@ LAYERS = [
     ("aotcheck.targets",),
     ("aotcheck.programs", "aotcheck.models", "aotcheck.adapters"),
     ("aotcheck.figures",),
+    ("aotcheck.pipeline",),
     ("aotcheck.gate",),
     ("aotcheck.render",),
     ("aotcheck.session", "aotcheck.ini", "aotcheck.scaffold", "aotcheck.settings"),

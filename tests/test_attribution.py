@@ -28,8 +28,9 @@ from aotcheck._runtime import toolchain
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURES, AttributionError, attribute, read_dump
 from aotcheck.figures.hlo import parse_module
 from aotcheck.figures.program import Details, program_figures
-from aotcheck.gate.case import Case
-from aotcheck.gate.measure import COST_FIGURES, measure
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measure import measure
+from aotcheck.pipeline.measurement import COST_FIGURES
 from aotcheck.gate.why import grown
 from aotcheck.models import lm
 from aotcheck.programs.lowering import lower_config, place, trainer_state_specs

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from aotcheck import cli
-from aotcheck.gate.measure import COST_FIGURES
+from aotcheck.pipeline.measurement import COST_FIGURES
 from toy import CONFTEST, INI, golden, plant_stale, run
 
 AOTCHECK_SOURCE = str(Path(cli.__file__).resolve().parent)

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from aotcheck.gate.case import Case
-from aotcheck.gate.measure import Measurement
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.errors import CompileError, OutOfMemory

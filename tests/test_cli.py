@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aotcheck.gate.measure import COST_FIGURES
+from aotcheck.pipeline.measurement import COST_FIGURES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -104,9 +104,10 @@ def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, 
     """lm-tiny's real limit is ~10^5 sequences away, where compiles take minutes; a small HBM headroom
     brings it within the gate's cap (8x the batch), where both searches run on real compiles."""
     from aotcheck.figures.hbm import hbm_verdict
-    from aotcheck.gate.cache import FiguresCache
-    from aotcheck.gate.case import Case
-    from aotcheck.gate.measure import _measure, fit_search
+    from aotcheck.pipeline.cache import FiguresCache
+    from aotcheck.pipeline.case import Case
+    from aotcheck.pipeline.measure import fit_search
+    from aotcheck.pipeline.stages import lower
     from aotcheck.models import lm
     from aotcheck.programs.knobs import knob_of
 
@@ -117,7 +118,7 @@ def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, 
     knob = knob_of(config, "batch", case.target)
 
     def fits(steps):
-        peak = _measure(case, knob.rebuild(steps * knob.step), None, cache).figures["peak_bytes"]
+        peak = lower(case, knob.rebuild(steps * knob.step)).measure(cache).figures["peak_bytes"]
         return hbm_verdict(int(peak), case.topology, headroom=headroom) is None
 
     lo, hi = 0, config.fit_upper // knob.step + 1

@@ -126,7 +126,7 @@ ERRORS = '''
 import sys
 import jax.numpy as jnp
 import aotcheck
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.isolation import Measurer
 sys.path.insert(0, ".")
 import shapes
@@ -175,12 +175,12 @@ import dataclasses, json, sys, tempfile
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 import aotcheck
-from aotcheck.gate.cache import FiguresCache
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.cache import FiguresCache
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.check import check_case
 from aotcheck.gate.golden import GoldenStore
 from aotcheck.gate.isolation import Measurer
-from aotcheck.gate.measure import Measurement
+from aotcheck.pipeline.measurement import Measurement
 sys.path.insert(0, ".")
 import shapes
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from aotcheck.gate.cache import REQUIRED_FIGURES, FiguresCache, cache_key
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.cache import REQUIRED_FIGURES, FiguresCache, cache_key
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import Change, Row, Tolerance
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.verdict import Verdict
 from aotcheck.models import lm
 from aotcheck.programs.registry import Registry
-from aotcheck.gate.measure import measure
+from aotcheck.pipeline.measure import measure
 from aotcheck.gate.shard import expected_seconds, ShardError, assign_shards, case_weight, parse_shard
 from aotcheck.targets.topology import topology_names
 

@@ -108,7 +108,7 @@ def test_workers_started_early_are_stopped_when_no_selected_case_needs_them(tmp_
     """The front ends start the compile workers of every TPU topology before the configs are built (their
     start-up overlaps with that); once the cases are selected, a family none of them needs is stopped,
     its process gone. Real worker processes."""
-    from aotcheck.gate.case import Case
+    from aotcheck.pipeline.case import Case
     from aotcheck.session import GateSession, GateSettings
 
     settings = GateSettings.parse(rootdir=tmp_path, topologies=["v4-8", "v5e-4", "cpu-2"], cache_dir=None)

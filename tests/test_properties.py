@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import (Change, Row, Tolerance, ToleranceError, compare, compare_metric,
                                    parse_tolerance_line, verdict)
 from aotcheck.gate.verdict import GoldenAction, Verdict
-from aotcheck.gate.measure import figure_names
+from aotcheck.pipeline.measurement import figure_names
 from aotcheck.gate.golden import GoldenError, GoldenStore, golden_document, dumps, parse_document
 from aotcheck.targets.topology import MAX_DEVICES, parse_topology, topology_names
 

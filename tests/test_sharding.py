@@ -20,8 +20,8 @@ from hypothesis import given, strategies as st
 from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.figures.program import Details
 from aotcheck.figures.sharding import BatchInput, Unsharded, find_unsharded, global_sizes
-from aotcheck.gate.case import Case
-from aotcheck.gate.measure import COST_FIGURES
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import COST_FIGURES
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged, Report
 from aotcheck.gate.verdict import Verdict

@@ -24,7 +24,7 @@ The outcome carries data, not prose: :mod:`aotcheck.render.text` words it.
 
 Example (FAKE: a ``measure`` that fails as XLA would, so nothing compiles):
     >>> import tempfile
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.golden import GoldenStore
     >>> def measure(case):
     ...     raise OutOfMemory("RESOURCE_EXHAUSTED: Ran out of memory. Used 20.00G of 15.75G hbm.")
@@ -44,10 +44,10 @@ from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
 from aotcheck.figures.hbm import hbm_verdict
 from aotcheck.figures.program import Details
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
-from aotcheck.gate.measure import Measurement
+from aotcheck.pipeline.measurement import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 

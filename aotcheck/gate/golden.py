@@ -6,7 +6,7 @@ figures (figures are only comparable under the same compiler).
 
 Example:
     >>> import tempfile
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.golden import GoldenStore
     >>> store = GoldenStore(tempfile.mkdtemp())
     >>> case = Case.of("lm-tiny", "train_step", "v4-8", 1)
@@ -26,7 +26,7 @@ from typing import Any
 
 from aotcheck import _runtime
 from aotcheck._files import atomic_write_text, probe_writable
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.figures.program import details_problem, value_problem
 from aotcheck.gate.verdict import GoldenAction
 

@@ -36,9 +36,10 @@ from typing import Any
 
 from aotcheck import _runtime
 from aotcheck.errors import WorkerCrashed, error_from_json, error_to_json
-from aotcheck.gate.cache import FiguresCache
-from aotcheck.gate.case import Case
-from aotcheck.gate.measure import Measurement, measure
+from aotcheck.pipeline.cache import FiguresCache
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measure import measure
+from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_sources
 from aotcheck.programs.options import probe_notes
@@ -222,7 +223,7 @@ class Measurer:
     Workers find configs the way the parent registered them: by importing the
     modules that called :func:`aotcheck.register` (``aotcheck.REGISTRY``).
 
-    Raises what :func:`aotcheck.gate.measure.measure` raises, with the same
+    Raises what :func:`aotcheck.pipeline.measure.measure` raises, with the same
     exception classes, or :class:`WorkerCrashed` when the worker died; a crashed
     worker is replaced by a fresh one for the next case.
     """

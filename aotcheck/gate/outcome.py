@@ -5,7 +5,7 @@ pytest item, through pytest-xdist (as JSON in the report's ``user_properties``),
 into the JSON report, and back out of it for the Markdown summary and the chart.
 
 Example:
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
     >>> outcome = Outcome(Case.of("lm-tiny", "prefill", "v4-8"), Verdict.PASS, figures={"peak_bytes": 1024})
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aotcheck.figures.program import Details, Figures
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.verdict import GoldenAction, Verdict
 

@@ -7,7 +7,7 @@ of the pytest configuration) when it lies inside it.
 
 Example:
     >>> import pathlib, tempfile
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
     >>> report = Report([Outcome(Case.of("lm", "prefill", "v4-8"), Verdict.PASS)], golden_dir="golden")

@@ -9,7 +9,7 @@ heaviest first to the lightest shard, ties by id, so every runner computes the
 same split from the same matrix and every case lands in exactly one shard.
 
 Example:
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.shard import assign_shards, parse_shard
     >>> parse_shard("2/3")
     (2, 3)
@@ -31,7 +31,7 @@ import statistics
 import zlib
 from collections.abc import Iterable, Mapping
 
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 
 
 class ShardError(ValueError):

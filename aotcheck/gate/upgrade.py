@@ -6,7 +6,7 @@ jax or libtpu says in one table what the bump did (:mod:`aotcheck.render.text` a
 :mod:`aotcheck.render.markdown` word it), with the one command that accepts it all.
 
 Example:
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.compare import Change, Row, Tolerance
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from aotcheck.gate.case import Case
+from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict

@@ -1,7 +1,7 @@
 """Peak HBM per device against the chip's capacity, as a picture (SVG) and as text bars.
 
 Example:
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
     >>> o = Outcome(Case.of("lm", "prefill", "v5e-16"), Verdict.PASS, figures={"peak_bytes": 4 * 2**30})

@@ -26,7 +26,7 @@ from aotcheck.figures.sharding import Unsharded
 from aotcheck.gate.why import class_growth, grown
 from aotcheck.figures.program import Figures, comm_bytes, roofline
 from aotcheck.gate.compare import Change, Row
-from aotcheck.gate.measure import Measurement
+from aotcheck.pipeline.measurement import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.gate.upgrade import Upgrade, accept_all_command, find_upgrade
@@ -160,7 +160,7 @@ def unsharded_lines(outcome: Outcome, *, limit: int = 5) -> list[str]:
 
     Example:
         >>> from aotcheck.figures.sharding import Unsharded
-        >>> from aotcheck.gate.case import Case
+        >>> from aotcheck.pipeline.case import Case
         >>> found = Unsharded(2**25, "jit(step)/dot_general", "f32[16,256,256,4]", "model.py:88", "batch/tokens", 16, 8, 2)
         >>> o = Outcome(Case.of("llama", "train_step", "v5e-16"), Verdict.PASS, details=Details(unsharded=[found]))
         >>> print(unsharded_lines(o)[0])  # doctest: +NORMALIZE_WHITESPACE

@@ -1,7 +1,7 @@
 """A case: one (config, program, target), with a readable, parseable id.
 
 Example:
-    >>> from aotcheck.gate.case import Case
+    >>> from aotcheck.pipeline.case import Case
     >>> case = Case.of("lm-tiny", "train_step", "v5litepod-16", 2)
     >>> case.id, case.golden_relpath
     ('lm-tiny/train_step@v5e-16x2', 'lm-tiny/train_step@v5e-16x2.json')

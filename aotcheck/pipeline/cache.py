@@ -8,7 +8,7 @@ reuses its figures without compiling.
 
 Example:
     >>> import tempfile
-    >>> from aotcheck.gate.cache import FiguresCache, cache_key
+    >>> from aotcheck.pipeline.cache import FiguresCache, cache_key
     >>> cache = FiguresCache(tempfile.mkdtemp())
     >>> key = cache_key(module_text="module @m {}", compiler_options={}, topology="v4-8",
     ...                 num_slices=1, toolchain={"jax": "0.10.2"})

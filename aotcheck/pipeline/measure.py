@@ -1,0 +1,157 @@
+"""Measuring one case in this process: the stages composed, with the figures cache and the fit search.
+
+With a figures cache, a case whose lowered program (and options, target and
+toolchain) is unchanged takes its figures from there without compiling.
+Which *process* measures a case is :mod:`aotcheck.gate.isolation`'s business.
+
+Example (host CPU devices; a TPU topology name works the same, through libtpu):
+    >>> import jax, jax.numpy as jnp
+    >>> from jax.sharding import NamedSharding, PartitionSpec as P
+    >>> from aotcheck import FunctionConfig
+    >>> def make_args(mesh):
+    ...     rows = NamedSharding(mesh, P("data"))
+    ...     return (jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=rows),
+    ...             jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P())))
+    >>> config = FunctionConfig(fn=lambda x, w: x @ w, make_args=make_args)
+    >>> result = measure(Case.of("mm", "step", "cpu-4"), config=config)
+    >>> result.figures["flops"], result.figures["flops_program"], result.cached  # per device: 16 of 64 rows
+    (2097152.0, 8388608.0, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Mapping
+from typing import Any
+
+from aotcheck.errors import OutOfMemory
+from aotcheck.figures.attribution import PEAK_FIGURES
+from aotcheck.figures.fit import Fit, Probe, search
+from aotcheck.figures.hbm import hbm_verdict
+from aotcheck.figures.program import Details
+from aotcheck.pipeline.cache import FiguresCache
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
+from aotcheck.pipeline.stages import lower
+from aotcheck.programs.config import Config
+from aotcheck.programs.knobs import knob_of, knobs_offered
+from aotcheck.programs.registry import REGISTRY, Registry
+
+
+def unsupported_reason(config: Config, case: Case) -> str | None:
+    """Why ``config`` cannot run on the case's target, or None."""
+    devices = case.target.num_devices
+    if devices < config.min_devices:
+        return f"{case.config} needs at least {config.min_devices} devices; {case.target} has {devices}"
+    return None
+
+
+def fit_knob(config: Config, case: Case, *, fit: str | None = None, fit_default: str | None = None) -> str | None:
+    """The knob whose largest fitting size to search on ``case``, or None: ``fit`` if asked for (a
+    caller's explicit search), else the config's own ``fit`` on the targets its ``fit_targets`` name,
+    else ``fit_default`` (the gate's ``--aot-fit``) where the config offers that knob and names none."""
+    if fit is not None:
+        return fit
+    if not any(fnmatch.fnmatchcase(str(case.target), glob) for glob in getattr(config, "fit_targets", ("*",))):
+        return None  # The config asks for its searches elsewhere.
+    own = getattr(config, "fit", None)
+    if own is not None:
+        return own
+    return fit_default if fit_default is not None and fit_default in knobs_offered(config) else None
+
+
+def measure(
+    case: Case,
+    *,
+    registry: Registry = REGISTRY,
+    config: Config | None = None,
+    compiler_options: Mapping[str, Any] | None = None,
+    cache: FiguresCache | None = None,
+    fit: str | None = None,
+    fit_default: str | None = None,
+    hbm_headroom: float = 1.0,
+    presets: bool = True,
+) -> Measurement:
+    """Lowers and compiles one case here and returns its figures (:mod:`aotcheck.pipeline.stages`).
+
+    ``fit``/``fit_default``: also search the largest size of a knob (:func:`fit_knob`) that fits
+    ``hbm_headroom`` x the device's HBM. Adds the figure ``fit_max_<knob>`` and the search to the
+    details (:mod:`aotcheck.figures.fit`); each probe is cached like a case.
+
+    XLA dumps its buffer assignment and live ranges into a temporary directory
+    (always removed) for :mod:`aotcheck.figures.attribution` to split the peak by
+    class; the dump leaves the program, its figures and its cache key as they are
+    (tests/test_attribution.py compares). A dump that cannot be read leaves the
+    ``peak_*`` figures out and says why in ``attribution_problem``.
+
+    ``compiler_options`` (the caller's: the gate's launch flags) go over the config's, which go over
+    aotcheck's presets this libtpu accepts for the chip; ``presets=False`` leaves the presets out.
+
+    Raises what lowering and compiling raise: CompileError when XLA refuses (OutOfMemory when the
+    program does not fit, what filled the memory and the fit search in its ``details``),
+    the registry's, mesh's and partitioning's own errors when the config is wrong.
+    """
+    config = config or registry.get(case.config).program(case.program)
+    knob = fit_knob(config, case, fit=fit, fit_default=fit_default)
+    at = dict(compiler_options=compiler_options, cache=cache, presets=presets)
+    try:
+        result = _measured(case, config, **at)
+    except OutOfMemory as e:
+        if not knob:
+            raise
+        # Then how far down it would fit.
+        found = fit_search(case, config, knob, hbm_headroom=hbm_headroom, **at)
+        details = Details.from_json(e.details) if e.details is not None else Details()
+        raise e.with_details(dataclasses.replace(details, fit=found).to_json()) from e
+    if knob:
+        result = result.with_fit(fit_search(case, config, knob, first=result, hbm_headroom=hbm_headroom, **at))
+    return result
+
+
+def fit_search(
+    case: Case, config: Config, knob_name: str, *, first: Measurement | None = None,
+    compiler_options: Mapping[str, Any] | None = None, cache: FiguresCache | None = None, hbm_headroom: float = 1.0,
+    presets: bool = True,
+) -> Fit:
+    """The largest size of ``knob_name`` whose program compiles and fits (see :mod:`aotcheck.figures.fit`):
+    each probe is the config rebuilt at that size, lowered, compiled and measured by the same stages.
+
+    ``first`` is the case measured at its configured size, when there is one already.
+    Raises KnobError for a knob the config does not offer.
+    """
+    knob = knob_of(config, knob_name, case.target)
+    measured_at: dict[int, Measurement] = {}
+    topo = case.topology
+    # The affine model aims at what the compiler lets a device use (below the datasheet's HBM).
+    limit = int(min(topo.hbm_bytes * hbm_headroom, topo.memory_limit_bytes)) \
+        if topo.hbm_bytes is not None and topo.memory_limit_bytes is not None else 2**62
+
+    def probe(size: int) -> Probe:
+        if size == knob.size and first is not None:
+            measured = first
+        else:
+            try:
+                measured = _measured(case, knob.rebuild(size), compiler_options=compiler_options, cache=cache,
+                                     presets=presets)
+            except OutOfMemory:
+                return Probe(size, None, False)
+        measured_at[size] = measured
+        peak = int(measured.figures["peak_bytes"])
+        return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None)
+
+    found = search(probe, configured=knob.size, step=knob.step, limit=limit, knob=knob_name,
+                   upper=getattr(config, "fit_upper", None))
+    at_max = measured_at.get(found.max_size)
+    if at_max is None:
+        return found
+    return dataclasses.replace(found, buffers_at_max=at_max.details.peak_buffers,
+                               split_at_max={k: int(v) for k, v in at_max.figures.items() if k in PEAK_FIGURES})
+
+
+def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any] | None,
+              cache: FiguresCache | None, presets: bool) -> Measurement:
+    """One program at one size: lowered, then cached or compiled and measured."""
+    lowered = lower(case, config, compiler_options=compiler_options, presets=presets,
+                    store=cache.root if cache is not None else None)
+    return lowered.measure(cache)

@@ -1,0 +1,89 @@
+"""The one record of a measured case (:class:`Measurement`), with one JSON form, and the figures a case can have.
+
+Example:
+    >>> from aotcheck.pipeline.case import Case
+    >>> m = Measurement(Case.of("lm", "prefill", "v4-8"), {"peak_bytes": 1024.0}, {"xla_opt": "1"}, 2.5)
+    >>> Measurement.from_json(m.to_json()) == m
+    True
+    >>> m.view("figures", "compile_seconds")
+    {'figures': {'peak_bytes': 1024.0}, 'compile_seconds': 2.5}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from aotcheck.figures.attribution import PEAK_FIGURES
+from aotcheck.figures.fit import Fit
+from aotcheck.figures.hlo import COLLECTIVES
+from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures
+from aotcheck.pipeline.case import Case
+
+# What measuring costs, in the process's CPU seconds: figures like the others, but noisy (not bit-identical
+# across runs, unlike every figure of the program itself).
+COST_FIGURES = ("compile_cpu_seconds", "lower_cpu_seconds")
+
+# What a figures cache entry keeps of a measurement: what a fresh compile would answer (the rest is
+# the run's: the options it resolved, the process's memory, whether it came from the cache).
+CACHED_FIELDS = ("figures", "compile_seconds", "details")
+
+
+def figure_names() -> tuple[str, ...]:
+    """Every figure a case can have; ``fit_max_<knob>`` stands for any knob's (``fit_max_KNOB``).
+
+    Example:
+        >>> names = figure_names()
+        >>> "peak_bytes" in names and "comm_all_gather_bytes" in names and "compile_cpu_seconds" in names
+        True
+    """
+    comm = tuple(f"comm_{kind.replace('-', '_')}_{what}" for kind in COLLECTIVES for what in ("count", "bytes"))
+    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *comm, *COST_FIGURES, "fit_max_KNOB")
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What measuring a case produced: one record, with one JSON form (:meth:`to_json`). The compile
+    worker's reply is that form; the figures cache, the golden file and ``aotcheck compile --json``
+    keep views of it (:meth:`view`)."""
+
+    case: Case
+    figures: Figures
+    compiler_options: dict[str, str]
+    compile_seconds: float
+    # The executable, in the process that compiled it (None from the cache, and across a pipe): not data.
+    compiled: Any = dataclasses.field(default=None, repr=False, compare=False)
+    cached: bool = False
+    host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
+    details: Details = dataclasses.field(default_factory=Details)  # The peak's largest buffers, collectives.
+    attribution_problem: str | None = None  # Why the peak could not be split by class (then no peak_* figures).
+    hlo_text: str | None = dataclasses.field(default=None, repr=False)  # The optimized HLO, when asked for.
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON: every field but the executable."""
+        return {"case": self.case.id, "figures": dict(self.figures), "compiler_options": dict(self.compiler_options),
+                "compile_seconds": self.compile_seconds, "cached": self.cached,
+                "host_peak_bytes": self.host_peak_bytes, "details": self.details.to_json(),
+                "attribution_problem": self.attribution_problem, "hlo_text": self.hlo_text}
+
+    def view(self, *fields: str) -> dict[str, Any]:
+        """Some fields of :meth:`to_json`, in the order asked: what a cache entry or a golden keeps."""
+        whole = self.to_json()
+        return {name: whole[name] for name in fields}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], **given: Any) -> "Measurement":
+        """The inverse of :meth:`to_json` (or of a view, the missing fields ``given``); KeyError names
+        a field neither has."""
+        data = {**data, **given}
+        case = data["case"]
+        return cls(case if isinstance(case, Case) else Case.parse(case), dict(data["figures"]),
+                   dict(data["compiler_options"]), float(data["compile_seconds"]), cached=bool(data.get("cached")),
+                   host_peak_bytes=data.get("host_peak_bytes"), details=Details.from_json(data.get("details")),
+                   attribution_problem=data.get("attribution_problem"), hlo_text=data.get("hlo_text"))
+
+    def with_fit(self, fit: Fit) -> "Measurement":
+        """This measurement with a fit search's result: the figure ``fit_max_<knob>`` and the search in its details."""
+        return dataclasses.replace(self, figures={**self.figures, f"fit_max_{fit.knob}": fit.max_size},
+                                   details=dataclasses.replace(self.details, fit=fit))

@@ -1,0 +1,223 @@
+"""The stages of measuring one case, each an object carrying what the next needs (after ``jax.stages``).
+
+    lower(case, config) -> LoweredCase      the program as JAX lowered it: its compiler options, its
+                                            figures-cache key, its arguments' paths, its source lines
+    LoweredCase.compile() -> CompiledCase   XLA's executable and the dump directory it owns
+    CompiledCase.measure() -> Measurement   the figures, and the details that explain them
+
+``LoweredCase.measure(cache)`` is the whole path with the figures cache: a hit skips the compile.
+
+Example (host CPU devices; a TPU topology name works the same, through libtpu):
+    >>> import jax, jax.numpy as jnp
+    >>> from jax.sharding import NamedSharding, PartitionSpec as P
+    >>> from aotcheck import FunctionConfig
+    >>> from aotcheck.pipeline.case import Case
+    >>> def make_args(mesh):
+    ...     rows = NamedSharding(mesh, P("data"))
+    ...     return (jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=rows),
+    ...             jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P())))
+    >>> config = FunctionConfig(fn=lambda x, w: x @ w, make_args=make_args)
+    >>> lowered = lower(Case.of("mm", "step", "cpu-4"), config)
+    >>> [a.path for a in lowered.arguments]
+    ['args[0]', 'args[1]']
+    >>> with lowered.compile() as compiled:
+    ...     measured = compiled.measure()
+    >>> measured.figures["flops"], measured.cached  # Per device: 16 of the 64 rows.
+    (2097152.0, False)
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import jax
+
+from aotcheck import _runtime
+from aotcheck.errors import OutOfMemory
+from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file, dump_options, read_dump
+from aotcheck.figures.hlo import analyze_hlo, parse_module, top_collectives
+from aotcheck.figures.program import Details, program_figures
+from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded, global_sizes
+from aotcheck.figures.sources import anchors, remap, source_sequence
+from aotcheck.pipeline.cache import FiguresCache, cache_key
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import CACHED_FIELDS, COST_FIGURES, Measurement
+from aotcheck.programs.compile import compile_lowered
+from aotcheck.programs.config import Config
+from aotcheck.programs.lowering import Argument, arguments, lower_config
+from aotcheck.programs.options import resolve_compiler_options
+
+
+def lower(
+    case: Case, config: Config, *, compiler_options: Mapping[str, Any] | None = None, presets: bool = True,
+    store: Any = None,
+) -> "LoweredCase":
+    """Lowers ``config``'s program of ``case`` on the case's target (no XLA compile).
+
+    ``compiler_options`` (the caller's: the gate's launch flags) go over the config's, which go over
+    aotcheck's presets this libtpu accepts for the chip (``presets=False`` leaves those out; ``store``:
+    where a probe of which presets it accepts is remembered, the figures cache's directory).
+    Raises the config's, the mesh's and partitioning's own errors when the config is wrong.
+    """
+    options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
+                                       presets=presets, store=store)
+    cpu = time.process_time()  # The process's own counters (user + sys, every thread), not wall time.
+    lowered = lower_config(config, case.target, program=case.program)[case.program]
+    return LoweredCase(case, config, lowered, options, lower_cpu_seconds=round(time.process_time() - cpu, 2))
+
+
+class LoweredCase:
+    """A case's program as JAX lowered it, with what compiling and caching it need."""
+
+    def __init__(self, case: Case, config: Config, lowered: jax.stages.Lowered, options: dict[str, str], *,
+                 lower_cpu_seconds: float) -> None:
+        self.case, self.config, self.lowered, self.options = case, config, lowered, options
+        self.lower_cpu_seconds = lower_cpu_seconds
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The figures cache's key: the lowered program, the options, the target and the toolchain."""
+        return cache_key(module_text=self.lowered.as_text(), compiler_options=self.options,
+                         topology=self.case.topology.name, num_slices=self.case.num_slices,
+                         toolchain=_runtime.toolchain())
+
+    @functools.cached_property
+    def arguments(self) -> list[Argument]:
+        """The program's entry parameters in order, by pytree path (what a buffer is named after)."""
+        return arguments(self.lowered, self.config)
+
+    @functools.cached_property
+    def located_text(self) -> str:
+        """The lowered program with its locations and global shapes (the lint's sizes before partitioning)."""
+        return self.lowered.as_text(dialect="hlo", debug_info=True)
+
+    @functools.cached_property
+    def source_sequence(self) -> list[str | None]:
+        """The source line of each op of the lowered program, in order (the cache's line anchors)."""
+        return source_sequence(self.located_text)
+
+    def cached(self, cache: FiguresCache) -> Measurement | None:
+        """The measurement the cache holds for this program, its details naming the source lines as
+        the code stands now; None on a miss, or where a line it names cannot be mapped."""
+        entry = cache.get(self.key, toolchain=_runtime.toolchain())
+        if entry is None:
+            return None
+        # Every figure as the compile that made the entry measured it (its costs too).
+        details = Details.from_json(entry.get("details"))
+        lines = remap(entry.get("anchors", {}), self.source_sequence, needed=details.sources())
+        if lines is None:
+            return None
+        return Measurement.from_json(entry, case=self.case, compiler_options=self.options, cached=True,
+                                     details=details.with_sources(lines).to_json())
+
+    def compile(self) -> "CompiledCase":
+        """Runs XLA, dumping its buffer assignment and live ranges into a directory the result owns
+        (use it as a context manager: leaving removes the directory).
+
+        Raises CompileError when XLA refuses, OutOfMemory (what filled the memory in its ``details``,
+        read from the dump XLA wrote before it gave up) when the program does not fit."""
+        dump = _runtime.dump_directory()
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            compiled = compile_lowered(self.lowered, {**self.options, **dump_options(dump.name)},
+                                       what=self.case.id, topology=self.case.topology)
+        except OutOfMemory as e:
+            try:
+                details = self._oom_details(dump.name)
+            finally:
+                dump.cleanup()
+            if details is None:
+                raise e from None
+            raise e.with_details(details.to_json()) from e
+        except BaseException:
+            dump.cleanup()
+            raise
+        return CompiledCase(self, compiled, dump, seconds=time.perf_counter() - start,
+                            cpu_seconds=round(time.process_time() - cpu, 2))
+
+    def measure(self, cache: FiguresCache | None = None) -> Measurement:
+        """The cached measurement if ``cache`` has one, else compiled and measured (and cached)."""
+        if cache is not None:
+            hit = self.cached(cache)
+            if hit is not None:
+                return hit
+        with self.compile() as compiled:
+            result = compiled.measure()
+        # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
+        # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
+        if cache is not None and result.attribution_problem is None:
+            cache.put(self.key, result.view(*CACHED_FIELDS), toolchain=_runtime.toolchain(),
+                      anchors=anchors(result.details.sources(), self.source_sequence))
+        return result
+
+    def unsharded(self, module: Mapping[str, Any], buffers: list[PeakBuffer], *, peak_bytes: int) -> list[Unsharded]:
+        """The lint of :mod:`aotcheck.figures.sharding`: its batch inputs as split in the compiled
+        ``module``, its buffers' sizes before partitioning from the lowered program."""
+        inputs = batch_inputs(self.arguments, module)
+        if not inputs:  # Nothing split: nothing to keep whole (and no lowered text to print).
+            return []
+        return find_unsharded(buffers, inputs, lambda: global_sizes(self.located_text), peak_bytes=peak_bytes,
+                              param_shapes=[a.shape for a in self.arguments if a.kind in ("params", "opt_state")])
+
+    def _oom_details(self, dump: str) -> Details | None:
+        """What filled the memory of a compile that ran out of it (None if XLA's dump does not say)."""
+        try:
+            text = dump_file(dump)
+            found = read_dump(dump, hlo_text=text, arguments=self.arguments, peak_bytes=None)
+        except AttributionError:
+            return None
+        return Details(found.buffers, [], unsharded=self.unsharded(parse_module(text), found.buffers,
+                                                                   peak_bytes=sum(found.classes.values())))
+
+
+class CompiledCase:
+    """A case compiled: XLA's executable, what compiling cost, and XLA's dump (removed on leaving the
+    context, or by :meth:`close`)."""
+
+    def __init__(self, lowered: LoweredCase, compiled: jax.stages.Compiled, dump: Any, *, seconds: float,
+                 cpu_seconds: float) -> None:
+        self.lowered, self.compiled, self._dump = lowered, compiled, dump
+        self.seconds, self.cpu_seconds = seconds, cpu_seconds
+
+    @property
+    def dump_dir(self) -> str:
+        return self._dump.name
+
+    def __enter__(self) -> "CompiledCase":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._dump.cleanup()
+
+    def measure(self) -> Measurement:
+        """The figures (memory, loop-aware FLOPs and collectives, the peak split by class, the costs)
+        and their details. A dump that cannot be read leaves the ``peak_*`` figures out and says why
+        in ``attribution_problem``; a dump the scratch disk could not hold is the host's HostError."""
+        case, text = self.lowered.case, self.compiled.as_text()
+        module = parse_module(text)
+        analysis = analyze_hlo(text, module=module)
+        figures = program_figures(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
+        figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
+        problem, buffers, excess, unsharded = None, [], 0, []
+        try:
+            attribution = read_dump(self.dump_dir, hlo_text=text, module=module, arguments=self.lowered.arguments,
+                                    peak_bytes=int(figures["peak_bytes"]))
+            figures.update(attribution.figures())
+            buffers, excess = attribution.buffers, attribution.excess
+            unsharded = self.lowered.unsharded(module, buffers, peak_bytes=int(figures["peak_bytes"]))
+        except AttributionError as e:
+            full = _runtime.scratch_problem(self.dump_dir)
+            if full:  # Not the program's doing: nothing is cached or written for this case.
+                raise _runtime.HostError(f"{full}; nothing was cached or written for this case.") from None
+            problem = f"the peak is not split by class: {e}"
+        return Measurement(case, figures, self.lowered.options, self.seconds, compiled=self.compiled,
+                           details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess,
+                                           unsharded=unsharded),
+                           attribution_problem=problem)
