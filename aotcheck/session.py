@@ -8,8 +8,9 @@ judges it against its golden, finds stale goldens, prunes them after a full
 (:mod:`aotcheck.plugin`) and ``python -m aotcheck check`` (:mod:`aotcheck.cli`)
 are thin front ends over it, so both give the same verdicts, goldens and report.
 
-Example (a pytest-free gate over a registry of one config, on host CPU devices; a registry
-of one's own is measured in this process, since compile workers read ``aotcheck.REGISTRY``):
+Example (a pytest-free gate over a registry of one config, on host CPU devices, measured in
+this process; without ``measure=``, compile workers find a registry of one's own where it is a
+module-level name of the module that registers into it):
     >>> import tempfile
     >>> import jax, jax.numpy as jnp
     >>> from jax.sharding import NamedSharding, PartitionSpec as P
@@ -133,7 +134,7 @@ class GateSettings:
     tolerances: tuple[tuple[str, Tolerance], ...] = DEFAULT_TOLERANCES
     report_path: Path | None = None
     hbm_headroom: float = 1.0
-    fit: str | None = None  # Search this knob on every config that offers it (else each config's own ``fit``).
+    fit: str | None = None  # Search this knob on every config that offers it and names no ``fit`` of its own.
     cache_dir: Path | None = None
     shard: tuple[int, int] | None = None
     config_modules: tuple[str, ...] = ()
@@ -280,15 +281,10 @@ class GateSession:
         self.registry = registry
         self.store = GoldenStore(settings.golden_dir)
         self.cache = FiguresCache(settings.cache_dir) if settings.cache_dir else None
-        if measure is None and registry is not REGISTRY:
-            raise SettingsError(
-                "A registry of your own needs measure=...: the compile workers find configs by importing the "
-                "modules that registered them in aotcheck.REGISTRY. Pass e.g. measure=lambda case: "
-                "aotcheck.pipeline.measure.measure(case, registry=registry) to measure in this process.")
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
                                                           fit_default=settings.fit,
                                                           compiler_options=settings.compiler_options,
-                                                          presets=settings.presets)
+                                                          presets=settings.presets, registry=registry)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
         self._recorded: dict[str, float] = {}  # Case id -> its golden's compile CPU seconds (0: none), read once.
@@ -316,6 +312,11 @@ class GateSession:
             hint = ("to run without the gate, say so: --aot-topologies=none" if self.settings.flags is PYTEST_FLAGS
                     else "python -m aotcheck configs lists them")
             raise SettingsError(f"nothing to check: {empty}; {hint}")
+        if self._measurer is not None:
+            try:
+                self._measurer.locate()
+            except RegistryError as e:
+                raise SettingsError(str(e)) from None
         if self.cache is not None and not self.cache.usable():
             self.warnings.append(f"aotcheck: the figures cache {self.cache.root} is not writable; running uncached.")
             self.cache = None

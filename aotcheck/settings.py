@@ -63,10 +63,10 @@ SETTINGS: tuple[Setting, ...] = (
             "run only shard K of N of the case matrix (for CI runners)",
             cli_help="run only shard K of N of the matrix", metavar="K/N"),
     Setting("fit", "--aot-fit", "--fit", "aot_fit", "string", "",
-            "search the largest KNOB (e.g. batch) that fits on every config that offers it, gated as fit_max_KNOB "
-            "(default: each config's own fit=)",
-            cli_help="search the largest KNOB (e.g. batch) that fits on every config that offers it (default: "
-            "aot_fit, or each config's own fit=)", metavar="KNOB"),
+            "search the largest KNOB (e.g. batch) that fits on every config that offers it and names no fit= of "
+            "its own, gated as fit_max_KNOB",
+            cli_help="search the largest KNOB (e.g. batch) that fits on every config that offers it and names "
+            "no fit= of its own (default: aot_fit)", metavar="KNOB"),
     Setting("libtpu_init_args", "--aot-libtpu-init-args", "--libtpu-init-args", "aot_libtpu_init_args", "string", "",
             "your job's LIBTPU_INIT_ARGS string, e.g. '--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=98304 "
             "--xla_tpu_enable_latency_hiding_scheduler=true' (runtime-only flags are dropped)",

@@ -122,6 +122,16 @@ def test_no_private_jax_attribute_in_the_package():
     assert not found, found
 
 
+def test_no_frame_inspection_in_the_package():
+    """register() learns a config's module from what it registers, not from its caller's frame (which is
+    what kept a Registry of one's own from the compile workers): no ``sys._getframe``, no ``inspect`` frames."""
+    found = [f"{module}:{node.lineno}: {node.attr}" for module, path in MODULES.items()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Attribute) and (node.attr in ("_getframe", "currentframe", "f_globals", "f_back")
+                                                     or (node.attr == "stack" and getattr(node.value, "id", "") == "inspect"))]
+    assert not found, found
+
+
 def test_nothing_past_the_targets_asks_which_platform_or_chip():
     """A target says what downstream needs (its platform's capacity and peak rates: Topology.hbm_bytes,
     memory_limit_bytes, peak_flops, hbm_bandwidth), so figures, gate, render and the session never look

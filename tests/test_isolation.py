@@ -120,3 +120,67 @@ def test_workers_started_early_are_stopped_when_no_selected_case_needs_them(tmp_
         assert sorted(session._measurer._workers) == ["v4"]  # noqa: SLF001
         assert workers["v5e"].proc.poll() is not None and workers["v4"].proc.poll() is None
     assert workers["v4"].proc.poll() is not None  # Closing the session stops the rest.
+
+
+OWN_REGISTRY = """
+import sys
+import jax, jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+import aotcheck
+from aotcheck.session import GateSession, GateSettings, SettingsError
+
+
+def double(x):
+    return 2 * x
+
+
+def make_args(mesh):
+    return (jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+
+
+def run(registry):
+    settings = GateSettings.parse(rootdir=sys.argv[1], topologies=["cpu-2"], update=True, cache_dir=None)
+    with GateSession(settings, registry=registry) as session:  # No measure=: the compile workers measure.
+        session.prepare()
+        return [(o.case.id, o.verdict.value, o.message.splitlines()[0]) for o in session.run().outcomes]
+
+
+MINE = aotcheck.Registry()
+MINE.register("built", aotcheck.FunctionConfig(fn=double, make_args=make_args))  # A config as built...
+MINE.register("builder", lambda: aotcheck.FunctionConfig(fn=double, make_args=make_args))  # ... and a builder.
+
+
+
+def hidden():
+    registry = aotcheck.Registry()  # No module-level name: no worker could find it.
+    registry.register("built", aotcheck.FunctionConfig(fn=double, make_args=make_args))
+    return registry
+
+
+if __name__ == "__main__":
+    print([found[:2] for found in run(MINE)])
+    try:
+        run(hidden())
+    except SettingsError as e:
+        print("refused:", e)
+    GUARDED = aotcheck.Registry()  # A module-level name, but one an import does not make.
+    GUARDED.register("guarded", aotcheck.FunctionConfig(fn=double, make_args=make_args))
+    print(*run(GUARDED))
+"""
+
+
+def test_a_registry_of_ones_own_is_measured_by_the_compile_workers(tmp_path):
+    """register() finds the module of what it registers (no frame inspection); a compile worker imports it
+    and finds the user's Registry there by its module-level name. Real workers, a real script."""
+    script = tmp_path / "own.py"
+    script.write_text(OWN_REGISTRY)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, refused, guarded = out.stdout.strip().splitlines()[-3:]
+    guarded = eval(guarded)  # noqa: S307  (our own script's repr of a tuple)
+    assert first == "[('builder/step@cpu-2x1', 'accepted'), ('built/step@cpu-2x1', 'accepted')]", out.stdout
+    assert refused.startswith("refused: The compile workers cannot find this Registry"), refused
+    assert "module-level name" in refused and "measure=" in refused
+    assert guarded[:2] == ("guarded/step@cpu-2x1", "error"), out.stdout
+    assert "found no Registry named GUARDED there" in guarded[2] and "top level" in guarded[2], guarded
+    assert sorted(p.name for p in (tmp_path / "golden").iterdir()) == ["builder", "built"]

@@ -41,9 +41,9 @@ from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.compile import warm_up
-from aotcheck.programs.loader import import_sources
+from aotcheck.programs.loader import import_sources, imported
 from aotcheck.programs.options import probe_notes
-from aotcheck.programs.registry import REGISTRY
+from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.targets.families import family_of
 
 
@@ -221,7 +221,8 @@ class Measurer:
     """Measures cases in chip-family worker processes: ``measurer(case) -> Measurement``.
 
     Workers find configs the way the parent registered them: by importing the
-    modules that called :func:`aotcheck.register` (``aotcheck.REGISTRY``).
+    modules that define what was registered in ``registry`` (``aotcheck.REGISTRY``,
+    or a registry of the user's that is a module-level name there).
 
     Raises what :func:`aotcheck.pipeline.measure.measure` raises, with the same
     exception classes, or :class:`WorkerCrashed` when the worker died; a crashed
@@ -230,7 +231,10 @@ class Measurer:
 
     def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False, hbm_headroom: float = 1.0,
                  fit: str | None = None, fit_default: str | None = None,
-                 compiler_options: dict[str, str] | None = None, presets: bool = True) -> None:
+                 compiler_options: dict[str, str] | None = None, presets: bool = True,
+                 registry: Registry = REGISTRY) -> None:
+        self.registry = registry
+        self._where: tuple[str, str] | None = None
         self.cache = cache
         self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
         self.hbm_headroom = hbm_headroom  # What a fit search may fill.
@@ -241,6 +245,13 @@ class Measurer:
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
         _runtime.remove_dumps()  # What killed workers (kill -9, the OOM killer) left behind.
+
+    def locate(self) -> tuple[str, str] | None:
+        """Where a worker finds the registry (see :meth:`Registry.locate`): asked once its configs are
+        registered; RegistryError when a worker could not find it."""
+        if self._where is None:
+            self._where = self.registry.locate()
+        return self._where
 
     def prestart(self, families: set[str] | frozenset[str]) -> None:
         """Starts the workers of ``families`` now, so their start-up (importing jax, loading
@@ -261,7 +272,8 @@ class Measurer:
         try:
             reply = worker.request({
                 "case": case.id,
-                "sources": REGISTRY.sources(),
+                "sources": self.registry.sources(),
+                "registry": self.locate(),
                 "cache_dir": str(self.cache.root) if self.cache else None,
                 "hlo": self.keep_hlo,
                 "hbm_headroom": self.hbm_headroom,
@@ -306,6 +318,18 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
+def _registry(where: list[str] | None) -> Registry:
+    """The registry a request names (None: ``aotcheck.REGISTRY``), found in the module the parent found it in."""
+    if not where:
+        return REGISTRY
+    found = getattr(imported(where[0]), where[1], None)
+    if not isinstance(found, Registry):
+        raise RegistryError(f"The compile worker imported {where[0]} and found no Registry named {where[1]} there: "
+                            "the parent made it where an import does not run (e.g. under "
+                            "`if __name__ == '__main__':`). Make it at the module's top level.")
+    return found
+
+
 def serve(reply_fd: int, family: str | None = None) -> None:
     """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``."""
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="aotcheck-parent-watch", daemon=True).start()
@@ -319,10 +343,11 @@ def serve(reply_fd: int, family: str | None = None) -> None:
         request = json.loads(line)
         try:
             import_sources(request["sources"])
+            registry = _registry(request.get("registry"))
             cache_dir = request["cache_dir"]
             cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
             _runtime.reset_peak_rss()
-            result = measure(Case.parse(request["case"]), cache=cache, fit=request.get("fit"),
+            result = measure(Case.parse(request["case"]), registry=registry, cache=cache, fit=request.get("fit"),
                              fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)),
                              compiler_options=request.get("compiler_options"), presets=request.get("presets", True))
             hlo = result.compiled.as_text() if request.get("hlo") and result.compiled is not None else None

@@ -92,7 +92,7 @@ class _Model(_Common):
             leading dimension over the first mesh axis.
         fit: Search the largest size of this knob that fits HBM (``"batch"``, or a
             name in ``knobs``) on every case, as the gated figure ``fit_max_batch``
-            (a few compiles each; see :mod:`aotcheck.gate.fit`). None: no search.
+            (a few compiles each; see :mod:`aotcheck.figures.fit`); over the gate's ``--aot-fit``. None: no search.
         knobs: Other sizes a fit search may move, by name (sequence length, KV-cache
             length, ...): each a :class:`Knob` that rebuilds the config at a size.
         fit_upper: The largest size the fit search tries (None: 4096 x the configured

@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 
 class LoaderError(ImportError):
@@ -78,6 +79,11 @@ def _same_file(a: str | None, b: str) -> bool:
         return a is not None and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def imported(name: str) -> ModuleType:
+    """The module :func:`import_sources` imported under ``name`` (a script's under its own name)."""
+    return sys.modules["__aotcheck_main__" if name == "__main__" else name]
 
 
 def import_sources(sources: Iterable[tuple[str, str]]) -> None:

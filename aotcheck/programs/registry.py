@@ -16,7 +16,7 @@ import dataclasses
 import fnmatch
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from aotcheck.errors import ConfigError
@@ -121,6 +121,30 @@ class Entry:
         return programs[program]
 
 
+def home_of(build: Builder | Config) -> tuple[str | None, str | None]:
+    """``(module name, file)`` defining ``build``'s code: a builder function's module (a compile worker
+    imports it to register the same configs), or for a config registered as built, the module of its
+    own functions (its loss, methods or function), found without looking at who called.
+
+    Example:
+        >>> home_of(home_of)[0]
+        'aotcheck.programs.registry'
+    """
+    candidates: list[Any] = [build]
+    if dataclasses.is_dataclass(build):
+        for field in dataclasses.fields(build):
+            value = getattr(build, field.name)
+            candidates += list(value.values()) if isinstance(value, Mapping) else [value]
+    for candidate in candidates:
+        while isinstance(candidate, functools.partial):
+            candidate = candidate.func
+        code = getattr(candidate, "__code__", None)
+        module = getattr(candidate, "__module__", None)
+        if code is not None and module is not None:
+            return module, code.co_filename
+    return None, None
+
+
 class Registry:
     """A set of named configs. ``aotcheck.REGISTRY`` is the one the plugin and CLI read."""
 
@@ -137,8 +161,6 @@ class Registry:
             RegistryError: ``name`` is already registered.
         """
 
-        caller = sys._getframe(1)  # Whoever called register().
-        module, source = caller.f_globals.get("__name__"), caller.f_code.co_filename
 
         def add(fn: Builder | Config) -> Any:
             problem = name_problem(name, "Config")
@@ -150,10 +172,30 @@ class Registry:
                     "or remove the first registration."
                 )
             doc = description or (getattr(fn, "__doc__", "") or "").strip().split("\n")[0]
-            self._entries[name] = Entry(name, fn, doc, module, source)
+            self._entries[name] = Entry(name, fn, doc, *home_of(fn))
             return fn
 
         return add if build is None else add(build)
+
+    def locate(self) -> tuple[str, str] | None:
+        """``(module, attribute)`` where this registry is a module-level name, for a compile worker to find
+        it by importing :meth:`sources`; None for ``aotcheck.REGISTRY`` (the worker's own).
+
+        Raises:
+            RegistryError: this registry is no module-level name of a module that registers into it.
+        """
+        if self is REGISTRY:
+            return None
+        for module, _ in self.sources():
+            namespace = vars(sys.modules[module]) if module in sys.modules else {}
+            for attribute, value in namespace.items():
+                if value is self:
+                    return module, attribute
+        raise RegistryError(
+            "The compile workers cannot find this Registry: they import the modules that registered its configs "
+            f"({', '.join(m for m, _ in self.sources()) or 'none'}) and look for it there. Make it a module-level name "
+            "of the module that registers into it, or measure in this process (measure=...)."
+        )
 
     def sources(self) -> list[tuple[str, str]]:
         """``(module name, file)`` of every module that registered configs, for a process that needs them too."""
