@@ -30,7 +30,8 @@ from aotcheck.figures.hlo import parse_module
 from aotcheck.figures.program import Details, program_figures
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
-from aotcheck.pipeline.measurement import COST_FIGURES
+from aotcheck.pipeline.measurement import COST_FIGURES, Measurement
+from aotcheck.gate.golden import Golden
 from aotcheck.gate.why import grown
 from aotcheck.models import lm
 from aotcheck.programs.lowering import lower_config, place, trainer_state_specs
@@ -241,10 +242,12 @@ def test_the_job_summary_and_chart_show_the_split(tmp_path):
     from aotcheck.figures.hlo import CollectiveOp
 
     gather = CollectiveOp("all-gather", "jit(train_step)/sharding_constraint", "model.py:90", 2, 2**20)
-    outcome = Outcome(Case.of("lm-tiny", "train_step", "v4-8"), Verdict.REGRESSION, failed=True, figures=now,
-                      golden=before, changes=[r for r in compare(before, now, DEFAULT_TOLERANCES) if r.change.value != "ok"],
-                      details=Details([logits, *details.peak_buffers], [gather, *details.collectives]),
-                      golden_details=details)
+    case = Case.of("lm-tiny", "train_step", "v4-8")
+    outcome = Outcome(case, Verdict.REGRESSION, failed=True,
+                      measured=Measurement(case, now, {}, 1.0, details=Details([logits, *details.peak_buffers],
+                                                                               [gather, *details.collectives])),
+                      golden=Golden(before, toolchain(), {}, Path("g.json"), golden_doc["details"]),
+                      changes=[r for r in compare(before, now, DEFAULT_TOLERANCES) if r.change.value != "ok"])
     from aotcheck.render.text import outcome_message
 
     outcome = dataclasses.replace(outcome, message=outcome_message(outcome, golden_file="g.json",

@@ -183,10 +183,10 @@ def test_crashes_and_user_errors_fail_only_their_case(faults):
     # The crash handler's stack goes to the report, not the terminal (no captured-output section).
     assert "Captured stderr" not in out and "FailureSignalHandler" not in out + result.stderr.str(), out[-3000:]
     cases = {c["case"]: c for c in json.loads(report.read_text())["cases"]}
-    log = "\n".join(cases["segv/step@v4-8x1"]["log"])
+    log = "\n".join(cases["segv/step@v4-8x1"]["error"]["log"])
     assert "about to die by segv" in log and "FailureSignalHandler" in log and "coredump_hook" in log, log[-2000:]
     assert cases["segv/step@v4-8x1"]["verdict"] == "crashed" and cases["abort/step@v4-8x1"]["verdict"] == "crashed"
-    assert cases["toy/step@v4-8x1"]["verdict"] == "accepted" and cases["toy/step@v4-8x1"]["host_peak_bytes"] > 2**20
+    assert cases["toy/step@v4-8x1"]["verdict"] == "accepted" and cases["toy/step@v4-8x1"]["measured"]["host_peak_bytes"] > 2**20
     assert {cases[c]["verdict"] for c in ("typeerror/step@v4-8x1", "keyerror/step@v4-8x1")} == {"error"}
     assert golden(faults).exists() and not golden(faults, "segv/step@v4-8x1.json").exists()
 
@@ -358,9 +358,13 @@ def test_a_missing_golden_under_another_golden_dir_names_it_in_the_accept_comman
 
 # --- 3. The command line tool: exit status 2 and one line naming the input ----------------------------
 
+def measured(figures):
+    return {"case": "lm/p@v4-8x1", "figures": figures, "compiler_options": {}, "compile_seconds": 1.0}
+
+
 def report_doc(**overrides):
     case = {"case": "lm/prefill@v4-8x1", "verdict": "pass"}
-    return {"aotcheck_report": 2, "cases": [case], **overrides}
+    return {"aotcheck_report": 3, "cases": [case], **overrides}
 
 
 CLI = [
@@ -388,14 +392,14 @@ CLI = [
     (["fit", "lm-tiny", "--topology", "v4-8", "--default-options", "off"], "--default-options: 'off' must be"),
     (["report", "missing.json"], "missing.json: not a readable JSON report"),
     (["report", "notjson.json"], "notjson.json: not a readable JSON report"),
-    (["report", "format1.json"], "format1.json: not an aotcheck report of format 2 (found 1)"),
+    (["report", "format1.json"], "format1.json: not an aotcheck report of format 3 (found 1)"),
     (["report", "badverdict.json"], "badverdict.json: a case in this report is malformed (ValueError: 'bogus'"),
     (["report", "badcase.json"], "badcase.json: a case in this report is malformed (ValueError: Not a case id"),
     (["report", "badfigure.json"], "badfigure.json: case lm/p@v4-8x1: figure 'peak_bytes' must be a number, not 'big'; "
      "write the report again"),
     (["report", "nanfigure.json"], "nanfigure.json: case lm/p@v4-8x1: figure 'flops' is nan; figures are finite and "
      "never negative (in its golden)"),
-    (["report", "nocases.json"], "nocases.json: not an aotcheck report of format 2"),
+    (["report", "nocases.json"], "nocases.json: not an aotcheck report of format 3"),
     (["report", "ok.json", "--output", "adir"], "adir: Is a directory"),
 ]
 
@@ -406,11 +410,12 @@ def cli_dir(tmp_path):
     (tmp_path / "format1.json").write_text(json.dumps({"aotcheck_report": 1, "cases": []}))
     (tmp_path / "badverdict.json").write_text(json.dumps(report_doc(cases=[{"case": "lm/p@v4-8x1", "verdict": "bogus"}])))
     (tmp_path / "badfigure.json").write_text(json.dumps(report_doc(cases=[
-        {"case": "lm/p@v4-8x1", "verdict": "pass", "figures": {"peak_bytes": "big"}}])))
+        {"case": "lm/p@v4-8x1", "verdict": "pass", "measured": measured({"peak_bytes": "big"})}])))
     (tmp_path / "nanfigure.json").write_text(json.dumps(report_doc(cases=[
-        {"case": "lm/p@v4-8x1", "verdict": "pass", "figures": {"flops": 1.0}, "golden": {"flops": float("nan")}}])))
+        {"case": "lm/p@v4-8x1", "verdict": "pass", "measured": measured({"flops": 1.0}),
+         "golden": {"figures": {"flops": float("nan")}}}])))
     (tmp_path / "badcase.json").write_text(json.dumps(report_doc(cases=[{"case": "nonsense", "verdict": "pass"}])))
-    (tmp_path / "nocases.json").write_text(json.dumps({"aotcheck_report": 2, "cases": "none"}))
+    (tmp_path / "nocases.json").write_text(json.dumps({"aotcheck_report": 3, "cases": "none"}))
     (tmp_path / "ok.json").write_text(json.dumps(report_doc()))
     (tmp_path / "adir").mkdir()
     return tmp_path

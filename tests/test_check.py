@@ -105,7 +105,7 @@ def test_comparison_with_the_golden(tmp_path, factor, strict, verdict, failed):
     now = {**FIGURES, "peak_bytes": int(FIGURES["peak_bytes"] * factor)}
     outcome = session(tmp_path, now, strict=strict).check(CASE)
     assert (outcome.verdict, outcome.failed) == (verdict, failed)
-    assert outcome.golden == FIGURES and outcome.compile_seconds == 1.5
+    assert outcome.golden_figures == FIGURES and outcome.measured.compile_seconds == 1.5
     if verdict is not Verdict.PASS:
         assert [r.metric for r in outcome.changes] == ["peak_bytes"]
         assert "peak_bytes" in outcome.message and "To accept the new figures: pytest --update-golden" in outcome.message

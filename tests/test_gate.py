@@ -22,6 +22,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.models import lm
 from aotcheck.programs.registry import Registry
 from aotcheck.pipeline.measure import measure
+from aotcheck.pipeline.measurement import Measurement
 from aotcheck.gate.shard import expected_seconds, ShardError, assign_shards, case_weight, parse_shard
 from aotcheck.targets.topology import topology_names
 
@@ -218,9 +219,9 @@ def _outcome(case, verdict, failed, peak=2**30, message=""):
     """FAKE: a made-up outcome (no compile) for the report command, which only merges and renders."""
     verdict = Verdict(verdict)
     changes = [Row("peak_bytes", peak / 2, peak, Tolerance(rel=0.01), Change.REGRESSION)] if verdict is Verdict.REGRESSION else []
-    return Outcome(Case.parse(case), verdict, message=message, failed=failed, changes=changes, compile_seconds=3.0,
-                   figures={"peak_bytes": peak, "flops": 1e12, "comm_all_gather_bytes": 2**20},
-                   cached=verdict is Verdict.PASS)
+    measured = Measurement(Case.parse(case), {"peak_bytes": peak, "flops": 1e12, "comm_all_gather_bytes": 2**20}, {},
+                           3.0, cached=verdict is Verdict.PASS)
+    return Outcome(Case.parse(case), verdict, message=message, failed=failed, changes=changes, measured=measured)
 
 
 def _report(path, outcomes, shard):

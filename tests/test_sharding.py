@@ -21,7 +21,7 @@ from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.figures.program import Details
 from aotcheck.figures.sharding import BatchInput, Unsharded, find_unsharded, global_sizes
 from aotcheck.pipeline.case import Case
-from aotcheck.pipeline.measurement import COST_FIGURES
+from aotcheck.pipeline.measurement import COST_FIGURES, Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged, Report
 from aotcheck.gate.verdict import Verdict
@@ -157,7 +157,8 @@ def test_global_sizes_read_the_lowered_program_with_its_lines():
 
 def test_findings_round_trip_through_details_and_outcomes():
     found = Unsharded(1024, "jit(f)/op", "f32[16,16]", "m.py:3", "batch/x", 16, 4, 1)
-    outcome = Outcome(Case.of("c", "p", "v5e-16"), Verdict.PASS, details=Details(unsharded=[found]))
+    case = Case.of("c", "p", "v5e-16")
+    outcome = Outcome(case, Verdict.PASS, measured=Measurement(case, {}, {}, 1.0, details=Details(unsharded=[found])))
     assert Outcome.from_json(json.loads(json.dumps(outcome.to_json()))).details.unsharded == [found]
     assert "unsharded" not in Details().to_json()  # Clean programs' goldens do not change.
 

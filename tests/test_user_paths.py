@@ -125,8 +125,8 @@ def test_a_configs_own_knob_is_searched_and_gated(pytester):
                           "--report=r.json"], cwd=pytester.path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     (case,) = json.loads((pytester.path / "r.json").read_text())["cases"]
-    found = case["figures"]["fit_max_seq"]
-    assert found > 128 and found % 128 == 0 and case["details"]["fit"]["knob"] == "seq"
+    found = case["measured"]["figures"]["fit_max_seq"]
+    assert found > 128 and found % 128 == 0 and case["measured"]["details"]["fit"]["knob"] == "seq"
     fit = subprocess.run([sys.executable, "-m", "aotcheck", "fit", "seqfit", "--topology", "v5e-4", "--knob", "seq"],
                          cwd=pytester.path, capture_output=True, text=True, timeout=600)
     # ``aotcheck fit``'s happy path in the default run: the max, the configured size's peak, what fills the memory.

@@ -48,7 +48,7 @@ from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.outcome import Failure, Outcome
 from aotcheck.gate.verdict import Verdict
 
 Measure = Callable[[Case], Measurement]
@@ -80,7 +80,7 @@ def check_case(
     outcome = _decide(case, measure=measure, store=store, tolerances=tolerances, update=update,
                       hbm_headroom=hbm_headroom)
     if outcome.verdict is Verdict.METRICS_CHANGED and metric_drift == "warn":
-        outcome = dataclasses.replace(outcome, verdict=Verdict.PASS, drift_warning=True)
+        outcome = dataclasses.replace(outcome, verdict=Verdict.PASS)  # Its changes say what drifted.
     return dataclasses.replace(outcome, failed=outcome.verdict.fails(strict=strict))
 
 
@@ -91,24 +91,22 @@ def _decide(
     try:
         result = measure(case)
     except WorkerCrashed as e:
-        return Outcome(case, Verdict.CRASHED, detail=str(e), log=list(e.log))
+        return Outcome(case, Verdict.CRASHED, error=Failure(str(e), log=tuple(e.log)))
     except OutOfMemory as e:
-        return Outcome(case, Verdict.OUT_OF_MEMORY, detail=str(e),
-                       details=Details.from_json(e.details) if e.details is not None else None)
+        return Outcome(case, Verdict.OUT_OF_MEMORY,
+                       error=Failure(str(e), Details.from_json(e.details) if e.details is not None else None))
     except CompileError as e:
-        return Outcome(case, Verdict.COMPILE_ERROR, detail=str(e))
+        return Outcome(case, Verdict.COMPILE_ERROR, error=Failure(str(e)))
     except SELF_EXPLAINING as e:
-        return Outcome(case, Verdict.ERROR, detail=str(e))
+        return Outcome(case, Verdict.ERROR, error=Failure(str(e)))
     except Exception as e:  # User code (tracing, building, make_args) raised: name it, never a traceback.
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        return Outcome(case, Verdict.ERROR, detail=f"{error_type(e)} while building or lowering it: {message}")
+        return Outcome(case, Verdict.ERROR, error=Failure(f"{error_type(e)} while building or lowering it: {message}"))
     figures = result.figures
-    measured = dict(figures=figures, compile_seconds=result.compile_seconds, cached=result.cached,
-                    host_peak_bytes=result.host_peak_bytes, details=result.details,
-                    notes=[result.attribution_problem] if result.attribution_problem else [])
+    measured = dict(measured=result, notes=[result.attribution_problem] if result.attribution_problem else [])
     over = hbm_verdict(int(figures["peak_bytes"]), case.topology, headroom=hbm_headroom)
     if over:
-        return Outcome(case, Verdict.OVER_HBM, detail=over, **measured)
+        return Outcome(case, Verdict.OVER_HBM, error=Failure(over), **measured)
     if update:
         try:
             previous = store.read(case)
@@ -121,13 +119,13 @@ def _decide(
             action = store.write(case, written, toolchain=_runtime.toolchain(),
                                  **result.view("compiler_options", "details"))
         except OSError as e:
-            return Outcome(case, Verdict.ERROR, detail=f"cannot write its golden file {store.path(case)}: "
-                           f"{e.strerror or e}. Check the golden directory's permissions.", **measured)
+            return Outcome(case, Verdict.ERROR, error=Failure(f"cannot write its golden file {store.path(case)}: "
+                           f"{e.strerror or e}. Check the golden directory's permissions."), **measured)
         return Outcome(case, Verdict.ACCEPTED, golden_action=action, **measured)
     try:
         golden = store.read(case)
     except GoldenError as e:
-        return Outcome(case, Verdict.CORRUPT_GOLDEN, detail=str(e), **measured)
+        return Outcome(case, Verdict.CORRUPT_GOLDEN, error=Failure(str(e)), **measured)
     if golden is None:
         return Outcome(case, Verdict.MISSING_GOLDEN, **measured)
     rows = compare(golden.figures, figures, tolerances)
@@ -136,6 +134,4 @@ def _decide(
     found = verdict(rows)
     if found is Verdict.PASS and any(r.change in (Change.NEW, Change.GONE) for r in rows):
         found = Verdict.METRICS_CHANGED
-    return Outcome(case, found, golden=golden.figures, changes=[r for r in rows if r.change is not Change.OK],
-                   toolchain_note=toolchain_note(golden.toolchain), golden_details=Details.from_json(golden.details),
-                   golden_toolchain=dict(golden.toolchain), **measured)
+    return Outcome(case, found, golden=golden, changes=[r for r in rows if r.change is not Change.OK], **measured)

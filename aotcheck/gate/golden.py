@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,28 @@ class GoldenError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Golden:
-    """What a golden file holds."""
+    """What a golden file holds (:meth:`to_json` is its body, as an outcome carries it).
+
+    Example:
+        >>> golden = Golden({"peak_bytes": 1024}, {"jax": "0.12.0.1"}, {}, Path("lm/prefill@v4-8x1.json"))
+        >>> Golden.from_json(golden.to_json(), path=golden.path) == golden
+        True
+    """
 
     figures: dict[str, int | float]
     toolchain: dict[str, str | None]
     compiler_options: dict[str, str]
-    path: Path
+    path: Path = dataclasses.field(compare=False)  # Where it was read: not what it holds.
     details: dict[str, Any] = dataclasses.field(default_factory=dict)  # What explains the figures (not gated).
+
+    def to_json(self) -> dict[str, Any]:
+        return {"figures": dict(self.figures), "toolchain": dict(self.toolchain),
+                "compiler_options": dict(self.compiler_options), "details": dict(self.details)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, path: Path) -> "Golden":
+        return cls(dict(data["figures"]), dict(data.get("toolchain") or {}), dict(data.get("compiler_options") or {}),
+                   path, dict(data.get("details") or {}))
 
 
 def toolchain_note(golden_toolchain: dict[str, Any]) -> str | None:

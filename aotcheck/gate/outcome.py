@@ -3,28 +3,57 @@
 An :class:`Outcome` crosses every boundary with its type: from the check to the
 pytest item, through pytest-xdist (as JSON in the report's ``user_properties``),
 into the JSON report, and back out of it for the Markdown summary and the chart.
+It holds the records it was judged from (the :class:`Measurement`, the
+:class:`~aotcheck.gate.golden.Golden`, or the :class:`Failure` that left no figures)
+and the one worded field, ``message``, that the session words with :mod:`aotcheck.render.text`.
 
 Example:
     >>> from aotcheck.pipeline.case import Case
+    >>> from aotcheck.pipeline.measurement import Measurement
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
-    >>> outcome = Outcome(Case.of("lm-tiny", "prefill", "v4-8"), Verdict.PASS, figures={"peak_bytes": 1024})
+    >>> case = Case.of("lm-tiny", "prefill", "v4-8")
+    >>> outcome = Outcome(case, Verdict.PASS, measured=Measurement(case, {"peak_bytes": 1024}, {}, 2.0))
     >>> Outcome.from_json(outcome.to_json()) == outcome
     True
-    >>> outcome.to_json()["verdict"], outcome.golden_path
-    ('pass', 'lm-tiny/prefill@v4-8x1.json')
+    >>> outcome.to_json()["verdict"], outcome.golden_path, outcome.figures
+    ('pass', 'lm-tiny/prefill@v4-8x1.json', {'peak_bytes': 1024})
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aotcheck.figures.program import Details, Figures
-from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import Change, Row
+from aotcheck.gate.golden import Golden, toolchain_note
 from aotcheck.gate.verdict import GoldenAction, Verdict
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """What went wrong with a case, as text: an error that left no figures (then ``details`` may say
+    what filled the memory, and ``log`` is what a compile process that died printed, whole), or why
+    figures that exist fail (over HBM, a golden that cannot be read or written)."""
+
+    text: str
+    details: Details | None = None
+    log: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "details": self.details.to_json() if self.details is not None else None,
+                "log": list(self.log)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Failure":
+        details = data.get("details")
+        return cls(str(data["text"]), Details.from_json(details) if details is not None else None,
+                   tuple(str(line) for line in data.get("log") or ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,46 +63,26 @@ class Outcome:
     Attributes:
         case: The case.
         verdict: What was found.
-        message: One paragraph for the user (a table for regressions), with the fix.
         failed: Whether the case failed, as judged by its session (strict or not).
-        figures: The figures measured (None if it did not compile).
-        golden: The golden's figures, when one was compared.
+        measured: What measuring it produced (None if it did not compile).
+        golden: The golden it was compared with (None: none was, or none could be read).
         changes: The metrics that are not within tolerance.
-        compile_seconds: Compile time (from the cache entry when ``cached``).
-        cached: Figures came from the figures cache: nothing was compiled.
+        error: What went wrong, when something did.
         golden_action: What ``--update-golden`` did, when it ran.
-        toolchain_note: How the golden's toolchain differs from this one.
-        detail: The full error text, for the report.
-        host_peak_bytes: Peak resident memory of the process that compiled it (not gated;
-            for sizing CI runners).
-        drift_warning: Figures were new or gone against the golden and the session lets that pass.
         notes: What the session had to say once while checking it (e.g. a cache that stopped working).
-        details: What explains the figures: the peak's largest buffers, the largest collectives.
-        golden_details: The golden's details, when one was compared.
-        golden_toolchain: The toolchain the golden was made with, when one was compared.
-        log: What a compile process that died on the case printed, whole (a crash handler's
-            stack among it): for the report; the message quotes its last lines.
+        message: One paragraph for the user (a table for regressions), with the fix: worded by the session.
     """
 
     case: Case
     verdict: Verdict
-    message: str = ""
     failed: bool = False
-    figures: Figures | None = None
-    golden: Figures | None = None
+    measured: Measurement | None = None
+    golden: Golden | None = None
     changes: list[Row] = dataclasses.field(default_factory=list)
-    compile_seconds: float | None = None
-    cached: bool = False
+    error: Failure | None = None
     golden_action: GoldenAction | None = None
-    toolchain_note: str | None = None
-    detail: str | None = None
-    host_peak_bytes: int | None = None
-    drift_warning: bool = False
     notes: list[str] = dataclasses.field(default_factory=list)
-    details: Details | None = None
-    golden_details: Details | None = None
-    golden_toolchain: dict[str, str | None] | None = None
-    log: list[str] = dataclasses.field(default_factory=list)
+    message: str = ""
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -83,7 +92,38 @@ class Outcome:
     @classmethod
     def internal_error(cls, case: Case, message: str) -> "Outcome":
         """A case that failed outside the check, so that it is not lost from the report."""
-        return cls(case, Verdict.ERROR, message=message, failed=True, detail=message)
+        return cls(case, Verdict.ERROR, failed=True, error=Failure(message), message=message)
+
+    # Views of the records, as the readers of an outcome ask for them.
+
+    @property
+    def figures(self) -> Figures | None:
+        return self.measured.figures if self.measured is not None else None
+
+    @property
+    def details(self) -> Details | None:
+        """What explains the figures, or what filled the memory of a compile that ran out of it."""
+        if self.measured is not None:
+            return self.measured.details
+        return self.error.details if self.error is not None else None
+
+    @property
+    def golden_figures(self) -> Figures | None:
+        return self.golden.figures if self.golden is not None else None
+
+    @property
+    def golden_details(self) -> Details | None:
+        return Details.from_json(self.golden.details) if self.golden is not None else None
+
+    @property
+    def toolchain_note(self) -> str | None:
+        """How the golden's toolchain differs from this process's."""
+        return toolchain_note(self.golden.toolchain) if self.golden is not None else None
+
+    @property
+    def drift_warning(self) -> bool:
+        """Figures were new or gone against the golden and the session let that pass."""
+        return self.verdict is Verdict.PASS and any(r.change in (Change.NEW, Change.GONE) for r in self.changes)
 
     @property
     def golden_path(self) -> str:
@@ -95,6 +135,9 @@ class Outcome:
         return [r for r in self.changes if r.change in (Change.REGRESSION, Change.IMPROVEMENT)]
 
     def to_json(self) -> dict[str, Any]:
+        measured = self.measured.to_json() if self.measured is not None else None
+        if measured is not None:
+            measured.pop("hlo_text")  # The program's text is --explain's, never the report's.
         return {
             "case": self.case.id,
             "config": self.case.config,
@@ -103,49 +146,32 @@ class Outcome:
             "num_slices": self.case.num_slices,
             "verdict": self.verdict.value,
             "failed": self.failed,
-            "message": self.message,
-            "figures": self.figures,
-            "golden": self.golden,
-            "changes": [r.to_json() for r in self.changes],
-            "compile_seconds": self.compile_seconds,
-            "cached": self.cached,
+            "measured": measured,
+            "golden": self.golden.to_json() if self.golden is not None else None,
             "golden_path": self.golden_path,
+            "changes": [r.to_json() for r in self.changes],
+            "error": self.error.to_json() if self.error is not None else None,
             "golden_action": self.golden_action.value if self.golden_action else None,
-            "toolchain_note": self.toolchain_note,
-            "detail": self.detail,
-            "host_peak_bytes": self.host_peak_bytes,
-            "drift_warning": self.drift_warning,
             "notes": list(self.notes),
-            "details": self.details.to_json() if self.details is not None else None,
-            "golden_details": self.golden_details.to_json() if self.golden_details is not None else None,
-            "golden_toolchain": self.golden_toolchain,
-            "log": list(self.log),
+            "message": self.message,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Outcome":
         """The inverse of :meth:`to_json`; KeyError/ValueError on a document that is not one."""
+        case = Case.parse(data["case"])
+        measured, golden, error = data.get("measured"), data.get("golden"), data.get("error")
         return cls(
-            case=Case.parse(data["case"]),
+            case=case,
             verdict=Verdict(data["verdict"]),
-            message=data.get("message") or "",
             failed=bool(data.get("failed")),
-            figures=data.get("figures"),
-            golden=data.get("golden"),
+            measured=Measurement.from_json(measured, case=case) if measured is not None else None,
+            golden=Golden.from_json(golden, path=Path(case.golden_relpath)) if golden is not None else None,
             changes=[Row.from_json(r) for r in data.get("changes") or []],
-            compile_seconds=data.get("compile_seconds"),
-            cached=bool(data.get("cached")),
+            error=Failure.from_json(error) if error is not None else None,
             golden_action=GoldenAction(data["golden_action"]) if data.get("golden_action") else None,
-            toolchain_note=data.get("toolchain_note"),
-            detail=data.get("detail"),
-            host_peak_bytes=data.get("host_peak_bytes"),
-            drift_warning=bool(data.get("drift_warning")),
             notes=list(data.get("notes") or []),
-            details=Details.from_json(data["details"]) if data.get("details") is not None else None,
-            golden_details=Details.from_json(data["golden_details"]) if data.get("golden_details") is not None
-            else None,
-            golden_toolchain=dict(data["golden_toolchain"]) if data.get("golden_toolchain") else None,
-            log=[str(line) for line in data.get("log") or []],
+            message=data.get("message") or "",
         )
 
 

@@ -30,7 +30,9 @@ from aotcheck.figures.program import value_problem
 from aotcheck.gate.golden import atomic_write_text
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 
-REPORT_FORMAT = 2  # 2: typed outcomes (changes with their tolerance), relative golden paths, broken configs.
+# 2: typed outcomes (changes with their tolerance), relative golden paths, broken configs.
+# 3: an outcome holds its records: the measurement, the golden, the failure (aotcheck.gate.outcome).
+REPORT_FORMAT = 3
 
 
 class ReportError(ValueError):
@@ -125,9 +127,7 @@ def load_report(path: Path) -> Report:
     except (KeyError, ValueError, TypeError, IndexError) as e:
         raise ReportError(f"{path}: a case in this report is malformed ({type(e).__name__}: {e})") from e
     for outcome in report.outcomes:
-        for which, figures in (("figures", outcome.figures), ("golden", outcome.golden)):
-            if figures is not None and not isinstance(figures, dict):
-                raise ReportError(f"{path}: case {outcome.case.id}: its {which!r} are not an object")
+        for which, figures in (("figures", outcome.figures), ("golden", outcome.golden_figures)):
             problem = next(filter(None, (value_problem(k, v) for k, v in (figures or {}).items())), None)
             if problem:
                 raise ReportError(f"{path}: case {outcome.case.id}: {problem}" + (" (in its golden)" if which == "golden"

@@ -7,14 +7,17 @@ jax or libtpu says in one table what the bump did (:mod:`aotcheck.render.text` a
 
 Example:
     >>> from aotcheck.pipeline.case import Case
+    >>> from pathlib import Path
     >>> from aotcheck.gate.compare import Change, Row, Tolerance
+    >>> from aotcheck.gate.golden import Golden
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
     >>> old = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
     >>> now = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": "0.0.50.1"}
-    >>> moved = Outcome(Case.of("lm", "prefill", "v4-8"), Verdict.REGRESSION, golden_toolchain=old,
+    >>> golden = Golden({"peak_bytes": 100}, old, {}, Path("golden.json"))
+    >>> moved = Outcome(Case.of("lm", "prefill", "v4-8"), Verdict.REGRESSION, golden=golden,
     ...                 changes=[Row("peak_bytes", 100.0, 120.0, Tolerance(0.01), Change.REGRESSION)])
-    >>> still = Outcome(Case.of("lm", "prefill", "v5e-16"), Verdict.PASS, golden_toolchain=old)
+    >>> still = Outcome(Case.of("lm", "prefill", "v5e-16"), Verdict.PASS, golden=golden)
     >>> up = find_upgrade([moved, still], now=now)
     >>> up.before, [(c, [r.metric for r in rows]) for c, rows in up.moved], up.unmoved
     ({'jax': '0.10.2', 'jaxlib': '0.10.2', 'libtpu': '0.0.42.1'}, [('lm/prefill@v4-8x1', ['peak_bytes'])], ['lm/prefill@v5e-16x1'])
@@ -54,13 +57,13 @@ class Upgrade(NamedTuple):
 
 def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) -> Upgrade | None:
     """The upgrade these outcomes show, or None when every compared golden has this toolchain."""
-    foreign = [o for o in outcomes if o.golden_toolchain is not None
-               and any(o.golden_toolchain.get(k) != v for k, v in now.items())]
+    foreign = [o for o in outcomes if o.golden is not None
+               and any(o.golden.toolchain.get(k) != v for k, v in now.items())]
     if not foreign:
         return None
     seen: dict[tuple[tuple[str, str | None], ...], int] = {}
     for o in foreign:
-        key = tuple((k, (o.golden_toolchain or {}).get(k)) for k in now)
+        key = tuple((k, o.golden.toolchain.get(k)) for k in now)
         seen[key] = seen.get(key, 0) + 1
     before = dict(max(seen, key=lambda k: seen[k]))
     moved, unmoved = [], []

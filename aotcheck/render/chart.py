@@ -4,7 +4,10 @@ Example:
     >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
-    >>> o = Outcome(Case.of("lm", "prefill", "v5e-16"), Verdict.PASS, figures={"peak_bytes": 4 * 2**30})
+    >>> from aotcheck.pipeline.measurement import Measurement
+    >>> def measured(case, figures):
+    ...     return Outcome(case, Verdict.PASS, measured=Measurement(case, figures, {}, 1.0))
+    >>> o = measured(Case.of("lm", "prefill", "v5e-16"), {"peak_bytes": 4 * 2**30})
     >>> print(text_bars([o], width=8))
     lm/prefill@v5e-16x1  ██░░░░░░    25.0%  4.00 GiB
 
@@ -12,7 +15,7 @@ With the peak split by class, each bar is stacked by class (a letter each):
 
     >>> split = {"peak_params_bytes": 2**30, "peak_opt_state_bytes": 2 * 2**30, "peak_batch_bytes": 0,
     ...          "peak_outputs_bytes": 0, "peak_temp_bytes": 2**30, "peak_other_bytes": 0}
-    >>> o = Outcome(Case.of("lm", "train_step", "v5e-16"), Verdict.PASS, figures={"peak_bytes": 4 * 2**30, **split})
+    >>> o = measured(Case.of("lm", "train_step", "v5e-16"), {"peak_bytes": 4 * 2**30, **split})
     >>> print(text_bars([o], width=16))
     lm/train_step@v5e-16x1  POOT░░░░░░░░░░░░    25.0%  4.00 GiB
     P params  O opt_state  B batch  U outputs  T temp  x other  ░ free

@@ -56,7 +56,7 @@ def _changes(outcome: Outcome, limit: int = 3) -> str:
 
 def _peak_block(outcome: Outcome) -> list[str]:
     """The peak by class (against the golden when there is one) and the largest buffers, as Markdown."""
-    figures, golden = outcome.figures or {}, outcome.golden or {}
+    figures, golden = outcome.figures or {}, outcome.golden_figures or {}
     lines = []
     if all(f"peak_{k}_bytes" in figures for k in CLASSES):
         rows = []
@@ -79,7 +79,7 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
     outcomes = report.outcomes
     verdicts = [o.verdict.value for o in outcomes]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts), key=verdicts.index))
-    cached = sum(1 for o in outcomes if o.cached)
+    cached = sum(1 for o in outcomes if o.measured is not None and o.measured.cached)
     status = "❌ failed" if merged.failed else "✅ passed"
     lines = [f"## {title}: {status}", "", f"{len(outcomes)} cases: {counts or 'none'}; {cached} from the figures cache.", ""]
     for problem in merged.problems:

@@ -98,7 +98,7 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
     ``golden_file`` is the golden's path as the user should see it; ``accept``
     the command that accepts the case's current figures.
     """
-    case, verdict, detail = outcome.case, outcome.verdict, outcome.detail or ""
+    case, verdict, detail = outcome.case, outcome.verdict, outcome.error.text if outcome.error else ""
     if verdict is Verdict.CRASHED:
         return (f"{case.id} crashed: {detail}\nA crash of the compiler (or the host's out-of-memory killer), "
                 "not a figure of your program: the other cases were checked. Try this case alone "
@@ -162,7 +162,9 @@ def unsharded_lines(outcome: Outcome, *, limit: int = 5) -> list[str]:
         >>> from aotcheck.figures.sharding import Unsharded
         >>> from aotcheck.pipeline.case import Case
         >>> found = Unsharded(2**25, "jit(step)/dot_general", "f32[16,256,256,4]", "model.py:88", "batch/tokens", 16, 8, 2)
-        >>> o = Outcome(Case.of("llama", "train_step", "v5e-16"), Verdict.PASS, details=Details(unsharded=[found]))
+        >>> from aotcheck.pipeline.measurement import Measurement
+        >>> case = Case.of("llama", "train_step", "v5e-16")
+        >>> o = Outcome(case, Verdict.PASS, measured=Measurement(case, {}, {}, 1.0, details=Details(unsharded=[found])))
         >>> print(unsharded_lines(o)[0])  # doctest: +NORMALIZE_WHITESPACE
         llama/train_step@v5e-16x1: 1 activation at the peak keeps the whole batch on every device
         (batch/tokens: 16 rows, split 8 ways):
@@ -212,12 +214,13 @@ def summary_row(o: Outcome) -> list[str]:
     """One case's line in the summary table (terminal and Markdown alike)."""
     figures = o.figures or {}
     bound = roofline(figures, o.case.topology) if figures else None
-    seconds = o.compile_seconds
+    m = o.measured
+    seconds = m.compile_seconds if m is not None else None
     return [
         o.case.id,
-        "cached" if o.cached else f"{seconds:.1f}s" if seconds is not None else "-",
+        "cached" if m is not None and m.cached else f"{seconds:.1f}s" if seconds is not None else "-",
         fmt_value("compile_cpu_seconds", figures.get("compile_cpu_seconds")),
-        fmt_bytes(o.host_peak_bytes),
+        fmt_bytes(m.host_peak_bytes if m is not None else None),
         fmt_bytes(figures.get("peak_bytes")) if figures else "-",
         fmt_share(hbm_fraction(o)),
         fmt_count(figures.get("flops", figures.get("flops_xla"))) if figures else "-",
@@ -368,7 +371,7 @@ def why_lines(outcome: Outcome) -> list[str]:
     lines = []
     if moved & {"peak_bytes", "total_bytes", "temp_bytes", "argument_bytes", "output_bytes"} | {
             m for m in moved if m.startswith("peak_")}:
-        growth = class_growth(outcome.golden or {}, outcome.figures or {})
+        growth = class_growth(outcome.golden_figures or {}, outcome.figures or {})
         if growth:
             lines.append("The peak grew in: " + ", ".join(f"{kind} +{fmt_bytes(b)}" for kind, b in growth))
         if now is not None and before is not None:
@@ -382,7 +385,7 @@ def why_lines(outcome: Outcome) -> list[str]:
         configured = (f"; the configured {fit.knob} ({fit.configured}) still fits, peak "
                       f"{fmt_bytes(fit.peak_at_configured)}" if fit and fit.peak_at_configured else "")
         lines.append(f"Headroom lost: the largest {metric.removeprefix('fit_max_')} that fits fell from "
-                     f"{int((outcome.golden or {}).get(metric, 0))} to {int((outcome.figures or {}).get(metric, 0))}"
+                     f"{int((outcome.golden_figures or {}).get(metric, 0))} to {int((outcome.figures or {}).get(metric, 0))}"
                      f"{configured}.")
     if any(m.startswith("comm_") for m in moved) and now is not None and before is not None:
         ops = grown(before.collectives, now.collectives)
