@@ -9,6 +9,7 @@ Public surface::
         get_devices_for_topology, parse_topology,
         fsdp, replicate,                                 # partition rules for unannotated models
         program_figures,                                 # memory / FLOP figures of a Compiled
+        Case, lower, Measurement,                        # the pipeline's stages, one case at a time
         GateSettings, GateSession, check_case,           # the gate, without pytest
         Outcome, Verdict, Report,                        # what it decides, typed
     )
@@ -21,6 +22,9 @@ from aotcheck.gate.check import check_case
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.gate.verdict import Verdict
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
+from aotcheck.pipeline.stages import lower
 from aotcheck.programs.compile import (
     compile_function,
     compile_inference_programs,
@@ -40,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "REGISTRY",
+    "Case",
     "CompileError",
     "ConfigError",
     "ConfigNotFound",
@@ -48,6 +53,7 @@ __all__ = [
     "GateSettings",
     "InferenceConfig",
     "Knob",
+    "Measurement",
     "MeshError",
     "MeshSpec",
     "OptionsError",
@@ -70,6 +76,7 @@ __all__ = [
     "default_compiler_options",
     "fsdp",
     "get_devices_for_topology",
+    "lower",
     "lower_inference_programs",
     "lower_trainer_programs",
     "parse_libtpu_init_args",

@@ -144,3 +144,13 @@ def test_nothing_past_the_targets_asks_which_platform_or_chip():
             if isinstance(node, ast.Attribute) and node.attr in ("chip", "is_tpu"):
                 found.append(f"{module}:{node.lineno}: .{node.attr}")
     assert not found, found
+
+
+def test_architecture_md_names_every_module():
+    """ARCHITECTURE.md has one line per module: a module it does not name is a module nobody can find."""
+    page = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    unnamed = [str(path.relative_to(PACKAGE)) for path in MODULES.values()
+               if not (path.name == "__init__.py" and path.parent != PACKAGE)  # Empty package markers.
+               and str(path.relative_to(PACKAGE)) not in page and f"`{path.name}`" not in page
+               and f"{path.name}`" not in page]
+    assert not unnamed, f"ARCHITECTURE.md does not name {unnamed}"

@@ -23,6 +23,20 @@ def _readme_script() -> str:
     return re.search(r"```python\n(.*?)```", after, re.S)[1]
 
 
+def test_readmes_stages_run_as_printed(tmp_path):
+    """README's library section, as printed: one case lowered, compiled and measured by the stages, in
+    this process; the argument paths it prints, the peak and its largest buffer are real."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme.split("One case through the pipeline's stages")[1], re.S)[1]
+    (tmp_path / "stages.py").write_text(block)
+    out = subprocess.run([sys.executable, "stages.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    paths, measured = out.stdout.strip().splitlines()[-2:]
+    assert eval(paths) == ["batch/targets", "batch/tokens"], paths  # noqa: S307  (its own print)
+    peak, buffer = measured.split(" ", 1)
+    assert int(peak) > 2**20 and buffer.startswith("PeakBuffer(bytes="), measured
+
+
 @pytest.mark.heavy
 def test_readmes_pytest_free_script_runs_the_gate_with_real_workers(tmp_path):
     """README's script, as printed: its workers import it for the registration; each case has a
