@@ -176,7 +176,8 @@ class AotPlugin:
         parent = AotCollector.from_parent(session, name="aotcheck", nodeid="aotcheck")
         new: list[pytest.Item] = [AotBuildErrorItem.from_parent(parent, name=f"{name}/<build>", error=error)
                                   for name, error in self.plan.broken.items()]
-        for case, skip in self.plan.cases:
+        for planned in self.plan.cases:
+            case, skip = planned.case, planned.skip
             item = AotItem.from_parent(parent, name=case.id, case=case, gate=self.session)
             if skip:
                 item.add_marker(pytest.mark.skip(reason=skip))

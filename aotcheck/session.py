@@ -30,6 +30,7 @@ module-level name of the module that registers into it):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import shlex
@@ -46,7 +47,7 @@ from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, parse_tolerances
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
-from aotcheck.pipeline.measure import unsupported_reason
+from aotcheck.pipeline.measure import fit_knob, unsupported_reason
 from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
@@ -255,10 +256,12 @@ class GateSettings:
 
 
 class Planned(NamedTuple):
-    """A case of the matrix and, if it cannot run on its target, why."""
+    """A case of the matrix: if it cannot run on its target, why; the knob whose largest fitting size
+    is searched on it, if any (:func:`aotcheck.pipeline.measure.fit_knob`)."""
 
     case: Case
     skip: str | None
+    knob: str | None = None
 
 
 class Plan(NamedTuple):
@@ -371,7 +374,8 @@ class GateSession:
             for program, config in programs.items():
                 for target in self.settings.targets:
                     case = Case(entry.name, program, target)
-                    cases.append(Planned(case, unsupported_reason(config, case)))
+                    cases.append(Planned(case, unsupported_reason(config, case),
+                                         fit_knob(config, case, fit_default=self.settings.fit)))
         empty = None
         if not entries:
             globs = ", ".join(self.settings.config_globs)
@@ -444,7 +448,10 @@ class GateSession:
     def check(self, case: Case) -> Outcome:
         """Measures and judges one case, and words its message."""
         s = self.settings
-        outcome = check_case(case, measure=self.measure, store=self.store, tolerances=s.tolerances,
+        knob = next((p.knob for p in self.plan(sharded=False).cases if p.case == case), None)
+        # The compile workers search the knob the plan chose (a measure of one's own decides for itself).
+        measure = functools.partial(self._measurer, fit=knob) if self._measurer is not None and knob else self.measure
+        outcome = check_case(case, measure=measure, store=self.store, tolerances=s.tolerances,
                              update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom,
                              metric_drift=s.metric_drift)
         # Notes the compile workers raised on this case ride with it (under xdist, to the controller).

@@ -168,6 +168,27 @@ def test_one_fit_target_glob_alone_is_a_tuple_of_one():
     assert lm.inference_config(lm.TINY, fit_targets=("v4-8x1", "v5e-*")).fit_targets == ("v4-8x1", "v5e-*")
 
 
+def test_which_knob_is_searched_and_where():
+    """Pure config logic (fit_knob, which the plan records per case): a caller's explicit knob first; then
+    the config's own fit= on the targets its fit_targets name; then the gate's --aot-fit where the config
+    offers that knob and names none; a FunctionConfig offers none."""
+    from aotcheck import FunctionConfig, Knob
+    from aotcheck.models import lm
+    from aotcheck.pipeline.case import Case
+    from aotcheck.pipeline.measure import fit_knob
+
+    v4, v5e = Case.of("c", "train_step", "v4-8"), Case.of("c", "train_step", "v5e-16")
+    own = lm.trainer_config(lm.TINY, fit="seq", knobs={"seq": Knob(128, lambda n: None, step=128)},
+                            fit_targets=("v5e-*",))
+    plain = lm.trainer_config(lm.TINY)
+    assert fit_knob(own, v5e, fit_default="batch") == "seq"  # The config's own, over the gate's.
+    assert fit_knob(own, v4, fit_default="batch") is None  # Not on a target it names.
+    assert fit_knob(own, v4, fit="batch") == "batch"  # An explicit search goes anywhere.
+    assert fit_knob(plain, v4, fit_default="batch") == "batch" and fit_knob(plain, v4) is None
+    assert fit_knob(plain, v4, fit_default="seq") is None  # A knob it does not offer.
+    assert fit_knob(FunctionConfig(fn=abs, make_args=lambda mesh: ()), v4, fit_default="batch") is None
+
+
 @pytest.mark.heavy
 def test_fit_targets_limit_where_the_gate_searches(fit_project, monkeypatch, tmp_path):
     """A search costs compiles: fit_targets=("*x1",) runs it on one slice only, for the config's own

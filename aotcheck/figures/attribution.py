@@ -65,7 +65,9 @@ from aotcheck.figures.hlo import (
 from aotcheck.programs.lowering import Argument
 
 CLASSES = ("params", "opt_state", "batch", "outputs", "temp", "other")
-PEAK_FIGURES = tuple(f"peak_{kind}_bytes" for kind in CLASSES)
+PEAK_FIGURE = {kind: f"peak_{kind}_bytes" for kind in CLASSES}
+"""Each class's figure, ``peak_<class>_bytes``: the one place its name is spelled."""
+PEAK_FIGURES = tuple(PEAK_FIGURE.values())
 """Figures the attribution adds to every case; they sum to ``peak_bytes``."""
 
 TOP_BUFFERS = 10
@@ -123,14 +125,14 @@ class Attribution:
 
     def figures(self) -> dict[str, int]:
         """The gated figures: ``peak_<class>_bytes``."""
-        return {f"peak_{kind}_bytes": self.classes[kind] for kind in CLASSES}
+        return {PEAK_FIGURE[kind]: self.classes[kind] for kind in CLASSES}
 
     @classmethod
     def from_parts(cls, figures: Mapping[str, Any], buffers: Sequence[Mapping[str, Any]]) -> "Attribution | None":
         """Rebuilt from a case's figures and its stored buffer list; None without the figures."""
         if not all(name in figures for name in PEAK_FIGURES):
             return None
-        return cls({kind: int(figures[f"peak_{kind}_bytes"]) for kind in CLASSES},
+        return cls({kind: int(figures[PEAK_FIGURE[kind]]) for kind in CLASSES},
                    [PeakBuffer.from_json(b) for b in buffers])
 
 

@@ -266,7 +266,8 @@ class Measurer:
         for family in [f for f in self._workers if f not in families]:
             self._workers.pop(family).close()
 
-    def __call__(self, case: Case) -> Measurement:
+    def __call__(self, case: Case, *, fit: str | None = None) -> Measurement:
+        """Measures ``case`` in its family's worker; ``fit``: search this knob (else :attr:`fit`, or the policy)."""
         family = family_of(case.topology)
         worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(family))
         try:
@@ -277,7 +278,7 @@ class Measurer:
                 "cache_dir": str(self.cache.root) if self.cache else None,
                 "hlo": self.keep_hlo,
                 "hbm_headroom": self.hbm_headroom,
-                "fit": self.fit,
+                "fit": fit if fit is not None else self.fit,
                 "fit_default": self.fit_default,
                 "compiler_options": self.compiler_options,
                 "presets": self.presets,

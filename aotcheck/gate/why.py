@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
-from aotcheck.figures.attribution import CLASSES
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ def class_growth(golden: Mapping[str, float], now: Mapping[str, float]) -> list[
     """(class, bytes added) for each peak class that grew; classes either side lacks are left out."""
     out = []
     for kind in CLASSES:
-        name = f"peak_{kind}_bytes"
+        name = PEAK_FIGURE[kind]
         if name in golden and name in now and now[name] > golden[name]:
             out.append((kind, int(now[name] - golden[name])))
     return sorted(out, key=lambda pair: -pair[1])

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-from aotcheck.figures.attribution import CLASSES
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
 from aotcheck.gate.outcome import Outcome
 from aotcheck.render.text import hbm_fraction
 from aotcheck.units import fmt_bytes, fmt_share
@@ -46,8 +46,8 @@ def _bars(outcomes: Sequence[Outcome]) -> list[tuple[str, float, int, dict[str, 
             figures = o.figures or {}
             peak = int(figures.get("peak_bytes", 0))
             split = {}
-            if peak and all(f"peak_{k}_bytes" in figures for k in CLASSES):
-                split = {k: frac * figures[f"peak_{k}_bytes"] / peak for k in CLASSES}
+            if peak and all(PEAK_FIGURE[k] in figures for k in CLASSES):
+                split = {k: frac * figures[PEAK_FIGURE[k]] / peak for k in CLASSES}
             rows.append((o.case.id, frac, peak, split))
     return rows
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from aotcheck.figures.attribution import CLASSES
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
 from aotcheck.figures.table import FIGURES, Figure
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
@@ -58,10 +58,10 @@ def _peak_block(outcome: Outcome) -> list[str]:
     """The peak by class (against the golden when there is one) and the largest buffers, as Markdown."""
     figures, golden = outcome.figures or {}, outcome.golden_figures or {}
     lines = []
-    if all(f"peak_{k}_bytes" in figures for k in CLASSES):
+    if all(PEAK_FIGURE[k] in figures for k in CLASSES):
         rows = []
         for kind in CLASSES:
-            now, before = figures[f"peak_{kind}_bytes"], golden.get(f"peak_{kind}_bytes")
+            now, before = figures[PEAK_FIGURE[kind]], golden.get(PEAK_FIGURE[kind])
             rows.append([kind, fmt_bytes(now), fmt_bytes(before) if before is not None else "-",
                          fmt_pct(now / before - 1) if before else "-"])
         lines += [markdown_table(["class", "now", "golden", "change"], rows), ""]

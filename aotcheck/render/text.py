@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from aotcheck.figures.hbm import explain_oom
 from aotcheck.figures.table import describe
 from aotcheck.figures.hlo import analyze_hlo, iter_loops
-from aotcheck.figures.attribution import CLASSES, PeakBuffer
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE, PeakBuffer
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.hlo import CollectiveOp
 from aotcheck.figures.program import Details
@@ -328,9 +328,9 @@ def _clip(text: str, width: int) -> str:
 def peak_table(figures: Figures) -> str | None:
     """The peak split by class (``peak_*_bytes``), with each class's share; None without the split."""
     peak = figures.get("peak_bytes")
-    if not peak or any(f"peak_{kind}_bytes" not in figures for kind in CLASSES):
+    if not peak or any(PEAK_FIGURE[kind] not in figures for kind in CLASSES):
         return None
-    rows = [[kind, fmt_bytes(figures[f"peak_{kind}_bytes"]), fmt_share(figures[f"peak_{kind}_bytes"] / peak)]
+    rows = [[kind, fmt_bytes(figures[PEAK_FIGURE[kind]]), fmt_share(figures[PEAK_FIGURE[kind]] / peak)]
             for kind in CLASSES]
     return table(["at the peak", "bytes/device", "share"], rows + [["peak", fmt_bytes(peak), "100%"]])
 
@@ -416,8 +416,8 @@ def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
              + ("" if fit.upper_bound else f"; {fit.max_size + fit.step} does not fit")]
     if fit.split_at_max:
         lines.append("  at the max: " + ", ".join(
-            f"{kind} {fmt_bytes(fit.split_at_max[f'peak_{kind}_bytes'])}" for kind in CLASSES
-            if f"peak_{kind}_bytes" in fit.split_at_max))
+            f"{kind} {fmt_bytes(fit.split_at_max[PEAK_FIGURE[kind]])}" for kind in CLASSES
+            if PEAK_FIGURE[kind] in fit.split_at_max))
     if fit.buffers_at_max:
         lines.append("What fills the memory at the max:\n" + buffers_table(fit.buffers_at_max, limit=5))
     return lines
