@@ -187,12 +187,13 @@ def test_adapted_models_compile_and_match_their_goldens(tmp_path):
     assert sorted(cases) == sorted(f"{c}@v5e-16x1" for c in ADAPTED_CASES)
     assert all(c["verdict"] == "pass" and c["golden"] for c in cases.values()), cases
     # ESM2's scan over its 6 layers is counted 6 times (XLA's raw figure counts the body once).
-    esm = cases["esm2-8m/train_step@v5e-16x1"]["figures"]
+    esm = cases["esm2-8m/train_step@v5e-16x1"]["measured"]["figures"]
     assert esm["flops"] > 3 * esm["flops_xla"]
     # The lint of activations left unsharded: our models constrain theirs and are clean. ESM2 has no
     # constraints: the partitioner follows its FSDP weights and splits its attention weights by head
     # (20 heads: 4 ways), keeping all 64 sequences on each of the 16 devices; a true finding.
-    flagged = {k: c["details"].get("unsharded") for k, c in cases.items() if c["details"].get("unsharded")}
+    flagged = {k: c["measured"]["details"].get("unsharded") for k, c in cases.items()
+               if c["measured"]["details"].get("unsharded")}
     assert list(flagged) == ["esm2-8m/train_step@v5e-16x1"], flagged
     found = flagged["esm2-8m/train_step@v5e-16x1"][0]
     assert (found["shape"], found["batch"], found["ways"], found["split"]) == ("f32[6,64,5,256,256]", 64, 16, 4)

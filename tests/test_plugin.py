@@ -128,7 +128,7 @@ def test_xdist_gives_the_same_verdicts_figures_and_files(project):
         result = run(project, "--aot-topologies=v4-8,v5e-16", "--aot-slices=1,2", "-n", n, f"--aot-report={out}")
         result.assert_outcomes(passed=5)
         result.stdout.fnmatch_lines(["*aotcheck summary*", "*toy/step@v5e-16x2*pass*"])
-        reports[n] = {c["case"]: (c["verdict"], c["figures"]) for c in json.loads(out.read_text())["cases"]}
+        reports[n] = {c["case"]: (c["verdict"], c["measured"]["figures"]) for c in json.loads(out.read_text())["cases"]}
     assert reports["0"] == reports["2"] and len(reports["0"]) == 4
 
 
