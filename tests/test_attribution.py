@@ -166,6 +166,7 @@ def test_params_class_is_the_analytic_parameter_bytes_per_device(name, cfg):
         assert measured == analytic, (path.name, measured, analytic)  # README: "equals".
 
 
+@pytest.mark.heavy  # A real run of 15 s or more.
 def test_dropping_remat_fails_with_the_temporaries_named(toy, monkeypatch):
     run(toy, "--aot-topologies=v4-8", "-k", "lm and train_step", "--update-golden").assert_outcomes(passed=1)
     monkeypatch.setenv("TOY_LM", "noremat")

@@ -610,15 +610,17 @@ def _processes_with(marker):
 INTERRUPTIONS = [
     # (front end, signal, to the whole process group?, exit status)
     ("pytest", signal.SIGTERM, True, pytest.ExitCode.INTERRUPTED),
-    ("pytest -n 2", signal.SIGINT, True, pytest.ExitCode.INTERRUPTED),
+    ("pytest -n 2", signal.SIGINT, True, pytest.ExitCode.INTERRUPTED),  # 14 s: in the heavy leg (below).
     ("pytest -n 2", signal.SIGTERM, True, pytest.ExitCode.INTERRUPTED),  # A CI runner's cancel.
     ("cli", signal.SIGINT, True, 130),
     ("cli", signal.SIGTERM, False, 143),
 ]
 
 
-@pytest.mark.parametrize("front,sig,group,status", INTERRUPTIONS,
-                         ids=[f"{f}-{s.name}-{'group' if g else 'process'}" for f, s, g, _ in INTERRUPTIONS])
+@pytest.mark.parametrize("front,sig,group,status", [
+    pytest.param(*row, id=f"{row[0]}-{row[1].name}-{'group' if row[2] else 'process'}",
+                 marks=[pytest.mark.heavy] if row[:2] == ("pytest -n 2", signal.SIGINT) else [])
+    for row in INTERRUPTIONS])
 def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project, front, sig, group, status):
     project.makeconftest(CONFTEST + SLOW)
     tmp = project.path / "tmp"
@@ -725,6 +727,7 @@ def _memory_cgroup(limit_bytes):
     return None
 
 
+@pytest.mark.heavy  # A real run of 15 s or more.
 def test_a_worker_the_hosts_oom_killer_ends_is_a_crashed_case_said_as_such(project):
     # A real memory limit on the run (a cgroup, as a CI runner's container has): the kernel's OOM
     # killer picks the largest process, the compile worker, and the session lives to say so.

@@ -164,6 +164,7 @@ def test_trip_count_from_fused_condition_start_and_step():
     assert analysis.collectives["all-gather"].bytes == 32 * 8 * 4
 
 
+@pytest.mark.heavy  # 14 s of 7x compiles: in the heavy leg.
 def test_collectives_inside_sparsecore_calls_are_counted_on_7x(tmp_path):
     # On 7x the collectives run in call-start(..., async_execution_thread="sparsecore")
     # computations; a walk that does not enter them counts none. Compiled in a worker process

@@ -39,6 +39,7 @@ def test_update_creates_then_passes_then_leaves_alone(project):
     assert golden(project).read_text() == before
 
 
+@pytest.mark.heavy  # A real run of 15 s or more.
 def test_growth_fails_with_a_table_and_the_accept_command(project, monkeypatch):
     run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
     before = golden(project).read_text()
