@@ -38,9 +38,9 @@ from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import ReportError, merge_reports
 from aotcheck.ini import Ini, IniError, find_ini
-from aotcheck.programs.loader import LoaderError, load_config_modules
+from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
 from aotcheck.programs.lowering import LoweringError
-from aotcheck.programs.registry import REGISTRY, RegistryError
+from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
 from aotcheck.scaffold import InitError, plan_init, write_init
 from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
@@ -62,7 +62,10 @@ def _load(modules: Sequence[str] | None, rootdir: Path | None = None) -> None:
         if str(rootdir) not in sys.path:
             sys.path.insert(0, str(rootdir))
         try:
-            importlib.import_module("conftest")
+            before = registrations()
+            conftest = importlib.import_module("conftest")
+            if registrations() != before:
+                note_loaded("conftest", conftest.__file__)
         except Exception as e:
             raise LoaderError(f"Importing {rootdir / 'conftest.py'} failed: {type(e).__name__}: {e}") from e
     load_config_modules(modules or [], rootdir=rootdir)

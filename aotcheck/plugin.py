@@ -11,11 +11,15 @@ the run (stale goldens, the JSON report) and the summary is rendered by
 from __future__ import annotations
 
 import json
+import os
+import types
 from typing import Any
 
 import pytest
 
 from aotcheck.pipeline.case import Case
+from aotcheck.programs.loader import note_loaded
+from aotcheck.programs.registry import registrations
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.text import session_summary
@@ -67,6 +71,19 @@ def check_invocation(args: list[str]) -> None:
             raise pytest.UsageError(
                 f"--aot-topologies is empty ({given!r} names no topology). To turn the gate off for this run, say "
                 "so: --aot-topologies=none")
+
+
+_REGISTERED = [registrations()]  # The count when the last plugin was registered.
+
+
+def pytest_plugin_registered(plugin: object) -> None:
+    """A conftest file whose import registered configs: the compile workers import it too (see
+    programs/loader.py). pytest registers each conftest right after importing it."""
+    file, now = getattr(plugin, "__file__", None), registrations()
+    if isinstance(plugin, types.ModuleType) and file and os.path.basename(file) == "conftest.py" \
+            and now != _REGISTERED[0]:
+        note_loaded(plugin.__name__, file)
+    _REGISTERED[0] = now
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -295,6 +295,7 @@ class GateSession:
         self.warnings: list[str] = []
         self._noted: set[str] = set()
         self._plans: dict[tuple[bool, tuple[str, ...]], Plan] = {}
+        self._knobs_of: tuple[Plan | None, dict[str, str | None]] = (None, {})
 
     # Setting up ----------------------------------------------------------------
 
@@ -442,13 +443,20 @@ class GateSession:
             args.append(f"--aot-golden-dir={self.settings.golden_dir_option}")
         return shlex.join(args + self.accept_args() + ["-k", case.program])
 
+    def _knobs(self) -> dict[str, str | None]:
+        """Case id -> the knob its plan searches (the plan is memoised; so is this view of it)."""
+        plan = self.plan(sharded=False)
+        if self._knobs_of[0] is not plan:
+            self._knobs_of = (plan, {p.case.id: p.knob for p in plan.cases})
+        return self._knobs_of[1]
+
     def golden_file(self, case: Case) -> str:
         return str(self.store.path(case))
 
     def check(self, case: Case) -> Outcome:
         """Measures and judges one case, and words its message."""
         s = self.settings
-        knob = next((p.knob for p in self.plan(sharded=False).cases if p.case == case), None)
+        knob = self._knobs().get(case.id)
         # The compile workers search the knob the plan chose (a measure of one's own decides for itself).
         measure = functools.partial(self._measurer, fit=knob) if self._measurer is not None and knob else self.measure
         outcome = check_case(case, measure=measure, store=self.store, tolerances=s.tolerances,

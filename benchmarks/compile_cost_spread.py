@@ -45,9 +45,10 @@ def main() -> None:
             report = out / f"{kind}-{i}.json"
             run(kind, report, args.topologies)
             for case in json.loads(report.read_text())["cases"]:
+                figures = (case["measured"] or {}).get("figures") or {}
                 for name in FIGURES:
-                    if case["figures"] and name in case["figures"]:
-                        values.setdefault((case["case"], name), []).append(case["figures"][name])
+                    if name in figures:
+                        values.setdefault((case["case"], name), []).append(figures[name])
         print(f"\n{kind} ({args.runs} runs{', -n 2' if kind == 'loaded' else ''}):")
         print(f"{'case':34} {'figure':20} {'min':>6} {'max':>6} {'max/min':>8}")
         for (case, name), vs in sorted(values.items()):

@@ -129,6 +129,7 @@ def test_a_replicated_copy_of_a_parameter_is_a_new_buffer_with_its_path():
     assert any(g.now.kind == "all-gather" and g.now.source == line for g in gathers), gathers
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_the_dump_changes_nothing_and_leaves_nothing_behind(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     config = lm.trainer_config(lm.TINY)

@@ -274,6 +274,7 @@ def test_broken_golden_files_fail_their_case_and_are_left_alone(faults):
             assert path.read_text() == text  # Never rewritten without --update-golden.
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_metrics_missing_or_extra_in_the_golden_are_never_silent(faults):
     run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--update-golden").assert_outcomes(passed=1)
     doc = json.loads(golden(faults).read_text())
@@ -437,6 +438,7 @@ def test_cli_argument_errors_are_argparse_usage(capsys):
     assert e.value.code == 2 and "'0' is not a count >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_a_cache_that_fails_mid_run_is_noted_once_even_under_xdist(faults):
     # The cache directory is writable (the start-up probe passes), but every entry's
     # subdirectory is taken by a file, so each write fails in the compile workers: the note
@@ -532,6 +534,7 @@ def test_the_accept_command_selects_a_config_named_with_glob_characters(project)
     assert golden(project, "toy[v2]/step@v4-8x1.json").exists() and not golden(project).exists()
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_a_golden_that_is_a_symbolic_link_is_written_through(project, tmp_path_factory, monkeypatch):
     # A golden kept elsewhere (a shared checkout) and linked in: an update writes its target, the link stays.
     elsewhere = tmp_path_factory.mktemp("shared") / "toy-step-v4-8.json"

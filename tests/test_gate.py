@@ -201,6 +201,7 @@ def test_cache_hits_are_shown_and_no_cache_bypasses(toy):
     assert "cached" not in result.stdout.str().split("aotcheck summary")[1]
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_unwritable_cache_warns_once_and_runs_uncached(toy, tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")

@@ -184,3 +184,45 @@ def test_a_registry_of_ones_own_is_measured_by_the_compile_workers(tmp_path):
     assert guarded[:2] == ("guarded/step@cpu-2x1", "error"), out.stdout
     assert "found no Registry named GUARDED there" in guarded[2] and "top level" in guarded[2], guarded
     assert sorted(p.name for p in (tmp_path / "golden").iterdir()) == ["builder", "built"]
+
+
+IMPORTED_MODELS = """
+import jax, jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+import aotcheck
+
+
+def double(x):
+    return 2 * x
+
+
+def make_args(mesh):
+    return (jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+
+
+def build():
+    return aotcheck.FunctionConfig(fn=double, make_args=make_args)
+"""
+
+IMPORTING_CONFTEST = """
+import aotcheck
+import mymodels
+from mymodels import build
+
+aotcheck.register("imported", build)  # A builder defined in another module than the registration...
+aotcheck.register("built", aotcheck.FunctionConfig(fn=mymodels.double, make_args=mymodels.make_args))  # ...and a built one.
+"""
+
+
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
+def test_configs_registered_from_another_modules_code_reach_the_compile_workers(tmp_path):
+    """register() names no caller; the compile workers import what the parent imported to register (this
+    conftest), so a builder or a config whose code lives elsewhere is found there too. Real workers."""
+    (tmp_path / "mymodels.py").write_text(IMPORTED_MODELS)
+    (tmp_path / "conftest.py").write_text(IMPORTING_CONFTEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\naot_golden_dir = golden\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--aot-topologies=cpu-2",
+                          "--update-golden"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "2 passed" in out.stdout
+    assert sorted(p.name for p in (tmp_path / "golden").iterdir()) == ["built", "imported"]

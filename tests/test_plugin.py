@@ -21,6 +21,7 @@ def test_without_topologies_the_plugin_adds_nothing(project):
     assert "aotcheck:" not in result.stdout.str() and "aotcheck summary" not in result.stdout.str()
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_update_creates_then_passes_then_leaves_alone(project):
     result = run(project, "--aot-topologies=v4-8", "--update-golden")
     result.assert_outcomes(passed=2)
@@ -58,6 +59,7 @@ def test_growth_fails_with_a_table_and_the_accept_command(project, monkeypatch):
     run(project, "--aot-topologies=v4-8").assert_outcomes(passed=2)
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_improvement_passes_with_a_note_and_fails_when_strict(project, monkeypatch):
     monkeypatch.setenv("TOY_WIDTH", "1024")
     run(project, "--aot-topologies=v4-8", "--update-golden")
@@ -229,6 +231,7 @@ def test_host_cpu_topologies_need_no_libtpu_and_no_hbm(project):
     assert json.loads(golden(project, "toy/step@cpu-4x2.json").read_text())["figures"]["flops"] > 0
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_no_libtpu_noise_reaches_the_terminal(project, monkeypatch):
     # Every process here would otherwise print libtpu's start-up errors: pytest's, each xdist worker's
     # (a plain test touching a jax array starts jax's backends) and the compile workers.

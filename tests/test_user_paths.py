@@ -70,6 +70,7 @@ def test_check_shards_on_the_command_line_split_the_matrix(project):
     assert seen[1] | seen[2] == {f"toy/step@{t}x{n}" for t in ("v4-8", "v5e-16") for n in (1, 2)}
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_aot_tolerances_decide_the_verdict(project, monkeypatch):
     """A change the default tolerances fail passes under a wider ``aot_tolerances`` line, and the
     table shows the tolerance that judged it."""

@@ -41,7 +41,7 @@ from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.compile import warm_up
-from aotcheck.programs.loader import import_sources, imported
+from aotcheck.programs.loader import import_sources, imported, loaded_sources
 from aotcheck.programs.options import probe_notes
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.targets.families import family_of
@@ -273,7 +273,9 @@ class Measurer:
         try:
             reply = worker.request({
                 "case": case.id,
-                "sources": self.registry.sources(),
+                # What the parent imported to register (conftest files, config modules), then the modules
+                # defining what the registry holds (a builder imported from elsewhere, a script's own).
+                "sources": list(dict.fromkeys([*loaded_sources(), *self.registry.sources()])),
                 "registry": self.locate(),
                 "cache_dir": str(self.cache.root) if self.cache else None,
                 "hlo": self.keep_hlo,

@@ -124,7 +124,13 @@ def load_report(path: Path) -> Report:
                           "write it again with this aotcheck (--aot-report=PATH)")
     try:
         report = Report.from_json(doc)
-    except (KeyError, ValueError, TypeError, IndexError) as e:
+        for outcome in report.outcomes:
+            outcome.golden_details  # noqa: B018  (parsed here, so a malformed one is this error, not a later one)
+        for case in doc["cases"]:
+            for record in (case.get("measured"), case.get("golden")):
+                if record is not None and not isinstance(record.get("figures"), dict):
+                    raise TypeError(f"case {case['case']}: its figures are not an object")
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
         raise ReportError(f"{path}: a case in this report is malformed ({type(e).__name__}: {e})") from e
     for outcome in report.outcomes:
         for which, figures in (("figures", outcome.figures), ("golden", outcome.golden_figures)):

@@ -58,7 +58,8 @@ class Measurement:
     host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
     details: Details = dataclasses.field(default_factory=Details)  # The peak's largest buffers, collectives.
     attribution_problem: str | None = None  # Why the peak could not be split by class (then no peak_* figures).
-    hlo_text: str | None = dataclasses.field(default=None, repr=False)  # The optimized HLO, when asked for.
+    # The optimized HLO, when asked for (--explain): an artifact of the run, like the executable.
+    hlo_text: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON: every field but the executable."""

@@ -182,6 +182,7 @@ class CompiledCase:
                  cpu_seconds: float) -> None:
         self.lowered, self.compiled, self._dump = lowered, compiled, dump
         self.seconds, self.cpu_seconds = seconds, cpu_seconds
+        self._closed = False
 
     @property
     def dump_dir(self) -> str:
@@ -195,11 +196,15 @@ class CompiledCase:
 
     def close(self) -> None:
         self._dump.cleanup()
+        self._closed = True
 
     def measure(self) -> Measurement:
         """The figures (memory, loop-aware FLOPs and collectives, the peak split by class, the costs)
         and their details. A dump that cannot be read leaves the ``peak_*`` figures out and says why
         in ``attribution_problem``; a dump the scratch disk could not hold is the host's HostError."""
+        if self._closed:
+            raise RuntimeError("CompiledCase.measure() reads XLA's dump, removed when its context ended: "
+                               "call it inside `with lowered.compile() as compiled:`.")
         case, text = self.lowered.case, self.compiled.as_text()
         module = parse_module(text)
         analysis = analyze_hlo(text, module=module)

@@ -28,9 +28,29 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
+from aotcheck.programs.registry import registrations
+
 
 class LoaderError(ImportError):
     """A config module that could not be imported."""
+
+
+# Every module whose import registered configs in this process (config modules, conftest files), as
+# ``(module name, file)``: a compile worker imports them all, whatever their registrations hold (a
+# builder imported from elsewhere, a config built from a library's functions). Modules that registered
+# nothing (a conftest of fixtures, with its side effects) are left alone.
+_LOADED: list[tuple[str, str]] = []
+
+
+def note_loaded(name: str, path: str) -> None:
+    """Remembers that importing ``name`` (from ``path``) registered configs here."""
+    if (name, path) not in _LOADED:
+        _LOADED.append((name, path))
+
+
+def loaded_sources() -> list[tuple[str, str]]:
+    """The modules :func:`note_loaded` remembered, in the order they were imported."""
+    return list(_LOADED)
 
 
 def load_config_modules(specs: Iterable[str], *, rootdir: Path | None = None) -> None:
@@ -40,6 +60,7 @@ def load_config_modules(specs: Iterable[str], *, rootdir: Path | None = None) ->
     """
     rootdir = Path(rootdir or Path.cwd())
     for spec in specs:
+        before = registrations()
         spec = spec.strip()
         if not spec:
             continue
@@ -48,11 +69,16 @@ def load_config_modules(specs: Iterable[str], *, rootdir: Path | None = None) ->
                 path = (rootdir / spec).resolve()
                 if not path.is_file():
                     raise LoaderError(f"Config module file {path} does not exist.")
-                _exec_file(f"aotcheck_configs_{path.stem}_{abs(hash(str(path)))}", path)
+                name = f"aotcheck_configs_{path.stem}_{abs(hash(str(path)))}"
+                _exec_file(name, path)
+                if registrations() != before:
+                    note_loaded(name, str(path))
             else:
                 if str(rootdir) not in sys.path:
                     sys.path.insert(0, str(rootdir))
-                importlib.import_module(spec)
+                module = importlib.import_module(spec)
+                if registrations() != before and getattr(module, "__file__", None):
+                    note_loaded(spec, module.__file__)
         except LoaderError:
             raise
         except Exception as e:

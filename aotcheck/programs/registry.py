@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import inspect
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -138,11 +139,22 @@ def home_of(build: Builder | Config) -> tuple[str | None, str | None]:
     for candidate in candidates:
         while isinstance(candidate, functools.partial):
             candidate = candidate.func
+        if callable(candidate):
+            candidate = inspect.unwrap(candidate)  # functools.cache, functools.wraps decorators.
         code = getattr(candidate, "__code__", None)
         module = getattr(candidate, "__module__", None)
         if code is not None and module is not None:
             return module, code.co_filename
     return None, None
+
+
+_registrations = 0  # Across every Registry: whether importing a module registered anything.
+
+
+def registrations() -> int:
+    """How many configs this process has registered so far, in any registry: a module whose import
+    moves it registered configs, and a compile worker must import it too (:mod:`aotcheck.programs.loader`)."""
+    return _registrations
 
 
 class Registry:
@@ -173,6 +185,8 @@ class Registry:
                 )
             doc = description or (getattr(fn, "__doc__", "") or "").strip().split("\n")[0]
             self._entries[name] = Entry(name, fn, doc, *home_of(fn))
+            global _registrations
+            _registrations += 1
             return fn
 
         return add if build is None else add(build)
