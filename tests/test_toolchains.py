@@ -119,7 +119,8 @@ def test_the_oldest_toolchain_runs_the_whole_gate(oldest, tmp_path):
     assert first.returncode == 1 and "Traceback" not in first.stdout + first.stderr
     # Each crash's C++ stack is in the report, not the terminal (the message quotes the last lines).
     assert "FailureSignalHandler" not in first.stdout + first.stderr, first.stdout[-4000:]
-    logs = {c["case"]: "\n".join(c["error"]["log"]) for c in json.loads((tmp_path / "first.json").read_text())["cases"]}
+    logs = {c["case"]: "\n".join((c["error"] or {}).get("log", []))
+            for c in json.loads((tmp_path / "first.json").read_text())["cases"]}
     assert all("received by PID" in logs[c] and "FailureSignalHandler" in logs[c] for c in crashes), logs
     tiny = json.loads((golden / "lm-tiny" / "train_step@v4-8x1.json").read_text())
     assert tiny["toolchain"] == {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
