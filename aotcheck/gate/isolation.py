@@ -221,8 +221,9 @@ class Measurer:
     """Measures cases in chip-family worker processes: ``measurer(case) -> Measurement``.
 
     Workers find configs the way the parent registered them: by importing the
-    modules that define what was registered in ``registry`` (``aotcheck.REGISTRY``,
-    or a registry of the user's that is a module-level name there).
+    modules whose import registered configs (conftest files, config modules) and
+    those that define what ``registry`` holds (``aotcheck.REGISTRY``, or a registry
+    of the user's that is a module-level name of one of them).
 
     Raises what :func:`aotcheck.pipeline.measure.measure` raises, with the same
     exception classes, or :class:`WorkerCrashed` when the worker died; a crashed
@@ -250,7 +251,7 @@ class Measurer:
         """Where a worker finds the registry (see :meth:`Registry.locate`): asked once its configs are
         registered; RegistryError when a worker could not find it."""
         if self._where is None:
-            self._where = self.registry.locate()
+            self._where = self.registry.locate(loaded_sources())
         return self._where
 
     def prestart(self, families: set[str] | frozenset[str]) -> None:

@@ -24,6 +24,10 @@ Example (host CPU devices; a TPU topology name works the same, through libtpu):
     ...     measured = compiled.measure()
     >>> measured.figures["flops"], measured.cached  # Per device: 16 of the 64 rows.
     (2097152.0, False)
+    >>> compiled.measure()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    RuntimeError: CompiledCase.measure() reads XLA's dump, removed when its context ended: ...
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import fnmatch
 import functools
 import inspect
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from aotcheck.errors import ConfigError
@@ -191,16 +191,17 @@ class Registry:
 
         return add if build is None else add(build)
 
-    def locate(self) -> tuple[str, str] | None:
+    def locate(self, modules: Iterable[tuple[str, str]] = ()) -> tuple[str, str] | None:
         """``(module, attribute)`` where this registry is a module-level name, for a compile worker to find
-        it by importing :meth:`sources`; None for ``aotcheck.REGISTRY`` (the worker's own).
+        it by importing ``modules`` (those whose import registered configs) and :meth:`sources`; None for
+        ``aotcheck.REGISTRY`` (the worker's own).
 
         Raises:
             RegistryError: this registry is no module-level name of a module that registers into it.
         """
         if self is REGISTRY:
             return None
-        for module, _ in self.sources():
+        for module, _ in [*modules, *self.sources()]:
             namespace = vars(sys.modules[module]) if module in sys.modules else {}
             for attribute, value in namespace.items():
                 if value is self:
