@@ -8,6 +8,8 @@ Example:
     (['jax', 'jaxlib', 'libtpu'], '1')
     >>> is_libtpu_noise("W1201 TPU_WORKER_HOSTNAMES is not set"), is_libtpu_noise("F1201 Check failed")
     (True, False)
+    >>> is_libtpu_noise("W1203 06:38:51.736183   16938 spmd_partitioner.cc:666] [SPMD] Involuntary full ...")
+    True
     >>> reset_peak_rss(); block = bytearray(64 << 20); peak_rss_bytes() > 64 << 20
     True
 """
@@ -62,9 +64,15 @@ _LIBTPU_NOISE = (
 WORKER_ENV = "AOTCHECK_COMPILE_WORKER"
 
 
+# XLA's own INFO and WARNING log lines (absl's format: level, date, time, thread, file:line]), which the
+# CUDA plugin writes to stderr on every GPU compile ("[SPMD] Involuntary full rematerialization ...");
+# errors (E) and fatal checks (F) are kept: a crash report needs them.
+_XLA_LOG = re.compile(r"^[IW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.-]+:\d+\] ")
+
+
 def is_libtpu_noise(line: str) -> bool:
-    """Whether ``line`` is one of libtpu's start-up lines that say nothing to a user."""
-    return not line.strip() or any(noise in line for noise in _LIBTPU_NOISE)
+    """Whether ``line`` is one of libtpu's start-up lines, or XLA's INFO/WARNING log, that say nothing to a user."""
+    return not line.strip() or any(noise in line for noise in _LIBTPU_NOISE) or bool(_XLA_LOG.match(line))
 
 
 @contextlib.contextmanager
@@ -130,13 +138,23 @@ def _libtpu() -> str | None:
     return version if override is None else f"{override} (TPU_LIBRARY_PATH; the libtpu package here is {version})"
 
 
+# The CUDA plugin's compiler (the plugin package itself holds jax's CUDA kernels; this one, XLA).
+CUDA_COMPILER = "jax-cuda12-pjrt"
+
+
 @functools.cache
-def toolchain() -> dict[str, str | None]:
-    """The versions that determine compiled figures: jax, jaxlib and libtpu (the libtpu.so jax loads).
+def toolchain(platform: str = "tpu") -> dict[str, str | None]:
+    """The versions that determine compiled figures: jax, jaxlib and the compiler of ``platform``'s
+    programs: libtpu (the libtpu.so jax loads) for TPU and host targets, the CUDA plugin for GPUs.
 
     Golden figures are only comparable when these match.
+
+    Example:
+        >>> list(toolchain("gpu"))
+        ['jax', 'jaxlib', 'jax-cuda12-pjrt']
     """
-    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), "libtpu": _libtpu()}
+    compiler = {CUDA_COMPILER: _version(CUDA_COMPILER)} if platform == "gpu" else {"libtpu": _libtpu()}
+    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), **compiler}
 
 
 def reset_peak_rss() -> None:

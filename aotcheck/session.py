@@ -572,7 +572,7 @@ class GateSession:
         lines = header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
                              cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
                              shard_seconds=self.shard_seconds(),
-                             toolchain=_runtime.toolchain(), foreign=self.foreign_toolchain_goldens())
+                             toolchain=self.toolchain(), foreign=self.foreign_toolchain_goldens())
         if s.presets:
             lines += refusal_lines({family_of(t.topology) for t in s.targets})
         if s.compiler_options or not s.presets:
@@ -590,6 +590,11 @@ class GateSession:
                          "pass --aot-golden-dir=PATH (with '='), or create them with --update-golden.")
         return lines
 
+    def toolchain(self) -> dict[str, str | None]:
+        """The versions behind this run's figures: libtpu's, and the CUDA plugin's where a target is a GPU."""
+        platforms = {t.topology.platform for t in self.settings.targets}
+        return {**_runtime.toolchain(), **(_runtime.toolchain("gpu") if "gpu" in platforms else {})}
+
     def foreign_toolchain_goldens(self) -> list[str]:
         """Golden files made with another toolchain, each with the versions it names."""
         out = []
@@ -598,9 +603,18 @@ class GateSession:
                 golden = parse_document(path.read_text(), path)
             except (GoldenError, OSError, ValueError):  # Unreadable goldens fail their own case.
                 continue
-            if toolchain_note(golden.toolchain):
-                out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in _runtime.toolchain()))
+            platform = _platform_of(rel)
+            if toolchain_note(golden.toolchain, platform):
+                out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in _runtime.toolchain(platform)))
         return out
+
+
+def _platform_of(golden_path: str) -> str:
+    """The platform of a golden file's case (``lm/prefill@h100-8x1.json``: gpu)."""
+    try:
+        return Case.parse(golden_path.removesuffix(".json")).topology.platform
+    except ValueError:  # A name from a table aotcheck no longer has: judged as a TPU golden.
+        return "tpu"
 
 
 def exit_status(report: Report) -> int:

@@ -112,11 +112,11 @@ def _decide(
             previous = store.read(case)
         except GoldenError:  # A corrupt golden is simply replaced.
             previous = None
-        same_toolchain = previous is not None and toolchain_note(previous.toolchain) is None
+        same_toolchain = previous is not None and toolchain_note(previous.toolchain, case.topology.platform) is None
         written = settle_noisy(previous.figures if same_toolchain else None, figures, tolerances)
         try:
             # The golden keeps a view of the measurement (its figures settled against the last golden's).
-            action = store.write(case, written, toolchain=_runtime.toolchain(),
+            action = store.write(case, written, toolchain=_runtime.toolchain(case.topology.platform),
                                  **result.view("compiler_options", "details"))
         except OSError as e:
             return Outcome(case, Verdict.ERROR, error=Failure(f"cannot write its golden file {store.path(case)}: "

@@ -64,8 +64,8 @@ class Golden:
                    path, dict(data.get("details") or {}))
 
 
-def toolchain_note(golden_toolchain: dict[str, Any]) -> str | None:
-    """Says how a golden's toolchain differs from this process's, or None.
+def toolchain_note(golden_toolchain: dict[str, Any], platform: str = "tpu") -> str | None:
+    """Says how a golden's toolchain differs from this process's for ``platform``'s targets, or None.
 
     Example:
         >>> toolchain_note(_runtime.toolchain()) is None
@@ -73,7 +73,7 @@ def toolchain_note(golden_toolchain: dict[str, Any]) -> str | None:
         >>> toolchain_note({**_runtime.toolchain(), "libtpu": "0.0.1"})  # doctest: +ELLIPSIS
         'golden made with another toolchain (libtpu 0.0.1 -> ...); figures may differ for that reason alone'
     """
-    now = _runtime.toolchain()
+    now = _runtime.toolchain(platform)
     diffs = [f"{k} {golden_toolchain.get(k)} -> {now[k]}" for k in now if golden_toolchain.get(k) != now[k]]
     if not diffs:
         return None

@@ -45,6 +45,7 @@ from aotcheck.programs.loader import import_sources, imported, loaded_sources
 from aotcheck.programs.options import probe_notes
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.targets.families import family_of
+from aotcheck.targets.topology import GPUS
 
 
 def describe_exit(code: int) -> str:
@@ -96,6 +97,8 @@ class FamilyWorker:
         read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout and stderr stay free for noise.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env[_runtime.WORKER_ENV] = "1"
+        if family in GPUS:  # The CUDA plugin compiles without a GPU only with its runtime off, even on a GPU host.
+            env["JAX_PLATFORMS"] = "cpu"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd}, {family!r})"],
             stdin=subprocess.PIPE,

@@ -56,9 +56,12 @@ class Upgrade(NamedTuple):
 
 
 def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) -> Upgrade | None:
-    """The upgrade these outcomes show, or None when every compared golden has this toolchain."""
+    """The upgrade these outcomes show, or None when every compared golden has this toolchain.
+
+    Only the versions both record are compared: a GPU golden records the CUDA plugin where a TPU
+    golden records libtpu (each case's own note compares all of its platform's)."""
     foreign = [o for o in outcomes if o.golden is not None
-               and any(o.golden.toolchain.get(k) != v for k, v in now.items())]
+               and any(o.golden.toolchain.get(k) != v for k, v in now.items() if k in o.golden.toolchain)]
     if not foreign:
         return None
     seen: dict[tuple[tuple[str, str | None], ...], int] = {}

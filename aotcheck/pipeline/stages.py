@@ -87,7 +87,7 @@ class LoweredCase:
         """The figures cache's key: the lowered program, the options, the target and the toolchain."""
         return cache_key(module_text=self.lowered.as_text(), compiler_options=self.options,
                          topology=self.case.topology.name, num_slices=self.case.num_slices,
-                         toolchain=_runtime.toolchain())
+                         toolchain=_runtime.toolchain(self.case.topology.platform))
 
     @functools.cached_property
     def arguments(self) -> list[Argument]:
@@ -107,7 +107,7 @@ class LoweredCase:
     def cached(self, cache: FiguresCache) -> Measurement | None:
         """The measurement the cache holds for this program, its details naming the source lines as
         the code stands now; None on a miss, or where a line it names cannot be mapped."""
-        entry = cache.get(self.key, toolchain=_runtime.toolchain())
+        entry = cache.get(self.key, toolchain=_runtime.toolchain(self.case.topology.platform))
         if entry is None:
             return None
         # Every figure as the compile that made the entry measured it (its costs too).
@@ -154,7 +154,7 @@ class LoweredCase:
         # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
         # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
         if cache is not None and result.attribution_problem is None:
-            cache.put(self.key, result.view(*CACHED_FIELDS), toolchain=_runtime.toolchain(),
+            cache.put(self.key, result.view(*CACHED_FIELDS), toolchain=_runtime.toolchain(self.case.topology.platform),
                       anchors=anchors(result.details.sources(), self.source_sequence))
         return result
 

@@ -89,9 +89,9 @@ def compile_lowered(
 def warm_up(family: str) -> None:
     """Compiles a tiny program for ``family``'s smallest topology, so that libtpu's and jax's one-time
     start-up is not counted in the first real case's compile cost (``compile_cpu_seconds``)."""
-    from aotcheck.targets.topology import all_topologies  # noqa: PLC0415
+    from aotcheck.targets.topology import all_topologies, gpu_topologies  # noqa: PLC0415
 
-    smallest = next((t for t in all_topologies() if t.chip.family == family), None)
+    smallest = next((t for t in [*all_topologies(), *gpu_topologies()] if t.chip.family == family), None)
     if smallest is None:
         return
     with contextlib.suppress(Exception), _runtime.quiet_libtpu_stderr():  # The real case says what is wrong.

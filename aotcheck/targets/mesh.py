@@ -127,7 +127,9 @@ def build_mesh(
     shape = resolve_mesh_shape(spec.shape_for(topo), num_devices=len(devices), num_slices=num_slices)
     ici, dcn = split_ici_dcn(shape, num_slices)
     if topo.platform != "tpu":
-        # Host devices have no physical layout to follow.
+        # Host devices have no physical layout to follow, nor do a host's GPUs (NVLink joins each to
+        # each). GPU devices come slice by slice (host by host), so a plain reshape lays the slices
+        # along the outermost axis: what create_hybrid_device_mesh does with (ici, dcn) on TPUs.
         return Mesh(np.asarray(devices).reshape(shape), spec.axis_names)
 
     def create(allow_split: bool) -> np.ndarray:

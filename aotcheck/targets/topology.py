@@ -1,16 +1,25 @@
-"""The TPU topology table: user-facing names, libtpu names, chip figures, devices.
+"""The topology table: user-facing names of TPU slices and NVIDIA GPU hosts, chip figures, devices.
 
-A user names a slice the way Cloud TPU does (``v4-8``, ``v5e-16``, ``v5p-128``,
+A user names a TPU slice the way Cloud TPU does (``v4-8``, ``v5e-16``, ``v5p-128``,
 ``v6e-256``, ``7x-8``); libtpu wants a physical shape (``v5e:4x4``) plus a chip
-config. This module holds that mapping, the per-device datasheet figures used to
-judge a compiled program against its chip, and :func:`get_devices_for_topology`,
-which hands back deviceless TPU devices to compile for.
+config. A GPU target is named by its model and its NVLink domain (``h100-8``: one
+host of 8; ``gb200-72``: one NVL72 rack); several hosts are several "slices"
+(``h100-8x2``, also written ``h100-16``): the network between them plays DCN's part.
+This module holds that mapping, the per-device datasheet figures used to judge a
+compiled program against its chip, and :func:`get_devices_for_topology`, which
+hands back deviceless TPU or GPU devices to compile for.
 
 Example:
-    >>> from aotcheck.targets.topology import parse_topology
+    >>> from aotcheck.targets.topology import parse_topology, split_target
     >>> t = parse_topology("v5litepod-16")
     >>> t.name, t.libtpu_name, t.num_devices
     ('v5e-16', 'v5e:4x4', 16)
+    >>> h100 = parse_topology("h100-8")
+    >>> h100.platform, h100.num_devices, h100.hbm_bytes
+    ('gpu', 8, 84942979072)
+    >>> topology, hosts = split_target("h100-16")
+    >>> topology.name, hosts
+    ('h100-8', 2)
 """
 
 from __future__ import annotations
@@ -116,35 +125,89 @@ _SHAPES: dict[str, dict[int, tuple[int, ...]]] = {
 }
 
 
+_GPU_DATASHEETS = (
+    "HBM capacity and bandwidth per GPU: XLA's device specs (xla/backends/gpu/target_config/specs, the "
+    "target config aotcheck compiles with); peak dense bf16 FLOP/s per GPU: NVIDIA's datasheets (A100, "
+    "H100 SXM, H200 SXM, HGX B200, GB200 NVL72; the sparse figures halved)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """One NVIDIA GPU model, with figures per GPU (a JAX device).
+
+    Attributes:
+        family: User-facing prefix, e.g. ``"h100"``.
+        device_name: The name XLA's device spec (its GPU target config) carries, e.g.
+            ``"NVIDIA H100 80GB HBM3"``: the CUDA plugin embeds one spec per name.
+        gpus_per_host: GPUs on one host (8 on an HGX board, 4 on a GB200 tray).
+        domain_sizes: The NVLink domains a target may name (``h100-8``: 1, 2, 4 or 8
+            GPUs of one host; ``gb200-72``: one NVL72 rack of 18 hosts).
+        hbm_bytes: Memory per GPU (the spec's ``device_memory_size``).
+        peak_bf16_flops: Peak dense bf16 FLOP/s per GPU (datasheet).
+        hbm_bandwidth: Memory bytes/s per GPU (the spec's ``memory_bandwidth``).
+        source: Where the figures come from.
+    """
+
+    family: str
+    device_name: str
+    gpus_per_host: int
+    domain_sizes: tuple[int, ...]
+    hbm_bytes: int
+    peak_bf16_flops: float
+    hbm_bandwidth: float
+    source: str = _GPU_DATASHEETS
+
+    @property
+    def hbm_limit_bytes(self) -> int:
+        """XLA's GPU compiler never refuses a program for its size: the limit is the memory itself."""
+        return self.hbm_bytes
+
+
+GPUS: dict[str, Gpu] = {
+    g.family: g
+    for g in (
+        Gpu("a100", "NVIDIA A100-SXM4-80GB", 8, (1, 2, 4, 8), 85_100_068_864, 312e12, 2039.04e9),
+        Gpu("h100", "NVIDIA H100 80GB HBM3", 8, (1, 2, 4, 8), 84_942_979_072, 989.4e12, 3352.32e9),
+        Gpu("h200", "NVIDIA H200 141GB HBM3e", 8, (1, 2, 4, 8), 151_397_597_184, 989.4e12, 4800e9),
+        Gpu("b200", "NVIDIA B200", 8, (1, 2, 4, 8), 191_514_411_008, 2250e12, 7672.32e9),
+        Gpu("gb200", "NVIDIA GB200", 4, (72,), 197_897_748_480, 2500e12, 7928.064e9),
+    )
+}
+
+
 class TopologyError(ConfigError):
     """A topology name or slice count that aotcheck cannot use."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
-    """One slice of TPU (or host CPU) devices, as a user names it.
+    """One slice of TPU devices, one NVLink domain of GPUs, or host CPU devices, as a user names it.
 
     Attributes:
-        name: Canonical user-facing name, e.g. ``"v5e-16"`` or ``"cpu-8"``.
-        chip: The chip generation; None for ``cpu-N``.
-        shape: Physical shape in chips (TPU) or ``(N,)`` (CPU).
+        name: Canonical user-facing name, e.g. ``"v5e-16"``, ``"h100-8"`` or ``"cpu-8"``.
+        chip: The TPU generation or GPU model; None for ``cpu-N``.
+        shape: Physical shape in chips (TPU), ``(hosts, GPUs per host)`` (GPU) or ``(N,)`` (CPU).
         num_devices: JAX devices in one slice.
     """
 
     name: str
-    chip: Chip | None
+    chip: Chip | Gpu | None
     shape: tuple[int, ...]
     num_devices: int
 
     @property
     def platform(self) -> str:
-        """The compiler that builds its programs: ``"tpu"`` (libtpu) or ``"cpu"`` (this host's devices).
+        """The compiler that builds its programs: ``"tpu"`` (libtpu), ``"gpu"`` (XLA's CUDA compiler,
+        from the CUDA plugin) or ``"cpu"`` (this host's devices).
 
         Example:
-            >>> parse_topology("v5e-16").platform, parse_topology("cpu-4").platform
-            ('tpu', 'cpu')
+            >>> [parse_topology(n).platform for n in ("v5e-16", "h100-8", "cpu-4")]
+            ['tpu', 'gpu', 'cpu']
         """
-        return "tpu" if self.chip is not None else "cpu"
+        if self.chip is None:
+            return "cpu"
+        return "gpu" if isinstance(self.chip, Gpu) else "tpu"
 
     # Per device, from the chip's datasheet (None for host devices: they have no HBM to fit, no peak to
     # bound a step). Code downstream asks these, never which platform it is.
@@ -176,8 +239,8 @@ class Topology:
     @property
     def libtpu_name(self) -> str:
         """The ``topology_name`` libtpu takes, e.g. ``"v5e:4x4"``."""
-        if self.chip is None:
-            raise TopologyError(f"{self.name} is a host CPU topology; it has no libtpu name")
+        if not isinstance(self.chip, Chip):
+            raise TopologyError(f"{self.name} is not a TPU topology; it has no libtpu name")
         return f"{self.chip.libtpu_prefix}:{'x'.join(map(str, self.shape))}"
 
     @property
@@ -192,9 +255,20 @@ def _tpu_topology(family: str, n: int) -> Topology:
     return Topology(f"{family}-{n}", chip, shape, math.prod(shape) * chip.devices_per_chip)
 
 
+def _gpu_topology(family: str, n: int) -> Topology:
+    gpu = GPUS[family]
+    hosts = max(1, n // gpu.gpus_per_host)
+    return Topology(f"{family}-{n}", gpu, (hosts, n // hosts), n)
+
+
 def all_topologies() -> list[Topology]:
     """Every TPU topology in the table, by family then size."""
     return [_tpu_topology(f, n) for f in _SHAPES for n in sorted(_SHAPES[f])]
+
+
+def gpu_topologies() -> list[Topology]:
+    """Every GPU topology (one NVLink domain) in the table, by model then size."""
+    return [_gpu_topology(f, n) for f, gpu in GPUS.items() for n in gpu.domain_sizes]
 
 
 def topology_names() -> list[str]:
@@ -210,7 +284,8 @@ def parse_topology(name: str | Topology) -> Topology:
 
     Args:
         name: ``v4-8``, ``v5p-128``, ``v5e-16`` (or ``v5litepod-16``), ``v6e-8``,
-            ``7x-8`` (or ``tpu7x-8``), or ``cpu-N`` for N host CPU devices.
+            ``7x-8`` (or ``tpu7x-8``), a GPU host or NVLink domain (``h100-8``,
+            ``b200-4``, ``gb200-72``), or ``cpu-N`` for N host CPU devices.
 
     Returns:
         The :class:`Topology`.
@@ -230,6 +305,8 @@ def parse_topology(name: str | Topology) -> Topology:
             return Topology(f"cpu-{n}", None, (n,), n)
         if family in _SHAPES and n in _SHAPES[family]:
             return _tpu_topology(family, n)
+        if family in GPUS:
+            return _parse_gpu(str(name), family, n)
         if family in _SHAPES:
             sizes = sorted(_SHAPES[family])
             nearest = sorted(sizes, key=lambda s: (abs(math.log(s / max(n, 1))), s))[:3]
@@ -240,12 +317,26 @@ def parse_topology(name: str | Topology) -> Topology:
             )
     close = difflib.get_close_matches(text, topology_names(), n=5, cutoff=0.5)
     hint = f" Closest valid names: {', '.join(close)}." if close else ""
-    families = ", ".join(f"{f}-N" for f in _SHAPES)
+    families = ", ".join(f"{f}-N" for f in [*_SHAPES, *GPUS])
     raise TopologyError(
         f"Unknown topology {name!r}.{hint} Valid families: {families} "
         f"(aliases v5litepod-N, tpu7x-N) and cpu-N for host CPU devices; "
         f"`python -m aotcheck topologies` lists every name."
     )
+
+
+def _parse_gpu(name: str, family: str, n: int) -> Topology:
+    gpu = GPUS[family]
+    if n in gpu.domain_sizes:
+        return _gpu_topology(family, n)
+    domain = max(gpu.domain_sizes)
+    if n > domain and n % domain == 0:
+        raise TopologyError(f"{name} is {n // domain} x {family}-{domain}: name it as a target, {family}-{domain}x"
+                            f"{n // domain} ({n // domain} {'hosts' if domain == gpu.gpus_per_host else 'domains'} "
+                            f"joined by the network, as slices are), or pass num_slices={n // domain}.")
+    sizes = ", ".join(f"{family}-{s}" for s in gpu.domain_sizes)
+    raise TopologyError(f"Unknown topology {name!r}: a {family} target is {sizes} (one NVLink domain), or "
+                        f"several of the largest, written {family}-{domain}xK for K of them.")
 
 
 # Bounds on what a target may ask for: libtpu builds every device of a target in host memory (a
@@ -290,8 +381,10 @@ def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> T
     """Returns compile-only devices for ``num_slices`` slices of ``topology``.
 
     TPU devices come from libtpu's deviceless topologies and need no TPU; with
-    more than one slice each carries ``slice_index``. ``cpu-N`` uses this host's
-    CPU devices (no libtpu needed), N per slice.
+    more than one slice each carries ``slice_index``. GPU devices come from the CUDA
+    plugin's deviceless topologies (no GPU, no driver), one slice per host or NVLink
+    domain, ordered slice by slice. ``cpu-N`` uses this host's CPU devices (no libtpu
+    needed), N per slice.
 
     Args:
         topology: A name accepted by :func:`parse_topology`.
@@ -302,11 +395,14 @@ def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> T
 
     Raises:
         TopologyError: Unknown topology, a bad slice count, or libtpu missing.
+        HostError: The CUDA plugin is missing (the message names the extra to install).
     """
     topo = parse_topology(topology)
     num_slices = check_num_slices(num_slices)
-    if topo.platform != "tpu":
+    if topo.platform == "cpu":
         return TopologyDevices(_cpu_devices(topo.num_devices * num_slices), topo.num_devices)
+    if topo.platform == "gpu":
+        return TopologyDevices(_gpu_devices(topo, num_slices), topo.num_devices)
     if not _runtime.libtpu_available():
         raise TopologyError(
             f"Compiling for {topo.name} needs XLA's TPU compiler, which comes with the "
@@ -342,6 +438,21 @@ def _tpu_devices(
             raise _runtime.HostError(libtpu_load_failure(str(e))) from None
         raise
     return list(desc.devices)
+
+
+def _gpu_devices(topo: Topology, num_slices: int) -> list[Any]:
+    from aotcheck.targets import gpu  # noqa: PLC0415  (the CUDA plugin, only for GPU targets)
+
+    hosts, per_host = topo.shape
+    try:
+        devices = gpu.gpu_devices(topo.chip.device_name, hosts=hosts * num_slices, gpus_per_host=per_host)
+    except gpu.GpuPluginError as e:
+        raise _runtime.HostError(f"{topo.name}: {e}") from None
+    expected = topo.num_devices * num_slices
+    if len(devices) != expected or devices[0].device_kind != topo.chip.device_name:  # A bug in the table.
+        raise TopologyError(f"The CUDA plugin gave {len(devices)} x {devices[0].device_kind!r} for {topo.name} x"
+                            f"{num_slices}; the topology table expects {expected} x {topo.chip.device_name!r}.")
+    return devices
 
 
 def libtpu_load_failure(error: str) -> str:
@@ -450,6 +561,12 @@ def split_target(text: str) -> tuple[Topology, int | None]:
     match = re.match(r"^(?P<topo>.+?)x(?P<slices>\d+)$", text.strip())
     if match and match["topo"][-1].isdigit():
         return parse_topology(match["topo"]), check_num_slices(int(match["slices"]))
+    gpus = _NAME_RE.match(text.strip().lower())
+    if gpus and gpus["family"] in GPUS:  # h100-16: two hosts of h100-8.
+        domain = max(GPUS[gpus["family"]].domain_sizes)
+        n = int(gpus["n"])
+        if n > domain and n % domain == 0:
+            return parse_topology(f"{gpus['family']}-{domain}"), check_num_slices(n // domain)
     return parse_topology(text), None
 
 

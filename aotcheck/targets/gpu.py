@@ -1,0 +1,107 @@
+"""XLA's GPU compiler without a GPU: the CUDA plugin, its target configs, deviceless GPU devices.
+
+JAX's CUDA plugin (``pip install 'aotcheck[cuda]'``: ``jax-cuda12-plugin`` and
+``jax-cuda12-pjrt``) carries XLA's whole GPU compiler and, embedded in its shared
+library, XLA's device specs (``xla/backends/gpu/target_config/specs/*.txtpb``: one
+``GpuTargetConfigProto`` per GPU model, written by the same XLA, so the proto
+always matches). Given one of them and a shape, ``jax.experimental.topologies``
+hands back deviceless devices whose programs compile exactly as for the real GPU,
+except that nothing is autotuned (no device to time kernels on).
+
+The plugin must not start its runtime: with no GPU and no driver it fails ("Unable
+to load cuDNN"). ``JAX_PLATFORMS=cpu`` keeps it from starting (aotcheck sets that in
+its own processes where no accelerator is attached).
+
+Example (needs the plugin; skipped where it is not installed):
+    >>> from aotcheck.targets import gpu
+    >>> if gpu.plugin_version() is None: import pytest; pytest.skip("no CUDA plugin")
+    >>> config = gpu.target_config("NVIDIA H100 80GB HBM3")
+    >>> "device_memory_size: 84942979072" in config
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import importlib.util
+import mmap
+import os
+from typing import Any
+
+from aotcheck import _runtime
+
+PLUGIN = "jax-cuda12-plugin"
+PJRT = "jax-cuda12-pjrt"
+
+
+class GpuPluginError(RuntimeError):
+    """The CUDA plugin is missing, or does not have what a target needs; the message says what to install."""
+
+
+def plugin_version() -> str | None:
+    """The installed CUDA plugin's version (its compiler is in ``jax-cuda12-pjrt``), or None."""
+    try:
+        return importlib.metadata.version(PJRT)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _library() -> str:
+    spec = importlib.util.find_spec("jax_plugins.xla_cuda12")
+    path = os.path.join(os.path.dirname(spec.origin), "xla_cuda_plugin.so") if spec and spec.origin else None
+    if plugin_version() is None or path is None or not os.path.isfile(path):
+        raise GpuPluginError(missing_plugin())
+    return path
+
+
+def missing_plugin() -> str:
+    """What to install to compile for GPUs."""
+    import jax  # noqa: PLC0415
+
+    return (f"Compiling for NVIDIA GPUs needs XLA's GPU compiler, which comes with JAX's CUDA plugin: "
+            f"pip install 'aotcheck[cuda]' (or jax-cuda12-plugin=={jax.__version__} "
+            f"jax-cuda12-pjrt=={jax.__version__}, the version of the jax in use; no GPU or CUDA toolkit needed).")
+
+
+@functools.cache
+def target_config(device_name: str) -> str:
+    """XLA's ``GpuTargetConfigProto`` text for ``device_name``, as the installed plugin embeds it.
+
+    Each embedded spec is a NUL-terminated text proto ending in ``device_description_str: "<name>"``;
+    reading it from the library that compiles guarantees the two agree.
+    """
+    with open(_library(), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        end = data.find(f'device_description_str: "{device_name}"\n'.encode())
+        if end < 0:
+            raise GpuPluginError(f"The CUDA plugin {plugin_version()} has no device spec for {device_name!r}; "
+                                 "a newer plugin (and jax) may: pip install -U 'aotcheck[cuda]'.")
+        start = data.rfind(b"\0", 0, end) + 1
+        stop = data.find(b"\0", end)
+        return data[start:stop].decode()
+
+
+def gpu_devices(device_name: str, *, hosts: int, gpus_per_host: int) -> list[Any]:
+    """Deviceless GPUs of model ``device_name``: ``hosts`` hosts of ``gpus_per_host``, ordered host by host."""
+    import jax  # noqa: PLC0415
+    from jax.experimental import topologies  # noqa: PLC0415  (loads jax's backends)
+
+    config = target_config(device_name)
+    if not jax.config.jax_platforms and not _runtime.has_accelerator():
+        # jax read JAX_PLATFORMS when it was imported, maybe before aotcheck set it: without "cpu" there, the
+        # plugin checks for a CUDA runtime when it registers, finds none, and registers nothing.
+        with contextlib.suppress(RuntimeError):
+            jax.config.update("jax_platforms", "cpu")
+    try:
+        desc = topologies.get_topology_desc(platform="cuda", topology=f"1x{hosts}x{gpus_per_host}",
+                                            target_config=config)
+    except NotImplementedError:  # jax found no CUDA topology factory: the plugin did not register.
+        raise GpuPluginError(
+            f"{missing_plugin()} If it is installed, it did not register with jax (JAX_PLATFORMS is "
+            f"{os.environ.get('JAX_PLATFORMS', '')!r}, jax's platforms {jax.config.jax_platforms!r}): on a host "
+            "without a GPU it registers only when jax starts with JAX_PLATFORMS=cpu, so set that, or import aotcheck "
+            "before anything asks jax for devices."
+        ) from None
+    # Slices (hosts) must lie along the mesh's outermost axis: order by host, then by id.
+    return sorted(desc.devices, key=lambda d: (d.process_index, d.id))
