@@ -34,6 +34,7 @@ from typing import Any
 
 from aotcheck.pipeline.case import Case
 from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
+from aotcheck.figures.hbm import hbm_verdict
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import ReportError, merge_reports
@@ -48,7 +49,7 @@ from aotcheck.programs.knobs import check_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
 from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, Interruption, SettingsError, exit_status
 from aotcheck.settings import Setting, add_cli_arguments, read_settings
-from aotcheck.targets.topology import CHIPS, Target, TopologyError, all_topologies
+from aotcheck.targets.topology import CHIPS, GPUS, Target, TopologyError, all_topologies, gpu_topologies
 from aotcheck.units import fmt_bytes, fmt_count
 
 
@@ -111,21 +112,26 @@ def cmd_topologies(args: argparse.Namespace) -> int:
     for t in all_topologies():
         chip = t.chip
         rows.append(
-            [t.name, t.libtpu_name, chip.chip_config, "x".join(map(str, t.chips_per_host_bounds)),
+            ["tpu", t.name, t.libtpu_name, chip.chip_config, "x".join(map(str, t.chips_per_host_bounds)),
              t.num_chips, t.num_devices, fmt_bytes(chip.hbm_bytes), fmt_count(chip.peak_bf16_flops),
              fmt_bytes(chip.hbm_bandwidth) + "/s"]
         )
+    for t in gpu_topologies():
+        gpu, (hosts, per_host) = t.chip, t.shape
+        rows.append(["gpu", t.name, f"1x{hosts}x{per_host}", gpu.device_name, per_host, t.num_chips, t.num_devices,
+                     fmt_bytes(gpu.hbm_bytes), fmt_count(gpu.peak_bf16_flops), fmt_bytes(gpu.hbm_bandwidth) + "/s"])
     if args.json:
         print(json.dumps([dict(zip(_TOPO_KEYS, r)) for r in rows], indent=2))
         return 0
-    print(table(["name", "libtpu", "chip config", "chips/host", "chips", "devices",
+    print(table(["platform", "name", "compiler's topology", "chip config / GPU", "chips/host", "chips", "devices",
                  "HBM/device", "bf16 FLOP/s/device", "HBM BW/device"], rows))
-    print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. cpu-N: N host CPU devices (no libtpu).")
-    print(f"Per-device figures: {next(iter(CHIPS.values())).source}.")
+    print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. GPU hosts: h100-8x2 (also h100-16) is two hosts of "
+          "8, joined by the network as slices are. cpu-N: N host CPU devices (no libtpu).")
+    print(f"Per-device figures: TPU: {next(iter(CHIPS.values())).source}. GPU: {next(iter(GPUS.values())).source}.")
     return 0
 
 
-_TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "chips", "devices",
+_TOPO_KEYS = ["platform", "name", "libtpu_name", "chip_config", "chips_per_host", "chips", "devices",
               "hbm_per_device", "peak_bf16_flops_per_device", "hbm_bandwidth_per_device"]
 
 
@@ -179,6 +185,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             **r.view("case", "figures", "compiler_options", "host_peak_bytes", "details", "attribution_problem"),
             "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": hbm,
             "peak_share_of_hbm": r.figures["peak_bytes"] / hbm if hbm else None,
+            # aotcheck's own check (a GPU compile never refuses a program for its size): None when it fits.
+            "hbm_verdict": hbm_verdict(int(r.figures["peak_bytes"]), target.topology),
         } for r in results}, indent=2, sort_keys=True))
         return 0
     print(compile_table(results, target.topology))

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from aotcheck.errors import ConfigError
 from aotcheck import _runtime
-from aotcheck.targets.topology import Topology, parse_topology
+from aotcheck.targets.topology import CHIPS, Topology, parse_topology
 
 
 class OptionsError(ConfigError):
@@ -292,7 +292,7 @@ def refusal_lines(families: Iterable[str]) -> list[str]:
     libtpu = _runtime.toolchain()["libtpu"]
     refused: dict[frozenset[str], list[str]] = {}
     unknown = []
-    for family in sorted(set(families) - {"cpu"}):
+    for family in sorted(f for f in set(families) if f in CHIPS):  # TPU families: libtpu's presets.
         names = known_refusal(family)
         if names is None:
             unknown.append(family)

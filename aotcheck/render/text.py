@@ -111,7 +111,14 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
             message += "\nThe largest buffers at XLA's peak (from its dump):\n" + buffers_table(outcome.details.peak_buffers)
         return "\n\n".join([message, *unsharded_lines(outcome)])
     if verdict is Verdict.OVER_HBM:
-        return "\n\n".join([f"{case.id} does not fit: it {detail}.", *unsharded_lines(outcome)])
+        # It compiled (a GPU compile never refuses for size; a TPU's may leave less headroom than the
+        # project allows): its own peak says what fills the memory, and a fit search how far down it fits.
+        message = f"{case.id} does not fit: it {detail}."
+        details = outcome.details
+        if details is not None and details.peak_buffers:
+            message += "\nThe largest buffers at its peak:\n" + buffers_table(details.peak_buffers)
+        fit = ["\n".join(fit_lines(case.id, details.fit, case.topology))] if details is not None and details.fit else []
+        return "\n\n".join([message, *fit, *unsharded_lines(outcome)])
     if verdict is Verdict.ERROR:
         return f"{case.id}: {detail}"
     if verdict is Verdict.CORRUPT_GOLDEN:

@@ -84,6 +84,8 @@ def target_config(device_name: str) -> str:
 
 def gpu_devices(device_name: str, *, hosts: int, gpus_per_host: int) -> list[Any]:
     """Deviceless GPUs of model ``device_name``: ``hosts`` hosts of ``gpus_per_host``, ordered host by host."""
+    if plugin_version() is None:  # Before the cached spec: a plugin uninstalled since is said to be missing.
+        raise GpuPluginError(missing_plugin())
     import jax  # noqa: PLC0415
     from jax.experimental import topologies  # noqa: PLC0415  (loads jax's backends)
 
