@@ -103,6 +103,18 @@ def fit_project(project, monkeypatch):
 def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, tmp_path):
     """lm-tiny's real limit is ~10^5 sequences away, where compiles take minutes; a small HBM headroom
     brings it within the gate's cap (8x the batch), where both searches run on real compiles."""
+    search_against_bisection(topology, headroom, "train_step", tmp_path)
+
+
+@pytest.mark.heavy  # ~10 GPU compiles of 2-3 s.
+def test_lm_tiny_search_on_an_h100_agrees_with_a_bisection_over_the_hbm_verdict(tmp_path):
+    """On a GPU nothing refuses a program for its size: aotcheck's HBM verdict is the search's only
+    predicate, and the bisection's. lm-tiny's prefill on h100-8 peaks at 2.7 MiB for its batch of 32:
+    a headroom of 5e-5 (4.2 MB of the H100's 79 GiB) puts the limit inside the gate's cap (8x)."""
+    search_against_bisection("h100-8", 5e-5, "prefill", tmp_path)
+
+
+def search_against_bisection(topology, headroom, program, tmp_path):
     from aotcheck.figures.hbm import hbm_verdict
     from aotcheck.pipeline.cache import FiguresCache
     from aotcheck.pipeline.case import Case
@@ -111,13 +123,16 @@ def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, 
     from aotcheck.models import lm
     from aotcheck.programs.knobs import knob_of
 
-    config = lm.gate_configs(lm.TINY, fit_upper=8)[0]
-    case = Case.of("lm-tiny", "train_step", topology)
+    config = lm.gate_configs(lm.TINY, fit_upper=8)[0 if program == "train_step" else 1]
+    case = Case.of("lm-tiny", program, topology)
     cache = FiguresCache(tmp_path / "cache")
     found = fit_search(case, config, "batch", cache=cache, hbm_headroom=headroom)
     knob = knob_of(config, "batch", case.target)
 
+    bisection = []
+
     def fits(steps):
+        bisection.append(steps)
         peak = lower(case, knob.rebuild(steps * knob.step)).measure(cache).figures["peak_bytes"]
         return hbm_verdict(int(peak), case.topology, headroom=headroom) is None
 
@@ -126,7 +141,11 @@ def test_lm_tiny_search_agrees_with_an_exhaustive_bisection(topology, headroom, 
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     assert 0 < found.max_size == lo * knob.step < config.fit_upper, found
-    assert not found.upper_bound and found.probes <= 6, found
+    # On TPUs the peak is a straight line in the batch and the prediction lands; a GPU's fusions change
+    # with the batch (lm-tiny's prefill on h100-8 peaks 2,806,304 B at 32, 4,076,480 B at 108: the
+    # prediction missed: 8 compiles, where the plain bisection took 6).
+    assert not found.upper_bound and found.probes <= (6 if case.topology.platform == "tpu" else len(bisection) + 2), \
+        (found, bisection)
     # What fills the memory at the max: the activations (temp), and the split adds up to the peak.
     assert found.buffers_at_max and found.buffers_at_max[0].kind == "temp"
     assert sum(found.split_at_max.values()) == found.peak_at_max
