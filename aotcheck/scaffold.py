@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from aotcheck._files import atomic_write_text
+from aotcheck.targets.topology import split_target
 
 # Where the reusable action lives (action.yml at the root of aotcheck's repository).
 ACTION = "aotcheck/aotcheck@v1"
@@ -144,10 +145,17 @@ def write_init(plan: InitPlan) -> None:
         raise
 
 
+def _is_gpu(name: str) -> bool:
+    try:
+        return split_target(name)[0].platform == "gpu"
+    except ValueError:  # A name the gate will refuse with its own message.
+        return False
+
+
 def ini_settings(topologies: list[str]) -> str:
     return (
         "[pytest]\n"
-        "# aotcheck: every registered config is compiled for these TPU topologies (on this CPU) and\n"
+        "# aotcheck: every registered config is compiled for these TPU/GPU targets (on this CPU) and\n"
         "# its memory and FLOP figures are checked against golden/. `pytest --update-golden` accepts them.\n"
         f"aot_topologies = {' '.join(topologies)}\n"
         "aot_slices = 1\n"
@@ -159,7 +167,7 @@ def pyproject_settings(topologies: list[str]) -> str:
     listed = ", ".join(f'"{t}"' for t in topologies)
     return (
         "[tool.pytest.ini_options]\n"
-        "# aotcheck: every registered config is compiled for these TPU topologies (on this CPU) and\n"
+        "# aotcheck: every registered config is compiled for these TPU/GPU targets (on this CPU) and\n"
         "# its memory and FLOP figures are checked against golden/. `pytest --update-golden` accepts them.\n"
         f"aot_topologies = [{listed}]\n"
         'aot_slices = ["1"]\n'
@@ -168,7 +176,9 @@ def pyproject_settings(topologies: list[str]) -> str:
 
 
 def workflow(topologies: list[str]) -> str:
-    return f"""# The AOT gate: every registered config compiled for TPU on CPU runners, checked against golden/.
+    gpus = any(_is_gpu(t) for t in topologies)
+    extras = "\n          extras: cuda  # JAX's CUDA plugin: XLA's GPU compiler, no GPU needed" if gpus else ""
+    return f"""# The AOT gate: every registered config compiled for its targets on CPU runners, checked against golden/.
 name: aot-gate
 
 on:
@@ -187,7 +197,7 @@ jobs:
       - uses: actions/checkout@v5
       - uses: {ACTION}
         with:
-          topologies: "{','.join(topologies)}"
+          topologies: "{','.join(topologies)}"{extras}
           shards: 2
           shard: ${{{{ matrix.shard }}}}
 

@@ -47,15 +47,32 @@ def test_init_makes_a_gate_that_compiles_and_passes(model, tmp_path):
     assert again.returncode == 0 and "1 passed" in again.stdout, again.stdout[-3000:]
 
 
-def test_the_workflow_it_writes_is_valid():
+@pytest.mark.parametrize("topologies", [["v4-8", "v5e-16"], ["v5e-16", "h100-8"]])
+def test_the_workflow_it_writes_is_valid(topologies):
     from aotcheck.scaffold import ACTION, workflow
 
     binary = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
     assert binary, "actionlint is not installed: pip install -r requirements.lock"
-    text = workflow(["v4-8", "v5e-16"])
+    text = workflow(topologies)
     lint = subprocess.run([binary, "-"], input=text, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    assert text.count(f"uses: {ACTION}") == 2 and 'topologies: "v4-8,v5e-16"' in text
+    assert text.count(f"uses: {ACTION}") == 2 and f'topologies: "{",".join(topologies)}"' in text
+    # A GPU target needs JAX's CUDA plugin on the runner: the action installs aotcheck[cuda] for it.
+    assert ("extras: cuda" in text) == ("h100-8" in topologies)
+
+
+@pytest.mark.heavy
+def test_init_for_an_h100_host_makes_a_gate_that_compiles_and_passes(tmp_path):
+    out = aotcheck("init", "--model", "jax", "--topologies", "h100-8", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    first = pytest_in(tmp_path, "-m", "aotcheck", "--update-golden")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    golden = json.loads((tmp_path / "golden/my-model/train_step@h100-8x1.json").read_text())
+    assert golden["toolchain"]["jax-cuda12-pjrt"] and sum(
+        v for k, v in golden["figures"].items() if k.startswith("peak_") and k != "peak_bytes") \
+        == golden["figures"]["peak_bytes"] > 0
+    again = pytest_in(tmp_path, "-m", "aotcheck")
+    assert again.returncode == 0 and "1 passed" in again.stdout, again.stdout[-3000:]
 
 
 def test_an_existing_pyproject_gets_the_settings_added_and_keeps_its_text(tmp_path):

@@ -4,7 +4,7 @@ The compiled program is what the partitioner made of what it was given. When a m
 sharding constraints while aotcheck traces it (a helper that returns ``x`` unchanged on a CPU host,
 because ``jax.devices()`` says ``cpu``), or the partitioner drops one, an activation can carry the
 whole global batch on every device although the batch input is split over k > 1 devices: the
-program is then not the one the TPU would run, and its peak is too high. The lint names such
+program is then not the one the accelerator would run, and its peak is too high. The lint names such
 buffers; it never changes a figure or a verdict.
 
 A buffer at the peak is flagged when all of these hold:

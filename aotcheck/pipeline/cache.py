@@ -45,7 +45,9 @@ from aotcheck._files import atomic_write_text, probe_writable
 # 9: entry parameters read from libtpu 0.0.50.1's buffer assignment too ("size N, page P, parameter K").
 # 10: details carry the lint of activations left unsharded (figures.sharding); entries carry anchors,
 #     so a hit names the source lines as they are now (figures.sources).
-FIGURES_VERSION = 10
+# 11: XLA's raw costs from its HloCostAnalysis where an executable has none (deviceless GPUs); GPU
+#     entries keyed by the CUDA plugin's version.
+FIGURES_VERSION = 11
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

@@ -158,7 +158,7 @@ UNSHARDED_CAUSES = (
     "Likely causes: the model skips its sharding constraints on a CPU host (a helper that checks "
     "jax.devices() or jax.default_backend(); decide by the mesh in context instead: "
     "jax.sharding.get_abstract_mesh().empty), or the partitioner dropped a constraint (constrain this "
-    "activation's batch dimension). The figures are those of this program, which is not the one the TPU "
+    "activation's batch dimension). The figures are those of this program, which is not the one the accelerator "
     "would run. See README, \"How a model finds its mesh\".")
 
 
