@@ -146,3 +146,33 @@ def test_an_over_hbm_gpu_program_fails_the_gate_with_its_buffers_named(pytester)
     assert not re.search(r"^[EW]\d{4} ", text, re.M), text[-3000:]  # XLA's log lines stay off the terminal.
     assert "presets" not in text  # libtpu's presets are no GPU's business.
     assert not list(pytester.path.rglob("golden/**/*.json"))  # Nothing written for a program that does not fit.
+
+
+SMALL = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import aotcheck
+
+
+def make_args(mesh):
+    return (jax.ShapeDtypeStruct((mesh.devices.size * 8, 128), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+
+
+aotcheck.register("small", aotcheck.FunctionConfig(fn=lambda x: jnp.tanh(x) * 2, make_args=make_args))
+'''
+
+
+@needs_plugin
+def test_compile_workers_keep_the_cuda_runtime_off_whatever_the_environment_says(pytester, monkeypatch):
+    # JAX_PLATFORMS=cuda on a host without a GPU: the plugin's runtime would look for cuDNN and fail to
+    # register. The GPU family's worker sets JAX_PLATFORMS=cpu for itself, so its deviceless compile works.
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    pytester.makeconftest(SMALL)
+    pytester.makeini("[pytest]\naot_topologies = h100-2\naot_slices = 1 2\naot_golden_dir = golden\n")
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "--update-golden")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    for target in ("h100-2x1", "h100-2x2"):
+        golden = json.loads((pytester.path / "golden" / "small" / f"step@{target}.json").read_text())
+        assert golden["figures"]["argument_bytes"] == 8 * 128 * 4  # Each GPU's share of its rows.
