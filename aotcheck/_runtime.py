@@ -6,9 +6,9 @@ before the first topology is requested. Importing :mod:`aotcheck` does it.
 Example:
     >>> sorted(toolchain()), os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"]
     (['jax', 'jaxlib', 'libtpu'], '1')
-    >>> is_libtpu_noise("W1201 TPU_WORKER_HOSTNAMES is not set"), is_libtpu_noise("F1201 Check failed")
+    >>> is_compiler_noise("W1201 TPU_WORKER_HOSTNAMES is not set"), is_compiler_noise("F1201 Check failed")
     (True, False)
-    >>> is_libtpu_noise("W1203 06:38:51.736183   16938 spmd_partitioner.cc:666] [SPMD] Involuntary full ...")
+    >>> is_compiler_noise("W1203 06:38:51.736183   16938 spmd_partitioner.cc:666] [SPMD] Involuntary full ...")
     True
     >>> reset_peak_rss(); block = bytearray(64 << 20); peak_rss_bytes() > 64 << 20
     True
@@ -72,13 +72,13 @@ WORKER_ENV = "AOTCHECK_COMPILE_WORKER"
 _XLA_LOG = re.compile(r"^[IW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.-]+:\d+\] ")
 
 
-def is_libtpu_noise(line: str) -> bool:
+def is_compiler_noise(line: str) -> bool:
     """Whether ``line`` is one of libtpu's start-up lines, or XLA's INFO/WARNING log, that say nothing to a user."""
     return not line.strip() or any(noise in line for noise in _LIBTPU_NOISE) or bool(_XLA_LOG.match(line))
 
 
 @contextlib.contextmanager
-def quiet_libtpu_stderr() -> Iterator[None]:
+def quiet_compiler_stderr() -> Iterator[None]:
     """Captures file descriptor 2 and re-emits what is not libtpu start-up noise.
 
     libtpu writes from C++ straight to the descriptor, so redirecting
@@ -103,7 +103,7 @@ def quiet_libtpu_stderr() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)
-            kept = [line for line in sink.read().decode(errors="replace").splitlines() if not is_libtpu_noise(line)]
+            kept = [line for line in sink.read().decode(errors="replace").splitlines() if not is_compiler_noise(line)]
             if kept:
                 print("\n".join(kept), file=sys.stderr)
 

@@ -49,7 +49,7 @@ from aotcheck.programs.knobs import check_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
 from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, Interruption, SettingsError, exit_status
 from aotcheck.settings import Setting, add_cli_arguments, read_settings
-from aotcheck.targets.topology import CHIPS, GPUS, Target, TopologyError, all_topologies, gpu_topologies
+from aotcheck.targets.topology import CHIPS, GPUS, Target, TopologyError, all_topologies, gpu_topologies, split_target
 from aotcheck.units import fmt_bytes, fmt_count
 
 
@@ -112,27 +112,27 @@ def cmd_topologies(args: argparse.Namespace) -> int:
     for t in all_topologies():
         chip = t.chip
         rows.append(
-            ["tpu", t.name, t.libtpu_name, chip.chip_config, "x".join(map(str, t.chips_per_host_bounds)),
+            [t.name, t.libtpu_name, chip.chip_config, "x".join(map(str, t.chips_per_host_bounds)),
              t.num_chips, t.num_devices, fmt_bytes(chip.hbm_bytes), fmt_count(chip.peak_bf16_flops),
-             fmt_bytes(chip.hbm_bandwidth) + "/s"]
+             fmt_bytes(chip.hbm_bandwidth) + "/s", "tpu"]
         )
     for t in gpu_topologies():
         gpu, (hosts, per_host) = t.chip, t.shape
-        rows.append(["gpu", t.name, f"1x{hosts}x{per_host}", gpu.device_name, per_host, t.num_chips, t.num_devices,
-                     fmt_bytes(gpu.hbm_bytes), fmt_count(gpu.peak_bf16_flops), fmt_bytes(gpu.hbm_bandwidth) + "/s"])
-    if args.json:
+        rows.append([t.name, f"1x{hosts}x{per_host}", gpu.device_name, per_host, t.num_chips, t.num_devices,
+                     fmt_bytes(gpu.hbm_bytes), fmt_count(gpu.peak_bf16_flops), fmt_bytes(gpu.hbm_bandwidth) + "/s", "gpu"])
+    if args.json:  # A GPU row's compiler_topology is XLA's partitions x hosts x GPUs; its chip_config, the GPU.
         print(json.dumps([dict(zip(_TOPO_KEYS, r)) for r in rows], indent=2))
         return 0
-    print(table(["platform", "name", "compiler's topology", "chip config / GPU", "chips/host", "chips", "devices",
-                 "HBM/device", "bf16 FLOP/s/device", "HBM BW/device"], rows))
+    print(table(["name", "compiler's topology", "chip config / GPU", "chips/host", "chips", "devices",
+                 "HBM/device", "bf16 FLOP/s/device", "HBM BW/device", "platform"], rows))
     print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. GPU hosts: h100-8x2 (also h100-16) is two hosts of "
           "8, joined by the network as slices are. cpu-N: N host CPU devices (no libtpu).")
     print(f"Per-device figures: TPU: {next(iter(CHIPS.values())).source}. GPU: {next(iter(GPUS.values())).source}.")
     return 0
 
 
-_TOPO_KEYS = ["platform", "name", "libtpu_name", "chip_config", "chips_per_host", "chips", "devices",
-              "hbm_per_device", "peak_bf16_flops_per_device", "hbm_bandwidth_per_device"]
+_TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "chips", "devices",
+              "hbm_per_device", "peak_bf16_flops_per_device", "hbm_bandwidth_per_device", "platform"]
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
@@ -153,13 +153,15 @@ def cmd_configs(args: argparse.Namespace) -> int:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     _load(args.config_modules)
-    target = Target.of(args.topology, args.slices)
+    target = _target(args)
     entry = REGISTRY.get(args.config)
     programs = [args.method] if args.method else list(entry.programs())
     for program in programs:
         entry.program(program)  # ProgramNotFound before any compile.
     # Compiles run in a worker process: a libtpu crash is reported, not suffered.
-    measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), **_compile_options(args))
+    options = _compile_options(args)
+    headroom = options.pop("hbm_headroom")  # The ini's aot_hbm_headroom: the verdict --json says.
+    measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), **options)
     try:
         results = [measurer(Case(entry.name, program, target)) for program in programs]
     except WorkerCrashed as e:
@@ -186,7 +188,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": hbm,
             "peak_share_of_hbm": r.figures["peak_bytes"] / hbm if hbm else None,
             # aotcheck's own check (a GPU compile never refuses a program for its size): None when it fits.
-            "hbm_verdict": hbm_verdict(int(r.figures["peak_bytes"]), target.topology),
+            "hbm_verdict": hbm_verdict(int(r.figures["peak_bytes"]), target.topology, headroom=headroom),
         } for r in results}, indent=2, sort_keys=True))
         return 0
     print(compile_table(results, target.topology))
@@ -198,14 +200,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     _load(args.config_modules)
-    target = Target.of(args.topology, args.slices)
+    target = _target(args)
     entry = REGISTRY.get(args.config)
     program = args.program or next(iter(entry.programs()))
     # Bad input before any compile, and without libtpu in this process (compiles run in workers).
     check_knob(entry.program(program), args.knob)
     if not 0 < args.headroom <= 1:
         raise SettingsError(f"--headroom: {args.headroom} must be a number in (0, 1], e.g. 0.95")
-    measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom, **_compile_options(args))
+    options = _compile_options(args)
+    del options["hbm_headroom"]  # --headroom, not the ini's, as documented.
+    measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom, **options)
     case = Case(entry.name, program, target)
     try:
         result = measurer(case)
@@ -283,6 +287,20 @@ def ini_values(ini: Ini) -> Callable[[Setting], Any]:
 COMPILE_SETTINGS = ("libtpu_init_args", "default_options", "config_modules")
 
 
+def _target(args: argparse.Namespace) -> Target:
+    """``--topology`` with ``--slices``: a count in the name (``v4-8x2``, ``h100-16``) is the count.
+
+    Example:
+        >>> _target(argparse.Namespace(topology="h100-16", slices=None)).name
+        'h100-8x2'
+    """
+    topology, fixed = split_target(args.topology)
+    if fixed is not None and args.slices not in (None, fixed):
+        raise TopologyError(f"--topology {args.topology} names {fixed} slices (hosts) and --slices says {args.slices}: "
+                            "give the count once.")
+    return Target.of(topology, fixed or (1 if args.slices is None else args.slices))
+
+
 def _compile_options(args: argparse.Namespace) -> dict[str, object]:
     """The caller's options and the presets switch for ``compile`` and ``fit``, as ``check`` reads them."""
     ini = find_ini(Path.cwd())
@@ -290,8 +308,9 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
                            ini=ini_values(ini))
     settings = GateSettings.parse(rootdir=ini.rootdir, flags=CLI_FLAGS, cache_dir=None,
                                   libtpu_init_args=values["libtpu_init_args"],
-                                  default_options=values["default_options"])
-    return {"compiler_options": settings.compiler_options, "presets": settings.presets}
+                                  default_options=values["default_options"], hbm_headroom=values["hbm_headroom"])
+    return {"compiler_options": settings.compiler_options, "presets": settings.presets,
+            "hbm_headroom": settings.hbm_headroom}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -314,8 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="compile one config and print its figures")
     p.add_argument("config")
-    p.add_argument("--topology", required=True, help="e.g. v5e-16 (see `topologies`)")
-    p.add_argument("--slices", type=int, default=1, help="number of slices (default 1)")
+    p.add_argument("--topology", required=True, help="e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)")
+    p.add_argument("--slices", type=int, default=None, help="number of slices (GPU: hosts; default 1)")
     p.add_argument("--method", help="one program (train_step, sample_decode, prefill, ...); default all")
     p.add_argument("--json", action="store_true", help="print figures as JSON")
     p.add_argument("--dump-hlo", metavar="DIR", help="write each program's optimized HLO text here")
@@ -325,8 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fit", help="the largest batch (or other knob) that compiles and fits HBM")
     p.add_argument("config")
-    p.add_argument("--topology", required=True, help="e.g. v5e-16 (see `topologies`)")
-    p.add_argument("--slices", type=int, default=1, help="number of slices (default 1)")
+    p.add_argument("--topology", required=True, help="e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)")
+    p.add_argument("--slices", type=int, default=None, help="number of slices (GPU: hosts; default 1)")
     p.add_argument("--program", help="train_step, prefill, sample_decode, ...; default the config's first")
     p.add_argument("--knob", default="batch", help="what to search (default batch; a config may offer more)")
     p.add_argument("--headroom", type=float, default=1.0, help="share of HBM the max may fill (default 1.0)")

@@ -215,7 +215,7 @@ jobs:
 
 
 _HEADER = '''"""aotcheck's configs for this project: each registered train step is compiled for the TPU
-topologies in the pytest settings and its figures are gated against golden/.
+topologies and GPU hosts in the pytest settings and its figures are gated against golden/.
 
 Replace the model below with yours (import it from your package).
 """

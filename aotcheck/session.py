@@ -591,9 +591,13 @@ class GateSession:
         return lines
 
     def toolchain(self) -> dict[str, str | None]:
-        """The versions behind this run's figures: libtpu's, and the CUDA plugin's where a target is a GPU."""
-        platforms = {t.topology.platform for t in self.settings.targets}
-        return {**_runtime.toolchain(), **(_runtime.toolchain("gpu") if "gpu" in platforms else {})}
+        """The versions behind this run's figures: jax's, libtpu's where a target is a TPU (or the host's
+        CPU), the CUDA plugin's where one is a GPU."""
+        platforms = {t.topology.platform for t in self.settings.targets} or {"tpu"}
+        out: dict[str, str | None] = {}
+        for platform in sorted(platforms, key=lambda p: p == "gpu"):
+            out.update(_runtime.toolchain(platform))
+        return out
 
     def foreign_toolchain_goldens(self) -> list[str]:
         """Golden files made with another toolchain, each with the versions it names."""
@@ -604,7 +608,7 @@ class GateSession:
             except (GoldenError, OSError, ValueError):  # Unreadable goldens fail their own case.
                 continue
             platform = _platform_of(rel)
-            if toolchain_note(golden.toolchain, platform):
+            if toolchain_note(golden.toolchain, platform=platform):
                 out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in _runtime.toolchain(platform)))
         return out
 

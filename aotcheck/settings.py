@@ -39,9 +39,9 @@ class Setting(NamedTuple):
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("topologies", "--aot-topologies", "--topologies", "aot_topologies", "args", [],
-            "topologies to check, e.g. v4-8,v5e-16 (v5e-16x2: 2 slices only); 'none' turns the gate off for this "
+            "topologies to check, e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only); 'none' turns the gate off for this "
             "run. Without any (here or in the ini), the plugin adds no tests.",
-            cli_help="e.g. v4-8,v5e-16 (v5e-16x2: 2 slices only)"),
+            cli_help="e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only)"),
     Setting("slices", "--aot-slices", "--slices", "aot_slices", "args", [],
             "slice counts for every topology, e.g. 1,2 (default 1)", cli_help="slice counts for every topology, e.g. 1,2"),
     Setting("configs", "--aot-configs", "--configs", "aot_configs", "args", [],
@@ -107,7 +107,7 @@ def flag_names(front_end: str) -> dict[str, str]:
 
 def add_pytest_options(parser: Any) -> None:
     """The plugin's options (one group) and ini keys, from the table."""
-    group = parser.getgroup("aotcheck", "aotcheck: AOT-compile registered configs for TPU topologies")
+    group = parser.getgroup("aotcheck", "aotcheck: AOT-compile registered configs for TPU topologies and GPU hosts")
     for s in SETTINGS:
         if s.pytest:
             extra: dict[str, Any] = {"action": "store_true", "default": None if s.ini else False} \

@@ -92,8 +92,8 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
         lowering += time.perf_counter() - start
         start = time.perf_counter()
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=target.topology.name,
-                        num_slices=target.num_slices, toolchain=_runtime.toolchain())
-        cache.get(key, toolchain=_runtime.toolchain())
+                        num_slices=target.num_slices, toolchain=_runtime.toolchain(target.topology.platform))
+        cache.get(key, toolchain=_runtime.toolchain(target.topology.platform))
         source_sequence(lowered.as_text(dialect="hlo", debug_info=True))  # The lines a hit maps onto.
         reading += time.perf_counter() - start
     out["lowering"], out["cache reads"] = lowering, reading

@@ -39,8 +39,8 @@ PROGRAMS = {"lm-tiny": ("train_step", "prefill", "sample_decode"), "lm-1b": ("tr
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
 
 
-def child(mode: str, configs: list[str], family: str, run: bool, platform: str) -> None:
-    """Compiles every program one way and prints one JSON object per program."""
+def child(mode: str, cases: list[str], family: str, run: bool, platform: str) -> None:
+    """Compiles each case (``config/program``) one way and prints one JSON object per case."""
     sys.path.insert(0, str(ROOT))
     import jax
     import jax.numpy as jnp
@@ -59,38 +59,42 @@ def child(mode: str, configs: list[str], family: str, run: bool, platform: str) 
         device = jax.devices(platform)[0]
         # The target's one deviceless GPU replaced by the real one: the same lowering, mesh and shardings.
         lowering.get_devices_for_topology = lambda topology, num_slices=1: TopologyDevices([device], 1)
-    for name in configs:
-        for program in PROGRAMS[name]:
-            config = REGISTRY.get(name).program(program)
-            # One GPU: every mesh axis of size 1 (the partition rules stay; they shard nothing).
-            config = dataclasses.replace(config, mesh=MeshSpec(config.mesh.axis_names, (1,) * len(config.mesh.axis_names)))
-            lowered = lower(Case.of(name, program, f"{family}-1"), config, presets=False).lowered
-            start = time.perf_counter()
-            compiled = lowered.compile()
-            row = {"case": f"{name}/{program}", "compile_seconds": round(time.perf_counter() - start, 1),
-                   **{k: v for k, v in memory_figures(compiled).items() if k in MEMORY},
-                   "flops": analyze_hlo(compiled.as_text()).flops}
-            if mode == "real" and run:
-                args, kwargs = jax.tree.map(lambda a: jax.device_put(jnp.zeros(a.shape, a.dtype), device),
-                                            lowered.args_info)
-                jax.block_until_ready(compiled(*args, **kwargs))
-                stats = device.memory_stats() or {}
-                row["device_peak_bytes_in_use"] = stats.get("peak_bytes_in_use")
-                row["device_bytes_limit"] = stats.get("bytes_limit")
-                del args, kwargs
-            print(json.dumps(row), flush=True)
+    for case in cases:
+        name, program = case.split("/")
+        config = REGISTRY.get(name).program(program)
+        # One GPU: every mesh axis of size 1 (the partition rules stay; they shard nothing).
+        config = dataclasses.replace(config, mesh=MeshSpec(config.mesh.axis_names, (1,) * len(config.mesh.axis_names)))
+        lowered = lower(Case.of(name, program, f"{family}-1"), config, presets=False).lowered
+        start = time.perf_counter()
+        compiled = lowered.compile()
+        row = {"case": f"{name}/{program}", "compile_seconds": round(time.perf_counter() - start, 1),
+               **{k: v for k, v in memory_figures(compiled).items() if k in MEMORY},
+               "flops": analyze_hlo(compiled.as_text()).flops}
+        if mode == "real" and run:
+            args, kwargs = jax.tree.map(lambda a: jax.device_put(jnp.zeros(a.shape, a.dtype), device),
+                                        lowered.args_info)
+            jax.block_until_ready(compiled(*args, **kwargs))
+            stats = device.memory_stats() or {}
+            row["device_peak_bytes_in_use"] = stats.get("peak_bytes_in_use")
+            row["device_bytes_limit"] = stats.get("bytes_limit")
+            del args, kwargs
+        print(json.dumps(row), flush=True)
 
 
-def side(mode: str, args: argparse.Namespace, family: str) -> dict[str, dict]:
+def side(mode: str, args: argparse.Namespace, family: str, cases: list[str]) -> dict[str, dict]:
     env = dict(os.environ)
     if mode == "deviceless":
         env["JAX_PLATFORMS"] = "cpu"  # What aotcheck's workers do: the plugin's runtime stays off.
-    command = [sys.executable, __file__, "--child", mode, "--configs", args.configs, "--family", family,
-               "--real-platform", args.real_platform, *(["--run"] if args.run else [])]
-    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    if out.returncode:
-        sys.exit(f"the {mode} side failed:\n{out.stderr[-4000:]}")
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    # A device's peak in use is the process's running maximum: with --run, each case in a process of its own.
+    batches = [[c] for c in cases] if mode == "real" and args.run else [cases]
+    rows = []
+    for batch in batches:
+        command = [sys.executable, __file__, "--child", mode, "--cases", ",".join(batch), "--family", family,
+                   "--real-platform", args.real_platform, *(["--run"] if args.run else [])]
+        out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+        if out.returncode:
+            sys.exit(f"the {mode} side failed on {', '.join(batch)}:\n{out.stderr[-4000:]}")
+        rows += [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return {r["case"]: r for r in rows}
 
 
@@ -108,6 +112,9 @@ def gpu_family(platform: str) -> str:
     if family is None:
         sys.exit(f"this host's GPU is {kind or 'not visible to jax'} ({out.stderr.strip()[-500:]}); aotcheck's "
                  f"GPU table has {', '.join(g.device_name for g in GPUS.values())}")
+    if 1 not in GPUS[family].domain_sizes:  # gb200-72: no one-GPU target to compare with.
+        sys.exit(f"aotcheck has no one-GPU target for {kind} ({family}-{min(GPUS[family].domain_sizes)} is its "
+                 "smallest); this script compares one GPU")
     return family
 
 
@@ -117,15 +124,16 @@ def main() -> None:
     parser.add_argument("--run", action="store_true", help="run each program once on the GPU (its own peak)")
     parser.add_argument("--real-platform", default="gpu", help="cpu: check the script on a host without a GPU")
     parser.add_argument("--child", choices=("deviceless", "real"), help=argparse.SUPPRESS)
+    parser.add_argument("--cases", help=argparse.SUPPRESS)
     parser.add_argument("--family", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     if args.child:
-        child(args.child, configs, args.family, args.run, args.real_platform)
+        child(args.child, args.cases.split(","), args.family, args.run, args.real_platform)
         return
+    cases = [f"{c.strip()}/{p}" for c in args.configs.split(",") if c.strip() for p in PROGRAMS[c.strip()]]
     family = gpu_family(args.real_platform)
     start = time.perf_counter()
-    deviceless, real = side("deviceless", args, family), side("real", args, family)
+    deviceless, real = side("deviceless", args, family, cases), side("real", args, family, cases)
     print(f"{family}-1: deviceless (aotcheck: the CUDA plugin's {family} spec, no autotuning) against the real "
           f"{'GPU' if args.real_platform == 'gpu' else args.real_platform} (autotuned); "
           f"{time.perf_counter() - start:.0f} s in all\n")

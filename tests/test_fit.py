@@ -123,7 +123,7 @@ def search_against_bisection(topology, headroom, program, tmp_path):
     from aotcheck.models import lm
     from aotcheck.programs.knobs import knob_of
 
-    config = lm.gate_configs(lm.TINY, fit_upper=8)[0 if program == "train_step" else 1]
+    config = next(c for c in lm.gate_configs(lm.TINY, fit_upper=8) if program in c.programs)
     case = Case.of("lm-tiny", program, topology)
     cache = FiguresCache(tmp_path / "cache")
     found = fit_search(case, config, "batch", cache=cache, hbm_headroom=headroom)

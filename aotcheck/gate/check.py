@@ -112,7 +112,7 @@ def _decide(
             previous = store.read(case)
         except GoldenError:  # A corrupt golden is simply replaced.
             previous = None
-        same_toolchain = previous is not None and toolchain_note(previous.toolchain, case.topology.platform) is None
+        same_toolchain = previous is not None and toolchain_note(previous.toolchain, platform=case.topology.platform) is None
         written = settle_noisy(previous.figures if same_toolchain else None, figures, tolerances)
         try:
             # The golden keeps a view of the measurement (its figures settled against the last golden's).

@@ -64,13 +64,13 @@ class Golden:
                    path, dict(data.get("details") or {}))
 
 
-def toolchain_note(golden_toolchain: dict[str, Any], platform: str = "tpu") -> str | None:
+def toolchain_note(golden_toolchain: dict[str, Any], *, platform: str) -> str | None:
     """Says how a golden's toolchain differs from this process's for ``platform``'s targets, or None.
 
     Example:
-        >>> toolchain_note(_runtime.toolchain()) is None
+        >>> toolchain_note(_runtime.toolchain(), platform="tpu") is None
         True
-        >>> toolchain_note({**_runtime.toolchain(), "libtpu": "0.0.1"})  # doctest: +ELLIPSIS
+        >>> toolchain_note({**_runtime.toolchain(), "libtpu": "0.0.1"}, platform="tpu")  # doctest: +ELLIPSIS
         'golden made with another toolchain (libtpu 0.0.1 -> ...); figures may differ for that reason alone'
     """
     now = _runtime.toolchain(platform)

@@ -44,8 +44,7 @@ from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_sources, imported, loaded_sources
 from aotcheck.programs.options import probe_notes
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
-from aotcheck.targets.families import family_of
-from aotcheck.targets.topology import GPUS
+from aotcheck.targets.families import family_of, worker_environment
 
 
 def describe_exit(code: int) -> str:
@@ -97,8 +96,7 @@ class FamilyWorker:
         read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout and stderr stay free for noise.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env[_runtime.WORKER_ENV] = "1"
-        if family in GPUS:  # The CUDA plugin compiles without a GPU only with its runtime off, even on a GPU host.
-            env["JAX_PLATFORMS"] = "cpu"
+        env.update(worker_environment(family))  # A GPU family's: the CUDA runtime off (targets/families.py).
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd}, {family!r})"],
             stdin=subprocess.PIPE,
@@ -130,7 +128,7 @@ class FamilyWorker:
     def _forward_stderr(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
-            if _runtime.is_libtpu_noise(line):
+            if _runtime.is_compiler_noise(line):
                 continue
             with self._tail_lock:
                 if not _CRASH_BOILERPLATE.search(line):

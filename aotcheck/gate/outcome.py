@@ -118,7 +118,7 @@ class Outcome:
     @property
     def toolchain_note(self) -> str | None:
         """How the golden's toolchain differs from this process's."""
-        return toolchain_note(self.golden.toolchain, self.case.topology.platform) if self.golden is not None else None
+        return toolchain_note(self.golden.toolchain, platform=self.case.topology.platform) if self.golden is not None else None
 
     @property
     def drift_warning(self) -> bool:

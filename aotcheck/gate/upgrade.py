@@ -66,7 +66,7 @@ def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) 
         return None
     seen: dict[tuple[tuple[str, str | None], ...], int] = {}
     for o in foreign:
-        key = tuple((k, o.golden.toolchain.get(k)) for k in now)
+        key = tuple((k, o.golden.toolchain.get(k)) for k in now if k in o.golden.toolchain)
         seen[key] = seen.get(key, 0) + 1
     before = dict(max(seen, key=lambda k: seen[k]))
     moved, unmoved = [], []

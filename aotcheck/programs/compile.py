@@ -60,16 +60,16 @@ def compile_lowered(
     """Runs XLA on ``lowered`` for ``topology``; a rejected option or a compile failure names ``what``."""
     note_family(topology)  # libtpu state crosses chip families: see aotcheck.targets.families.
     try:
-        with _runtime.quiet_libtpu_stderr():
+        with _runtime.quiet_compiler_stderr():
             return lowered.compile(compiler_options=dict(options))
     except Exception as e:  # jax raises JaxRuntimeError; its message is what matters.
         message = str(e)
         option = re.search(r"No such compile option: '([^']+)'", message)
+        compiler = compiler_name(topology)
         if option:
             raise CompileError(
-                f"XLA rejected compiler option {option[1]!r} while compiling {what}: this "
-                f"libtpu does not know it. Remove it from the config's or the caller's "
-                f"compiler_options (or launch flags)."
+                f"XLA rejected compiler option {option[1]!r} while compiling {what}: {compiler} does not "
+                f"know it. Remove it from the config's or the caller's compiler_options (or launch flags)."
             ) from e
         first = message.splitlines()[0] if message else ""
         refused = [k for k in options if re.search(rf"\b{re.escape(k)}\b", first)]
@@ -77,13 +77,24 @@ def compile_lowered(
             # An option named by libtpu's refusal, before any compiling: aotcheck sends only the presets
             # this libtpu accepts (programs/options.py), so it is one of the user's.
             raise CompileError(
-                f"This libtpu refuses compiler option {refused[0]!r} (= {options[refused[0]]}) for "
-                f"{parse_topology(topology).name}, while compiling {what}. Remove it from the config's "
-                f"compiler_options or your launch flags (aot_libtpu_init_args) for this chip. libtpu says: {message}"
+                f"{compiler[0].upper()}{compiler[1:]} refuses compiler option {refused[0]!r} (= "
+                f"{options[refused[0]]}) for {parse_topology(topology).name}, while compiling {what}. Remove it from "
+                f"the config's compiler_options or your launch flags (aot_libtpu_init_args) for this chip. "
+                f"It says: {message}"
             ) from e
         if out_of_memory(message):  # Said here, once, as a type: nothing downstream reads the message for it.
             raise OutOfMemory(f"Compiling {what} failed: {message}") from e
         raise CompileError(f"Compiling {what} failed: {message}") from e
+
+
+def compiler_name(topology: str | Topology) -> str:
+    """Which compiler builds ``topology``'s programs, in words.
+
+    Example:
+        >>> compiler_name("v5e-16"), compiler_name("h100-8")
+        ('this libtpu', "the CUDA plugin's XLA")
+    """
+    return {"tpu": "this libtpu", "gpu": "the CUDA plugin's XLA"}.get(parse_topology(topology).platform, "XLA")
 
 
 def warm_up(family: str) -> None:
@@ -94,7 +105,7 @@ def warm_up(family: str) -> None:
     smallest = next((t for t in [*all_topologies(), *gpu_topologies()] if t.chip.family == family), None)
     if smallest is None:
         return
-    with contextlib.suppress(Exception), _runtime.quiet_libtpu_stderr():  # The real case says what is wrong.
+    with contextlib.suppress(Exception), _runtime.quiet_compiler_stderr():  # The real case says what is wrong.
         tiny_lowered(smallest).compile()
 
 

@@ -170,7 +170,7 @@ def probe_refused_presets(topology: str | Topology, num_slices: int = 1) -> froz
 
     def refusal(options: Mapping[str, str]) -> str | None:
         try:
-            with _runtime.quiet_libtpu_stderr():
+            with _runtime.quiet_compiler_stderr():
                 lowered.compile(compiler_options=dict(options))
             return None
         except Exception as e:  # jax's JaxRuntimeError: its message names the option.
@@ -264,16 +264,29 @@ def _as_option_value(value: Any) -> str:
     return str(value)
 
 
+# Flags only another platform's compiler knows (it would refuse them): not sent to this one's.
+_OTHER_PLATFORMS_FLAGS = {"gpu": "xla_tpu_", "tpu": "xla_gpu_"}
+
+
 def resolve_compiler_options(
     topology: str | Topology, num_slices: int, *layers: Mapping[str, Any] | None, presets: bool = True,
     store: str | Path | None = None,
 ) -> dict[str, str]:
     """Merges aotcheck's accepted presets (unless ``presets=False``) with each later layer (config,
-    then caller), as strings. Runtime-only options are dropped; a value of None removes a preset."""
+    then caller), as strings. Runtime-only options are dropped; a value of None removes a preset; the
+    other platform's flags (``xla_tpu_*`` for a GPU, ``xla_gpu_*`` for a TPU) are not sent.
+
+    Example:
+        >>> resolve_compiler_options("h100-8", 1, {"xla_tpu_scoped_vmem_limit_kib": 98304, "xla_gpu_enable_triton_gemm": False})
+        {'xla_gpu_enable_triton_gemm': 'false'}
+    """
     options: dict[str, Any] = dict(default_compiler_options(topology, num_slices, store=store)) if presets else {}
+    foreign = _OTHER_PLATFORMS_FLAGS.get(parse_topology(topology).platform)
     for layer in layers:
         for key, value in (layer or {}).items():
             key = key.lstrip("-")
+            if foreign and key.startswith(foreign):  # One launch-flag set for a TPU and GPU matrix.
+                continue
             if value is None:
                 options.pop(key, None)
             else:

@@ -102,7 +102,7 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
     if verdict is Verdict.CRASHED:
         return (f"{case.id} crashed: {detail}\nA crash of the compiler (or the host's out-of-memory killer), "
                 "not a figure of your program: the other cases were checked. Try this case alone "
-                "(-k) to see whether it repeats; a newer libtpu may fix it.")
+                f"(-k) to see whether it repeats; a newer {CRASHED_COMPILER.get(case.topology.platform, 'jax')} may fix it.")
     if verdict is Verdict.COMPILE_ERROR:
         return f"{case.id} does not compile:\n{trim_error(detail)}"
     if verdict is Verdict.OUT_OF_MEMORY:
@@ -153,6 +153,9 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         return "\n".join(lines)
     return outcome.message
 
+
+# Whose crash a dead compile worker's usually is, by platform.
+CRASHED_COMPILER = {"tpu": "libtpu", "gpu": "jax and its CUDA plugin"}
 
 UNSHARDED_CAUSES = (
     "Likely causes: the model skips its sharding constraints on a CPU host (a helper that checks "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import warnings
 
-from aotcheck.targets.topology import Topology, parse_topology
+from aotcheck.targets.topology import GPUS, Topology, parse_topology
 
 _compiled: set[str] = set()  # Families this process has compiled for.
 _warned = False
@@ -35,9 +35,25 @@ def family_of(topology: str | Topology) -> str:
     return topo.chip.family if topo.chip else "cpu"
 
 
+def worker_environment(family: str) -> dict[str, str]:
+    """What a compile worker for ``family`` sets in its environment over its parent's.
+
+    The CUDA plugin compiles without a GPU only with its runtime off (it would look for a driver and
+    cuDNN), even on a host with a GPU: its workers run with ``JAX_PLATFORMS=cpu``.
+
+    Example:
+        >>> worker_environment("h100"), worker_environment("v5e")
+        ({'JAX_PLATFORMS': 'cpu'}, {})
+    """
+    return {"JAX_PLATFORMS": "cpu"} if family in GPUS else {}
+
+
 def note_family(topology: str | Topology) -> None:
-    """Records a compile for ``topology``'s family; warns once when a second family follows."""
+    """Records a compile for ``topology``'s family; warns once when a second TPU family follows
+    (libtpu's state; XLA's GPU compiler keeps none across GPU models)."""
     global _warned
+    if parse_topology(topology).platform != "tpu":
+        return
     family = family_of(topology)
     with _lock:
         others = _compiled - {family}

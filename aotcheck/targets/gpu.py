@@ -12,25 +12,25 @@ The plugin must not start its runtime: with no GPU and no driver it fails ("Unab
 to load cuDNN"). ``JAX_PLATFORMS=cpu`` keeps it from starting (aotcheck sets that in
 its own processes where no accelerator is attached).
 
-Example (needs the plugin; skipped where it is not installed):
+Example:
     >>> from aotcheck.targets import gpu
-    >>> if gpu.plugin_version() is None: import pytest; pytest.skip("no CUDA plugin")
-    >>> config = gpu.target_config("NVIDIA H100 80GB HBM3")
-    >>> "device_memory_size: 84942979072" in config
-    True
+    >>> print(gpu.missing_plugin())  # doctest: +ELLIPSIS
+    Compiling for NVIDIA GPUs needs XLA's GPU compiler, which comes with JAX's CUDA plugin: pip install 'aotcheck[cuda]' ...
+
+(tests/test_gpu.py reads every spec of the topology table from the installed plugin.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import importlib.metadata
 import importlib.util
 import mmap
 import os
 from typing import Any
 
-from aotcheck import _runtime
 
 PLUGIN = "jax-cuda12-plugin"
 PJRT = "jax-cuda12-pjrt"
@@ -82,21 +82,23 @@ def target_config(device_name: str) -> str:
         return data[start:stop].decode()
 
 
-def gpu_devices(device_name: str, *, hosts: int, gpus_per_host: int) -> list[Any]:
-    """Deviceless GPUs of model ``device_name``: ``hosts`` hosts of ``gpus_per_host``, ordered host by host."""
+def gpu_devices(device_name: str, *, partitions: int, hosts: int, gpus_per_host: int) -> list[Any]:
+    """Deviceless GPUs of model ``device_name``: ``partitions`` NVLink domains (joined by the network)
+    of ``hosts`` hosts of ``gpus_per_host`` each, ordered domain by domain, host by host."""
     if plugin_version() is None:  # Before the cached spec: a plugin uninstalled since is said to be missing.
         raise GpuPluginError(missing_plugin())
     import jax  # noqa: PLC0415
     from jax.experimental import topologies  # noqa: PLC0415  (loads jax's backends)
 
     config = target_config(device_name)
-    if not jax.config.jax_platforms and not _runtime.has_accelerator():
+    if not jax.config.jax_platforms and not glob.glob("/dev/nvidia[0-9]*"):
         # jax read JAX_PLATFORMS when it was imported, maybe before aotcheck set it: without "cpu" there, the
         # plugin checks for a CUDA runtime when it registers, finds none, and registers nothing.
         with contextlib.suppress(RuntimeError):
             jax.config.update("jax_platforms", "cpu")
     try:
-        desc = topologies.get_topology_desc(platform="cuda", topology=f"1x{hosts}x{gpus_per_host}",
+        # XLA's shape: partitions (fast-interconnect domains) x hosts per partition x devices per host.
+        desc = topologies.get_topology_desc(platform="cuda", topology=f"{partitions}x{hosts}x{gpus_per_host}",
                                             target_config=config)
     except NotImplementedError:  # jax found no CUDA topology factory: the plugin did not register.
         raise GpuPluginError(

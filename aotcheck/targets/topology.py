@@ -315,7 +315,7 @@ def parse_topology(name: str | Topology) -> Topology:
                 f"{', '.join(f'{family}-{s}' for s in sorted(nearest))}. "
                 f"{family} slices come in sizes {', '.join(map(str, sizes))}."
             )
-    close = difflib.get_close_matches(text, topology_names(), n=5, cutoff=0.5)
+    close = difflib.get_close_matches(text, [*topology_names(), *(t.name for t in gpu_topologies())], n=5, cutoff=0.5)
     hint = f" Closest valid names: {', '.join(close)}." if close else ""
     families = ", ".join(f"{f}-N" for f in [*_SHAPES, *GPUS])
     raise TopologyError(
@@ -335,7 +335,7 @@ def _parse_gpu(name: str, family: str, n: int) -> Topology:
                             f"{n // domain} ({n // domain} {'hosts' if domain == gpu.gpus_per_host else 'domains'} "
                             f"joined by the network, as slices are), or pass num_slices={n // domain}.")
     sizes = ", ".join(f"{family}-{s}" for s in gpu.domain_sizes)
-    raise TopologyError(f"Unknown topology {name!r}: a {family} target is {sizes} (one NVLink domain), or "
+    raise TopologyError(f"Unknown topology {name!r}: {family} targets are {sizes} (one NVLink domain), or "
                         f"several of the largest, written {family}-{domain}xK for K of them.")
 
 
@@ -425,7 +425,7 @@ def _tpu_devices(
     from jax.experimental import topologies  # Deferred: loads jax's backends.
 
     try:
-        with _runtime.quiet_libtpu_stderr():
+        with _runtime.quiet_compiler_stderr():
             desc = topologies.get_topology_desc(
                 platform="tpu",
                 topology_name=libtpu_name,
@@ -445,13 +445,14 @@ def _gpu_devices(topo: Topology, num_slices: int) -> list[Any]:
 
     hosts, per_host = topo.shape
     try:
-        devices = gpu.gpu_devices(topo.chip.device_name, hosts=hosts * num_slices, gpus_per_host=per_host)
+        devices = gpu.gpu_devices(topo.chip.device_name, partitions=num_slices, hosts=hosts, gpus_per_host=per_host)
     except gpu.GpuPluginError as e:
         raise _runtime.HostError(f"{topo.name}: {e}") from None
     expected = topo.num_devices * num_slices
-    if len(devices) != expected or devices[0].device_kind != topo.chip.device_name:  # A bug in the table.
-        raise TopologyError(f"The CUDA plugin gave {len(devices)} x {devices[0].device_kind!r} for {topo.name} x"
-                            f"{num_slices}; the topology table expects {expected} x {topo.chip.device_name!r}.")
+    kinds = {d.device_kind for d in devices}
+    if len(devices) != expected or kinds != {topo.chip.device_name}:  # A bug in the table.
+        raise TopologyError(f"The CUDA plugin gave {len(devices)} devices ({', '.join(sorted(kinds))}) for {topo.name} "
+                            f"x{num_slices}; the topology table expects {expected} x {topo.chip.device_name!r}.")
     return devices
 
 
