@@ -1,4 +1,4 @@
-"""aotcheck: AOT-compile JAX programs for TPU topologies on a CPU, and gate their figures.
+"""aotcheck: AOT-compile JAX programs for TPU topologies and NVIDIA GPU hosts on a CPU, and gate their figures.
 
 Public surface::
 
