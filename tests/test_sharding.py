@@ -172,4 +172,4 @@ def test_the_lint_over_every_committed_golden_flags_esm2_alone():
         if details.unsharded:
             flagged[path.relative_to(ROOT / "golden").as_posix()] = {u.shape for u in details.unsharded}
     assert flagged == {f"esm2-8m/train_step@{t}.json": {"f32[6,64,5,256,256]"}
-                       for t in ("v4-8x2", "v5e-16x1", "v5e-16x2")}
+                       for t in ("v4-8x2", "v5e-16x1", "v5e-16x2", "h100-8x1", "h100-8x2")}
