@@ -108,7 +108,7 @@ INTERRUPTED_STATUS = {"SIGINT": 130, "SIGTERM": 143}
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
-    rows = []
+    rows, records = [], []
     for t in all_topologies():
         chip = t.chip
         rows.append(
@@ -116,12 +116,16 @@ def cmd_topologies(args: argparse.Namespace) -> int:
              t.num_chips, t.num_devices, fmt_bytes(chip.hbm_bytes), fmt_count(chip.peak_bf16_flops),
              fmt_bytes(chip.hbm_bandwidth) + "/s", "tpu"]
         )
+        records.append(dict(zip(_TOPO_KEYS, rows[-1])))
     for t in gpu_topologies():
         gpu, (hosts, per_host) = t.chip, t.shape
-        rows.append([t.name, f"1x{hosts}x{per_host}", gpu.device_name, per_host, t.num_chips, t.num_devices,
+        cuda = f"1x{hosts}x{per_host}"  # XLA's CUDA topology: partitions x hosts x GPUs (one slice).
+        rows.append([t.name, cuda, gpu.device_name, per_host, t.num_chips, t.num_devices,
                      fmt_bytes(gpu.hbm_bytes), fmt_count(gpu.peak_bf16_flops), fmt_bytes(gpu.hbm_bandwidth) + "/s", "gpu"])
-    if args.json:  # A GPU row's compiler_topology is XLA's partitions x hosts x GPUs; its chip_config, the GPU.
-        print(json.dumps([dict(zip(_TOPO_KEYS, r)) for r in rows], indent=2))
+        records.append({**dict(zip(_TOPO_KEYS, rows[-1])), "libtpu_name": None, "chip_config": None,
+                        "cuda_topology": cuda, "device_kind": gpu.device_name})
+    if args.json:
+        print(json.dumps(records, indent=2))
         return 0
     print(table(["name", "compiler's topology", "chip config / GPU", "chips/host", "chips", "devices",
                  "HBM/device", "bf16 FLOP/s/device", "HBM BW/device", "platform"], rows))

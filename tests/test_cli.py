@@ -22,7 +22,9 @@ def test_topologies_table_and_json():
     assert out.returncode == 0
     assert "v5e-16" in out.stdout and "v5e:4x4" in out.stdout
     rows = json.loads(run("topologies", "--json").stdout)
-    assert {"name": "v4-8", "devices": 4}.items() <= next(r for r in rows if r["name"] == "v4-8").items()
+    assert {"name": "v4-8", "devices": 4, "platform": "tpu"}.items() <= next(r for r in rows if r["name"] == "v4-8").items()
+    assert {"name": "gb200-72", "devices": 72, "platform": "gpu", "libtpu_name": None, "cuda_topology": "1x18x4",
+            "device_kind": "NVIDIA GB200"}.items() <= next(r for r in rows if r["name"] == "gb200-72").items()
 
 
 def test_configs_lists_the_reference_configs():
