@@ -130,7 +130,11 @@ def main() -> None:
     if args.child:
         child(args.child, args.cases.split(","), args.family, args.run, args.real_platform)
         return
-    cases = [f"{c.strip()}/{p}" for c in args.configs.split(",") if c.strip() for p in PROGRAMS[c.strip()]]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = sorted(set(configs) - set(PROGRAMS))
+    if unknown:
+        parser.error(f"--configs: {', '.join(unknown)} unknown here; this script compares {', '.join(PROGRAMS)}")
+    cases = [f"{c}/{p}" for c in configs for p in PROGRAMS[c]]
     family = gpu_family(args.real_platform)
     start = time.perf_counter()
     deviceless, real = side("deviceless", args, family, cases), side("real", args, family, cases)

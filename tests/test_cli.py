@@ -65,6 +65,12 @@ def test_bad_input_is_a_clear_error():
     assert out.returncode == 2 and "slices must be >= 1" in out.stderr
     out = run("compile", "lm-tiny", "--topology", "v4-8", "--method", "nope")
     assert out.returncode == 2 and "no program 'nope'" in out.stderr
+    # GPU hosts: a count in the name and another in --slices; a size that is no host or rack.
+    out = run("compile", "lm-tiny", "--topology", "h100-16", "--slices", "3")
+    assert out.returncode == 2 and "--topology h100-16 names 2 slices (hosts) and --slices says 3" in out.stderr
+    out = run("fit", "lm-tiny", "--topology", "h100-12")
+    assert out.returncode == 2 and "h100 targets are h100-1, h100-2, h100-4, h100-8" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 @pytest.mark.heavy

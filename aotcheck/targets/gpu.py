@@ -31,9 +31,7 @@ import mmap
 import os
 from typing import Any
 
-
-PLUGIN = "jax-cuda12-plugin"
-PJRT = "jax-cuda12-pjrt"
+from aotcheck import _runtime
 
 
 class GpuPluginError(RuntimeError):
@@ -43,7 +41,7 @@ class GpuPluginError(RuntimeError):
 def plugin_version() -> str | None:
     """The installed CUDA plugin's version (its compiler is in ``jax-cuda12-pjrt``), or None."""
     try:
-        return importlib.metadata.version(PJRT)
+        return importlib.metadata.version(_runtime.CUDA_COMPILER)
     except importlib.metadata.PackageNotFoundError:
         return None
 
@@ -58,11 +56,10 @@ def _library() -> str:
 
 def missing_plugin() -> str:
     """What to install to compile for GPUs."""
-    import jax  # noqa: PLC0415
-
+    jax = _runtime.toolchain()["jax"]
     return (f"Compiling for NVIDIA GPUs needs XLA's GPU compiler, which comes with JAX's CUDA plugin: "
-            f"pip install 'aotcheck[cuda]' (or jax-cuda12-plugin=={jax.__version__} "
-            f"jax-cuda12-pjrt=={jax.__version__}, the version of the jax in use; no GPU or CUDA toolkit needed).")
+            f"pip install 'aotcheck[cuda]' (or jax-cuda12-plugin=={jax} "
+            f"jax-cuda12-pjrt=={jax}, the version of the jax in use; no GPU or CUDA toolkit needed).")
 
 
 @functools.cache

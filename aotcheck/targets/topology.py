@@ -325,14 +325,26 @@ def parse_topology(name: str | Topology) -> Topology:
     )
 
 
+def _gpu_target_text(family: str, n: int) -> str | None:
+    """What ``{family}-{n}`` GPUs beyond one NVLink domain mean as a target (``h100-16``: ``h100-8x2``), or None.
+
+    Example:
+        >>> _gpu_target_text("h100", 16), _gpu_target_text("gb200", 144), _gpu_target_text("h100", 12)
+        ('h100-8x2', 'gb200-72x2', None)
+    """
+    domain = max(GPUS[family].domain_sizes)
+    return f"{family}-{domain}x{n // domain}" if n > domain and n % domain == 0 else None
+
+
 def _parse_gpu(name: str, family: str, n: int) -> Topology:
     gpu = GPUS[family]
     if n in gpu.domain_sizes:
         return _gpu_topology(family, n)
     domain = max(gpu.domain_sizes)
-    if n > domain and n % domain == 0:
-        raise TopologyError(f"{name} is {n // domain} x {family}-{domain}: name it as a target, {family}-{domain}x"
-                            f"{n // domain} ({n // domain} {'hosts' if domain == gpu.gpus_per_host else 'domains'} "
+    target = _gpu_target_text(family, n)
+    if target:
+        raise TopologyError(f"{name} is {n // domain} x {family}-{domain}: name it as a target, {target} "
+                            f"({n // domain} {'hosts' if domain == gpu.gpus_per_host else 'domains'} "
                             f"joined by the network, as slices are), or pass num_slices={n // domain}.")
     sizes = ", ".join(f"{family}-{s}" for s in gpu.domain_sizes)
     raise TopologyError(f"Unknown topology {name!r}: {family} targets are {sizes} (one NVLink domain), or "
@@ -563,11 +575,9 @@ def split_target(text: str) -> tuple[Topology, int | None]:
     if match and match["topo"][-1].isdigit():
         return parse_topology(match["topo"]), check_num_slices(int(match["slices"]))
     gpus = _NAME_RE.match(text.strip().lower())
-    if gpus and gpus["family"] in GPUS:  # h100-16: two hosts of h100-8.
-        domain = max(GPUS[gpus["family"]].domain_sizes)
-        n = int(gpus["n"])
-        if n > domain and n % domain == 0:
-            return parse_topology(f"{gpus['family']}-{domain}"), check_num_slices(n // domain)
+    target = _gpu_target_text(gpus["family"], int(gpus["n"])) if gpus and gpus["family"] in GPUS else None
+    if target:  # h100-16: two hosts of h100-8.
+        return split_target(target)
     return parse_topology(text), None
 
 
