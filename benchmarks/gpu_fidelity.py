@@ -46,7 +46,7 @@ def child(mode: str, cases: list[str], family: str, run: bool, platform: str) ->
     import jax.numpy as jnp
 
     import conftest  # noqa: F401  (registers the reference configs)
-    from aotcheck.figures.hlo import analyze_hlo
+    from aotcheck.figures.loops import analyze_hlo
     from aotcheck.figures.program import memory_figures
     from aotcheck.pipeline.case import Case
     from aotcheck.pipeline.stages import lower

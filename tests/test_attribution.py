@@ -241,7 +241,7 @@ def test_the_job_summary_and_chart_show_the_split(tmp_path):
            "comm_all_gather_bytes": before["comm_all_gather_bytes"] + 2**20}
     logits = PeakBuffer(2**30, "temp", "jit(train_step)/log_softmax", "f32[16,2048,8192]", "model.py:88")
     details = Details.from_json(golden_doc["details"])
-    from aotcheck.figures.hlo import CollectiveOp
+    from aotcheck.figures.loops import CollectiveOp
 
     gather = CollectiveOp("all-gather", "jit(train_step)/sharding_constraint", "model.py:90", 2, 2**20)
     case = Case.of("lm-tiny", "train_step", "v4-8")

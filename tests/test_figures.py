@@ -11,7 +11,8 @@ from jax.sharding import PartitionSpec as P
 
 import aotcheck
 from aotcheck.figures.program import roofline
-from aotcheck.figures.hlo import analyze_hlo, trip_count, parse_module
+from aotcheck.figures.hlo import parse_module
+from aotcheck.figures.loops import analyze_hlo, trip_count
 from aotcheck.figures.hbm import explain_oom, hbm_verdict
 from aotcheck.models import lm
 from aotcheck.targets.topology import CHIPS

@@ -15,7 +15,7 @@ import jax
 
 from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fit import Fit
-from aotcheck.figures.hlo import CollectiveOp, HloAnalysis, analyze_hlo
+from aotcheck.figures.loops import CollectiveOp, HloAnalysis, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
 from aotcheck.targets.topology import Topology, parse_topology
 
@@ -204,7 +204,7 @@ def _cost_model(compiled: Any) -> dict[str, float]:
 
 
 def loop_aware_figures(analysis: HloAnalysis, *, num_devices: int | None = None) -> dict[str, int | float]:
-    """Loop-aware matmul FLOPs and collectives (per device), from :mod:`aotcheck.figures.hlo`."""
+    """Loop-aware matmul FLOPs and collectives (per device), from :mod:`aotcheck.figures.loops`."""
     figures: dict[str, int | float] = {"flops": analysis.flops}
     if num_devices:
         figures["flops_program"] = analysis.flops * num_devices

@@ -17,7 +17,7 @@ from typing import Any
 
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fit import Fit
-from aotcheck.figures.hlo import COLLECTIVES
+from aotcheck.figures.loops import COLLECTIVES
 from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures
 from aotcheck.pipeline.case import Case
 

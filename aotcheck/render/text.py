@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from aotcheck.figures.hbm import explain_oom
 from aotcheck.figures.table import describe
-from aotcheck.figures.hlo import analyze_hlo, iter_loops
+from aotcheck.figures.loops import analyze_hlo, iter_loops
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE, PeakBuffer
 from aotcheck.figures.fit import Fit
-from aotcheck.figures.hlo import CollectiveOp
+from aotcheck.figures.loops import CollectiveOp
 from aotcheck.figures.program import Details
 from aotcheck.figures.sharding import Unsharded
 from aotcheck.gate.why import class_growth, grown

@@ -1,0 +1,310 @@
+"""Loop-aware FLOPs and collectives from a compiled program's optimized HLO text.
+
+XLA's ``cost_analysis()`` counts a while loop's body once, so a model whose
+layers run under ``lax.scan`` (or whose matmuls the SPMD partitioner turned
+into windowed-einsum loops) reports a fraction of its real work. Here every
+computation is weighed by how often it runs: a while body by its trip count
+(read from the loop condition, the loop's initial tuple and the body's counter
+update), a fusion or call by its caller's count.
+
+What is counted:
+- FLOPs of ``dot`` and ``convolution`` exactly (2 per multiply-add; a
+  convolution's padding and dilation holes are not counted), wherever they sit
+  (fusions, loop bodies, async computations). Elementwise work is not counted:
+  the figure is the matrix-unit work, which dominates any model worth gating.
+- Collectives by kind, each once (an async ``*-start`` counts, its ``*-done``
+  does not), with the bytes of its larger side (all-gather: the gathered
+  result; reduce-scatter: the input), per device.
+
+Example (a loop of 4 matmuls, compiled for host CPU devices):
+    >>> import jax, jax.numpy as jnp
+    >>> from aotcheck import compile_function
+    >>> x = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    >>> compiled = compile_function(lambda x, w: jax.lax.fori_loop(0, 4, lambda i, y: y @ w, x), x, x,
+    ...                             topology="cpu-1")
+    >>> analysis = analyze_hlo(compiled.as_text())
+    >>> [(loop.trip_count, loop.flops_per_trip) for loop in iter_loops(analysis)]
+    [(4, 1024.0)]
+    >>> analysis.flops  # 4 trips x 2 x 8^3
+    4096.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+
+from aotcheck.figures.flops import convolution_flops, dot_flops
+from aotcheck.figures.frames import instruction_source, metadata, stack_frames
+from aotcheck.figures.hlo import Computation, Instruction, parse_module
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+# --- Trip counts ---------------------------------------------------------------------
+
+_PASS_THROUGH = {"copy", "bitcast", "convert", "reshape"}
+
+
+def _resolve(comp: Computation, name: str, module: dict[str, Computation], depth: int = 0) -> tuple[str, int] | None:
+    """What a scalar value is: ("gte", tuple index of the parameter), ("const", n), or None."""
+    inst = comp.instructions.get(name)
+    if inst is None or depth > 8:
+        return None
+    if inst.opcode == "constant":
+        return ("const", inst.int_arg) if inst.int_arg is not None else None
+    if inst.opcode == "get-tuple-element" and inst.operands:
+        source = comp.instructions.get(inst.operands[0])
+        if source is not None and source.opcode == "parameter":
+            return ("gte", int(inst.attr("index") or 0))
+        return None
+    if inst.opcode in _PASS_THROUGH and inst.operands:
+        return _resolve(comp, inst.operands[0], module, depth + 1)
+    return None
+
+
+def _compare_in(comp: Computation, module: dict[str, Computation]) -> tuple[Computation, Instruction, list] | None:
+    """The loop condition's compare, following a fused root into its computation.
+
+    Returns (computation holding it, compare, operand bindings): for a fused
+    compare, each fused parameter is bound to the outer operand's resolution.
+    """
+    root = comp.root
+    if root is None:
+        return None
+    if root.opcode == "compare":
+        return comp, root, [_resolve(comp, o, module) for o in root.operands]
+    if root.opcode == "fusion":
+        inner = module.get((root.called("calls") or [""])[0])
+        if inner is None or inner.root is None or inner.root.opcode != "compare":
+            return None
+        outer = [_resolve(comp, o, module) for o in root.operands]
+        bindings = []
+        for operand in inner.root.operands:
+            inst = inner.instructions.get(operand)
+            if inst is not None and inst.opcode == "parameter":
+                index = inst.int_arg
+                bindings.append(outer[index] if index is not None and index < len(outer) else None)
+            else:
+                bindings.append(_resolve(inner, operand, module))
+        return inner, inner.root, bindings
+    return None
+
+
+def trip_count(loop: Instruction, caller: Computation, module: dict[str, Computation]) -> int | None:
+    """A while loop's trip count, or None when it cannot be read off the HLO."""
+    known = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attrs)
+    if known:
+        return int(known[1])
+    cond = module.get((loop.called("condition") or [""])[0])
+    body = module.get((loop.called("body") or [""])[0])
+    if cond is None or body is None:
+        return None
+    found = _compare_in(cond, module)
+    if found is None:
+        return None
+    _, compare, bindings = found
+    direction = compare.attr("direction")
+    if len(bindings) != 2 or None in bindings:
+        return None
+    (kind_a, a), (kind_b, b) = bindings
+    if kind_a == "gte" and kind_b == "const":
+        index, limit = a, b
+    elif kind_a == "const" and kind_b == "gte":
+        index, limit = b, a
+        direction = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(direction, direction)
+    else:
+        return None
+    start = _initial_value(loop, caller, index, module)
+    step = _step(body, index, module)
+    if start is None or step is None or step == 0:
+        return None
+    if direction == "LT" and step > 0:
+        return max(0, -(-(limit - start) // step))
+    if direction == "LE" and step > 0:
+        return max(0, (limit - start) // step + 1)
+    if direction == "GT" and step < 0:
+        return max(0, -(-(start - limit) // -step))
+    if direction == "GE" and step < 0:
+        return max(0, (start - limit) // -step + 1)
+    return None
+
+
+def _initial_value(loop: Instruction, caller: Computation, index: int, module: dict[str, Computation]) -> int | None:
+    init = caller.instructions.get(loop.operands[0]) if loop.operands else None
+    if init is None or init.opcode != "tuple" or index >= len(init.operands):
+        return None
+    value = _resolve(caller, init.operands[index], module)
+    return value[1] if value and value[0] == "const" else None
+
+
+def _step(body: Computation, index: int, module: dict[str, Computation]) -> int | None:
+    root = body.root
+    if root is None or root.opcode != "tuple" or index >= len(root.operands):
+        return None
+    update = body.instructions.get(root.operands[index])
+    if update is None or update.opcode not in ("add", "subtract") or len(update.operands) != 2:
+        return None
+    a, b = (_resolve(body, o, module) for o in update.operands)
+    if a == ("gte", index) and b and b[0] == "const":
+        return b[1] if update.opcode == "add" else -b[1]
+    if b == ("gte", index) and a and a[0] == "const" and update.opcode == "add":
+        return a[1]
+    return None
+
+
+# --- The walk ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CollectiveStats:
+    count: int = 0
+    bytes: float = 0.0
+
+
+@dataclasses.dataclass
+class Loop:
+    """A while loop and what one trip of it costs."""
+
+    name: str
+    op_name: str
+    trip_count: int | None
+    multiplier: int  # How often the loop itself runs.
+    flops_per_trip: float = 0.0
+
+
+@dataclasses.dataclass
+class HloAnalysis:
+    """Loop-aware totals of one program, per device."""
+
+    flops: float = 0.0
+    collectives: dict[str, CollectiveStats] = dataclasses.field(
+        default_factory=lambda: {k: CollectiveStats() for k in COLLECTIVES}
+    )
+    loops: list[Loop] = dataclasses.field(default_factory=list)
+    unknown_trip_counts: int = 0
+    top_ops: list[tuple[float, str, int]] = dataclasses.field(default_factory=list)  # (flops, op, multiplier)
+    # (kind, op_name, source line) -> count and bytes, loop-aware.
+    collective_ops: dict[tuple[str, str, str | None], CollectiveStats] = dataclasses.field(default_factory=dict)
+
+
+def _collective_kind(opcode: str) -> str | None:
+    base = opcode.removesuffix("-start")
+    return base if base in COLLECTIVES and not opcode.endswith(("-done", "-update")) else None
+
+
+def _collective_bytes(inst: Instruction, comp: Computation) -> float:
+    """The larger side of a collective: its largest result array or its operands' total."""
+    result = max((a.bytes for a in inst.arrays), default=0.0)
+    operands = sum(
+        src.arrays[0].bytes for o in inst.operands if (src := comp.instructions.get(o)) is not None and src.arrays
+    )
+    return max(result, operands)
+
+
+def _op_name(inst: Instruction) -> str:
+    return metadata(inst, "op_name") or inst.name
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    """The collectives one JAX op became, loop-aware: how many run per step and their bytes per device."""
+
+    kind: str
+    name: str  # JAX's name stack (``op_name``) of the op, or the HLO instruction's name.
+    source: str | None
+    count: int
+    bytes: int
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """What identifies a collective across two compiles of one case (one op can make several)."""
+        return self.kind, self.name, self.source
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "CollectiveOp":
+        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]), int(data["bytes"]))
+
+
+def top_collectives(analysis: "HloAnalysis", limit: int = 10) -> list[CollectiveOp]:
+    """The ``limit`` collectives that move the most bytes per step."""
+    ops = [CollectiveOp(kind, name, source, stats.count, int(stats.bytes))
+           for (kind, name, source), stats in analysis.collective_ops.items()]
+    return sorted(ops, key=lambda op: (-op.bytes, -op.count, op.kind, op.name))[:limit]
+
+
+def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> HloAnalysis:
+    """Walks the module from its entry, weighing each computation by how often it runs.
+
+    ``module``: the text's parse, when the caller has one already.
+    """
+    module = module if module is not None else parse_module(text)
+    frames = stack_frames(text)
+    entry = next((c for c in module.values() if c.is_entry), None)
+    result = HloAnalysis()
+    if entry is None:
+        return result
+    ops: dict[str, list] = defaultdict(lambda: [0.0, 0])
+
+    def walk(comp: Computation, multiplier: int, depth: int = 0) -> float:
+        if depth > 64:
+            return 0.0
+        total = 0.0
+        for inst in comp.instructions.values():
+            flops = 0.0
+            if inst.opcode == "dot":
+                flops = dot_flops(inst, comp)
+            elif inst.opcode == "convolution":
+                flops = convolution_flops(inst, comp)
+            if flops:
+                total += flops
+                key = _op_name(inst)
+                ops[key][0] += flops * multiplier
+                ops[key][1] = max(ops[key][1], multiplier)
+            kind = _collective_kind(inst.opcode)
+            if kind:
+                size = multiplier * _collective_bytes(inst, comp)
+                origin = (kind, _op_name(inst), instruction_source(inst, frames))
+                for stats in (result.collectives[kind], result.collective_ops.setdefault(origin, CollectiveStats())):
+                    stats.count += multiplier
+                    stats.bytes += size
+            if inst.opcode == "while":
+                count = trip_count(inst, comp, module)
+                if count is None:
+                    result.unknown_trip_counts += 1
+                inner = Loop(inst.name, _op_name(inst), count, multiplier)
+                result.loops.append(inner)
+                body = module.get((inst.called("body") or [""])[0])
+                if body is not None:
+                    per_trip = walk(body, multiplier * (count if count is not None else 1), depth + 1)
+                    inner.flops_per_trip = per_trip
+                    total += per_trip * (count if count is not None else 1)
+            elif inst.opcode == "conditional":
+                branches = inst.called("branch_computations") or (
+                    inst.called("true_computation") + inst.called("false_computation")
+                )
+                # One branch runs: FLOPs of the costliest (an upper bound); collectives of all.
+                costs = [walk(module[b], multiplier, depth + 1) for b in branches if b in module]
+                total += max(costs, default=0.0)
+            elif not inst.opcode.endswith(("-done", "-update")):
+                # Every called computation runs as often as its caller: fusions, calls, async
+                # starts (7x runs collectives in call-start(..., async_execution_thread=
+                # "sparsecore")), custom calls. A `*-done` names its start's computation again.
+                # A reducer's to_apply is scalar arithmetic; only a call's is a real body.
+                is_call = inst.opcode in ("call", "call-start")
+                for name in inst.called("calls") + (inst.called("to_apply") if is_call else []):
+                    if name in module:
+                        total += walk(module[name], multiplier, depth + 1)
+        return total
+
+    result.flops = walk(entry, 1)
+    result.top_ops = sorted(((f, name, m) for name, (f, m) in ops.items()), reverse=True)[:10]
+    return result
+
+
+def iter_loops(analysis: HloAnalysis) -> Iterator[Loop]:
+    return iter(sorted(analysis.loops, key=lambda l: -(l.flops_per_trip * (l.trip_count or 1) * l.multiplier)))
