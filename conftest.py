@@ -5,6 +5,9 @@
 - ``lm-1b``: a 1.04B-parameter LM (18 layers, d_model 2048) for the main job;
   its cases compile in minutes, so only the main job asks for it
   (``--aot-configs=lm-1b``, see README).
+- ``lm-flash``, ``lm-splash``: attention by jax's own Pallas TPU kernels inside the
+  layer scan (flash declares its cost, splash none); ``lm-moe``: routed experts through
+  ``jax.lax.ragged_dot``. The field's program shapes, for the main job.
 """
 
 import aotcheck
@@ -23,3 +26,22 @@ def lm_1b():
     # The train step's headroom is gated (fit_max_batch) on one slice of each chip: a search is 3
     # compiles more, a minute or two each cold, and on every target it took the main job past 15 minutes.
     return [lm.trainer_config(lm.ONE_B, fit="batch", fit_targets=("*x1",)), lm.inference_config(lm.ONE_B)]
+
+
+@aotcheck.register("lm-flash", description="LM whose attention is jax's Pallas flash_attention in the layer scan")
+def lm_flash():
+    return [lm.trainer_config(lm.FLASH), lm.inference_config(lm.FLASH, methods=_only(lm.FLASH, "prefill"))]
+
+
+@aotcheck.register("lm-splash", description="LM whose attention is jax's Pallas splash_attention (no declared cost)")
+def lm_splash():
+    return [lm.trainer_config(lm.SPLASH)]
+
+
+@aotcheck.register("lm-moe", description=f"MoE LM, {lm.MOE.experts} experts top-{lm.MOE.top_k} via ragged_dot")
+def lm_moe():
+    return [lm.trainer_config(lm.MOE), lm.inference_config(lm.MOE)]
+
+
+def _only(cfg, name):
+    return {name: lm.inference_config(cfg).methods[name]}

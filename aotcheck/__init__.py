@@ -16,7 +16,7 @@ Public surface::
 """
 
 from aotcheck import _runtime  # noqa: F401  (sets libtpu's environment first)
-from aotcheck.errors import CompileError, ConfigError, OutOfMemory, WorkerCrashed
+from aotcheck.errors import CompileError, ConfigError, OutOfMemory, OutOfMemorySpace, Overflow, WorkerCrashed
 from aotcheck.figures.program import program_figures
 from aotcheck.gate.check import check_case
 from aotcheck.gate.outcome import Outcome
@@ -58,7 +58,9 @@ __all__ = [
     "MeshSpec",
     "OptionsError",
     "OutOfMemory",
+    "OutOfMemorySpace",
     "Outcome",
+    "Overflow",
     "PartitionError",
     "ProgramNotFound",
     "Registry",

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from aotcheck.pipeline.case import Case
-from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
-from aotcheck.figures.hbm import hbm_verdict
+from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
+from aotcheck.figures.hbm import explain_overflow, hbm_verdict
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import ReportError, merge_reports
@@ -171,6 +171,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     except WorkerCrashed as e:
         print(f"aotcheck: error: {e}", file=sys.stderr)
         return 3
+    except OutOfMemorySpace as e:  # A kernel's VMEM or SMEM, not HBM: said as such, never XLA's raw text.
+        print(f"aotcheck: error: {entry.name} {explain_overflow(e.overflow, target.topology)}", file=sys.stderr)
+        return 2
     except USER_ERRORS:
         raise
     except Exception as e:  # User code raised while building or tracing: name it, no traceback.

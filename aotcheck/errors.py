@@ -12,7 +12,9 @@ class                      what went wrong
 :class:`ConfigError`       the config, mesh, rules, topology or a name in it (a ValueError)
 :class:`UserCodeError`     code of the user's raised while building or lowering (its class named)
 :class:`CompileError`      XLA refused the program
-:class:`OutOfMemory`       ... because it does not fit: what filled the memory in ``details``
+:class:`OutOfMemory`       ... because it does not fit HBM: what filled the memory in ``details``
+:class:`OutOfMemorySpace`  ... because an op overflows another memory space (a Pallas kernel's VMEM
+                           or SMEM): which, how much, the limit and the op in an :class:`Overflow`
 :class:`WorkerCrashed`     the compile process died (a signal, the host's OOM killer)
 =========================  ==============================================================
 
@@ -23,6 +25,10 @@ Example:
     ('OutOfMemory', 'RESOURCE_EXHAUSTED: Ran out of memory', {'peak_buffers': []})
     >>> error_from_json(error_to_json(KeyError("no such key")))
     KeyError('no such key')
+    >>> vmem = Overflow("vmem", 2**27, 2**24, "scoped", op_name="jit(f)/pallas_call", kernel=True)
+    >>> again = error_from_json(error_to_json(OutOfMemorySpace("E1001: CompileTimeScopedVmemOom", overflow=vmem)))
+    >>> type(again).__name__, again.overflow == vmem, isinstance(again, OutOfMemory)
+    ('OutOfMemorySpace', True, True)
     >>> error = error_from_json({"type": "somewhere.Else", "message": "boom"})
     >>> error, error_type(error)
     (UserCodeError('somewhere.Else: boom'), 'Else')
@@ -31,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from typing import Any
@@ -73,16 +80,17 @@ class CompileError(AotcheckError, RuntimeError):
 
 
 class OutOfMemory(CompileError):
-    """XLA refused the program because it does not fit the device's memory. ``details``: what filled
-    the memory (the JSON form of :class:`aotcheck.figures.program.Details`), when XLA's dump said."""
+    """XLA refused the program because it does not fit the device's HBM. ``details``: what filled
+    the memory (the JSON form of :class:`aotcheck.figures.program.Details`), when XLA's dump said;
+    after a fit search, the search too."""
 
     def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.details = dict(details) if details is not None else None
 
     def with_details(self, details: Mapping[str, Any]) -> "OutOfMemory":
-        """The same error, saying what filled the memory."""
-        return type(self)(str(self), details=details)
+        """The same error (its class and every field), saying what filled the memory."""
+        return type(self).from_fields(str(self), {**self.fields(), "details": dict(details)})
 
     def fields(self) -> dict[str, Any]:
         return {"details": self.details} if self.details is not None else {}
@@ -90,6 +98,73 @@ class OutOfMemory(CompileError):
     @classmethod
     def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "OutOfMemory":
         return cls(message, details=fields.get("details"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Overflow:
+    """What XLA's refusal says about a memory space other than HBM that an op overflowed, in bytes.
+
+    Attributes:
+        space: The memory space as XLA names it: ``vmem``, ``smem``, ...
+        size_bytes: What the op (or the program, in that space) needs; XLA rounds it to 0.01 of its unit.
+        limit_bytes: What it may use there.
+        limit: ``"scoped"``: XLA's scoped limit for one op, which launch flags (and a Pallas kernel's
+            ``vmem_limit_bytes``) set; ``"capacity"``: the memory itself, which nothing raises.
+        excess_bytes: By how much it is over, as XLA says (exact where the sizes are rounded).
+        instruction: The op's name in the compiled program (``f.1``).
+        op_name: JAX's name of the op (``jit(step)/pallas_call``), from its metadata.
+        op_shape: The op's result shape, where XLA prints the op (``f32[4096,4096]``).
+        allocation_shape: The allocation's shape, where XLA names it (``f32[262144]``).
+        tag: What the allocation is for (``scratch operand``).
+        kernel: The op is a Pallas (Mosaic) kernel: ``custom_call_target="tpu_custom_call"``.
+        source: The Python line that made the op (``model.py:88``; several, when the program has
+            several ops XLA's words fit), from its metadata or the lowered program; None when unknown.
+    """
+
+    space: str
+    size_bytes: int | None
+    limit_bytes: int | None
+    limit: str = "capacity"
+    excess_bytes: int | None = None
+    instruction: str | None = None
+    op_name: str | None = None
+    op_shape: str | None = None
+    allocation_shape: str | None = None
+    tag: str | None = None
+    kernel: bool = False
+    source: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Overflow":
+        """The inverse of :meth:`to_json`; fields it does not know are left out, missing ones default."""
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+class OutOfMemorySpace(OutOfMemory):
+    """XLA refused the program because an op overflows a memory space other than HBM: a Pallas
+    kernel's VMEM scratch over the scoped VMEM limit, SMEM over the chip's. ``overflow`` says which
+    space, how much, the limit and the op. No HBM figure explains it: ``details`` holds at most a fit search."""
+
+    def __init__(self, message: str, *, overflow: Overflow, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message, details=details)
+        self.overflow = overflow
+
+    def located(self, source: str | None) -> "OutOfMemorySpace":
+        """The same error, naming the Python line that made the op (unchanged when ``source`` is None)."""
+        if source is None:
+            return self
+        return type(self)(str(self), overflow=dataclasses.replace(self.overflow, source=source), details=self.details)
+
+    def fields(self) -> dict[str, Any]:
+        return {**super().fields(), "overflow": self.overflow.to_json()}
+
+    @classmethod
+    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "OutOfMemorySpace":
+        return cls(message, overflow=Overflow.from_json(fields.get("overflow") or {"space": "unknown",
+                   "size_bytes": None, "limit_bytes": None}), details=fields.get("details"))
 
 
 def out_of_memory(message: str) -> bool:

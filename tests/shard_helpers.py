@@ -8,6 +8,11 @@
   on a laptop): under aotcheck on a CPU host the constraints never reach the program.
 
 ``nnx-llama`` itself decides by ``jax.sharding.get_abstract_mesh()``, as README advises.
+
+``small_llama_config`` builds a one-layer Llama on a 2-D mesh ``(fsdp, tp)`` of any shape, for the
+lint's tests in mesh axes (compiled in-process by tests/test_sharding.py, not registered);
+``heads_over_data`` constrains as ``always`` does, but the attention scores keep the whole batch
+with their heads split over ``fsdp`` instead.
 """
 
 from __future__ import annotations
@@ -56,6 +61,38 @@ def by_platform(x: jax.Array, *spec) -> jax.Array:
     if jax.devices()[0].platform == "cpu":
         return x
     return jax.lax.with_sharding_constraint(x, P(*spec))
+
+
+def heads_over_data(x: jax.Array, *spec) -> jax.Array:
+    if spec == ("fsdp", "tp", None, None, None):  # The scores (B, kv heads, groups, T, S).
+        spec = (None, "fsdp", None, None, None)
+    return jax.lax.with_sharding_constraint(x, P(*spec))
+
+
+def small_llama_config(shard, *, mesh: tuple[int, int] = (4, 4), nested: bool = False) -> aotcheck.TrainerConfig:
+    """The Llama of tests/adapter_models.py with one layer and sequences of 128 (a batch of 16), on
+    ``(fsdp, tp) = mesh`` (as many kv heads as ``tp`` has devices, at least 4); ``nested``: the
+    model called inside a nested ``jax.jit`` (its ops named ``jit(train_step)/.../jit(forward)/...``)."""
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    from aotcheck.adapters import flax_nnx
+
+    models = _adapter_models()
+    c = dict(models.LLAMA, layers=1, kv_heads=max(mesh[1], 4))
+    tokens = jax.ShapeDtypeStruct((16, 128), jnp.int32)
+
+    def loss(model, batch):
+        def forward(tokens):
+            return model(tokens)
+
+        logits = jax.jit(forward)(batch["tokens"]) if nested else model(batch["tokens"])
+        return models.next_token_loss(logits, batch["tokens"])
+
+    adapted = flax_nnx.adapt(lambda: models.Llama(c, shard=shard, rngs=nnx.Rngs(0)))
+    return adapted.trainer(batch_spec={"tokens": tokens}, optimizer=optax.adamw(3e-4), loss_fn=loss,
+                           mesh=aotcheck.MeshSpec(("fsdp", "tp"), mesh))
 
 
 aotcheck.register("llama-legacy", lambda: llama_config(shard=by_legacy_mesh))

@@ -9,12 +9,14 @@ argument paths, and splits the compiled peak by class:
 - ``params`` / ``opt_state`` / ``batch``: the entry arguments' own buffers, in
   full: XLA never frees or reuses an argument's buffer during the program, so
   they are resident at any peak. ``batch`` is every input that is neither
-  parameters nor optimizer state (the batch, a KV cache, a function's arguments).
+  parameters nor optimizer state (the batch, a KV cache, a function's arguments
+  its ``arg_kinds`` call ``batch`` or ``other``).
 - ``outputs``: values live at the peak in buffers that leave the program and
   are not an argument's (an update donated in place counts as its argument).
 - ``temp``: every other value live at the peak (activations, gradients,
   gathered copies of parameters), named by the HLO instruction that defined it:
-  JAX's name stack (``op_name``) and the Python ``source_file:line``; a buffer
+  JAX's name stack (``op_name``) and the Python ``source_file:line`` (the user's;
+  for a model installed as a package, its own line too: ``library``); a buffer
   that only moves an argument (a copy, an all-gather) is named by the argument.
 - ``other``: what XLA's peak counts beyond these: tile padding (the classes
   count each array's logical bytes), fragmentation, reservations such as program
@@ -38,9 +40,14 @@ Example (the dump of a two-argument program, shortened by hand):
     ...     fusion.2{}:1-3
     ...     dot.1{}:3-4
     ... '''
-    >>> hlo = '''ENTRY %main (p0: f32[32,32]) -> f32[64,32] {
+    >>> hlo = '''%f (x: f32[32,32]) -> f32[64,64] {
+    ...   %x = f32[32,32]{1,0} parameter(0)
+    ...   ROOT %b = f32[64,64]{1,0} broadcast(%x), dimensions={}
+    ... }
+    ...
+    ... ENTRY %main (p0: f32[32,32]) -> f32[64,32] {
     ...   %p0 = f32[32,32]{1,0} parameter(0)
-    ...   %fusion.2 = f32[64,64]{1,0} fusion(), kind=kLoop, calls=%f, metadata={op_name="jit(f)/exp" source_file="/x/model.py" source_line=88}
+    ...   %fusion.2 = f32[64,64]{1,0} fusion(%p0), kind=kLoop, calls=%f, metadata={op_name="jit(f)/exp" source_file="/x/model.py" source_line=88}
     ...   ROOT %dot.1 = f32[64,32]{1,0} dot(%fusion.2, %p0), metadata={op_name="jit(f)/dot_general" source_file="/x/model.py" source_line=89}
     ... }'''
     >>> found = attribute(assignment, live_range, parse_module(hlo), arguments=[Argument("params/w", "params")],
@@ -48,7 +55,7 @@ Example (the dump of a two-argument program, shortened by hand):
     >>> found.classes
     {'params': 4096, 'opt_state': 0, 'batch': 0, 'outputs': 8192, 'temp': 16384, 'other': 11328}
     >>> found.buffers[0]
-    PeakBuffer(bytes=16384, kind='temp', name='jit(f)/exp', shape='f32[64,64]', source='model.py:88', count=1)
+    PeakBuffer(bytes=16384, kind='temp', name='jit(f)/exp', shape='f32[64,64]', source='model.py:88', count=1, library=None)
 """
 
 from __future__ import annotations
@@ -59,9 +66,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aotcheck.figures.hlo import (
-    Computation, Instruction, instruction_source, metadata, parse_arrays, parse_module, stack_frames,
-)
+from aotcheck.figures.frames import Lines, instruction_library, instruction_source, metadata, stack_frames
+from aotcheck.figures.hlo import Computation, Instruction, parse_arrays, parse_module
 from aotcheck.programs.lowering import Argument
 
 CLASSES = ("params", "opt_state", "batch", "outputs", "temp", "other")
@@ -98,8 +104,9 @@ class PeakBuffer:
     kind: str
     name: str  # An argument's path, or the defining op's JAX name stack.
     shape: str  # dtype[dims] of the largest of them.
-    source: str | None = None  # "file.py:88": the Python line that made it.
+    source: str | None = None  # "file.py:88": the Python line that made it (the user's).
     count: int = 1
+    library: str | None = None  # "esm2quinox/_esm2.py:123": the model library's line, where it is another.
 
     @property
     def key(self) -> tuple[str, str]:
@@ -107,12 +114,21 @@ class PeakBuffer:
         return self.kind, self.name
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Its fields; ``library`` only where set (a model of the user's own code names one line).
+
+        Example:
+            >>> PeakBuffer(8, "temp", "jit(f)/exp", "f32[2]", "train.py:9", library="esm2quinox/_esm2.py:123").to_json()
+            {'bytes': 8, 'kind': 'temp', 'name': 'jit(f)/exp', 'shape': 'f32[2]', 'source': 'train.py:9', 'count': 1, 'library': 'esm2quinox/_esm2.py:123'}
+        """
+        out = dataclasses.asdict(self)
+        if not self.library or self.library == self.source:
+            del out["library"]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "PeakBuffer":
         return cls(int(data["bytes"]), str(data["kind"]), str(data["name"]), str(data["shape"]),
-                   data.get("source"), int(data.get("count", 1)))
+                   data.get("source"), int(data.get("count", 1)), data.get("library"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,7 +271,7 @@ def _off_chip_colors(usage_report: str | None) -> set[int]:
 class _Module:
     """The optimized HLO, indexed for tracing a value back to where its data came from."""
 
-    def __init__(self, module: Mapping[str, Computation], frames: Mapping[int, str] | None = None) -> None:
+    def __init__(self, module: Mapping[str, Computation], frames: Mapping[int, Lines | str] | None = None) -> None:
         self.frames = frames or {}
         self.where: dict[str, tuple[Computation, Instruction]] = {}
         self.loop_of: dict[str, Instruction] = {}  # A while body's or condition's name -> the while.
@@ -354,7 +370,7 @@ def attribute(
     *,
     arguments: Sequence[Argument],
     peak_bytes: int | None,
-    frames: Mapping[int, str] | None = None,
+    frames: Mapping[int, Lines | str] | None = None,
     usage_report: str | None = None,
     top: int = TOP_BUFFERS,
 ) -> Attribution:
@@ -369,9 +385,13 @@ def attribute(
     off_chip = _off_chip_colors(usage_report)
     hlo = _Module(module, frames)
     classes = dict.fromkeys(CLASSES, 0)
-    named: dict[tuple[str, str], list] = {}  # (kind, name) -> [bytes, count, (largest bytes, shape), source]
+    # (kind, name) -> [bytes, count, (largest bytes, shape), (source, library)]: the lines of the first.
+    named: dict[tuple[str, str], list] = {}
 
-    def add(kind: str, name: str, size: int, shape: str, source: str | None) -> None:
+    def lines(inst: Instruction | None) -> tuple[str | None, str | None]:
+        return (instruction_source(inst, hlo.frames), instruction_library(inst, hlo.frames)) if inst else (None, None)
+
+    def add(kind: str, name: str, size: int, shape: str, source: tuple[str | None, str | None]) -> None:
         classes[kind] += size
         entry = named.setdefault((kind, name), [0, 0, (0, shape), source])
         entry[0] += size
@@ -384,7 +404,7 @@ def attribute(
             path = argument.path if argument else f"argument {allocation.parameter}"
             # The logical size: tile padding is XLA's, not the argument's; it stays in "other".
             size = int(sum(a.bytes for a in parse_arrays(allocation.shape))) or allocation.size
-            add(argument.kind if argument else "batch", path, size, allocation.shape, None)
+            add(argument.peak_class if argument else "batch", path, size, allocation.shape, (None, None))
     for value, size, number, _ in _peak_live(live_range, allocations, values, off_chip):
         allocation = allocations[number]
         kind = "outputs" if allocation.kind == "output" else "temp"
@@ -392,7 +412,7 @@ def attribute(
         origin, via, inst = hlo.origin(name, index)
         if origin is not None and origin < len(arguments):
             label = f"{via} of {arguments[origin].path}" if via else f"copy of {arguments[origin].path}"
-            source = instruction_source(inst, hlo.frames) if via and inst else None  # The line that copied it.
+            source = lines(inst if via else None)  # The line that copied it.
         else:
             inst = inst or hlo.where.get(name, (None, None))[1]
             if inst is not None and "/" not in (metadata(inst, "op_name") or "") and inst.name in hlo.feeds:
@@ -401,7 +421,7 @@ def attribute(
                 loop, index = hlo.feeds[inst.name]
                 inst = hlo._carried(loop, (index,), 0)[2] or inst
             label = (metadata(inst, "op_name") if inst else None) or (inst.opcode if inst else name)
-            source = instruction_source(inst, hlo.frames) if inst else None
+            source = lines(inst)
         add(kind, label, size, values[value][2], source)
     counted = sum(classes.values())
     excess = max(0, counted - peak_bytes) if peak_bytes is not None else 0
@@ -415,8 +435,8 @@ def attribute(
                 "beyond its temporaries; this libtpu's dump does not mean what aotcheck reads it as")
         classes["temp"] -= excess
     classes["other"] = peak_bytes - (counted - excess) if peak_bytes is not None else 0
-    buffers = [PeakBuffer(total, kind, name, shape, source, count)
-               for (kind, name), (total, count, (_, shape), source) in named.items()]
+    buffers = [PeakBuffer(total, kind, name, shape, source, count, library)
+               for (kind, name), (total, count, (_, shape), (source, library)) in named.items()]
     buffers.sort(key=lambda b: (-b.bytes, b.kind, b.name))
     return Attribution(classes, buffers[:top], excess)
 

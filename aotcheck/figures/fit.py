@@ -33,17 +33,20 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from aotcheck.errors import Overflow
 from aotcheck.figures.attribution import PeakBuffer
 
 DEFAULT_UPPER = 4096  # The search's upper bound, in multiples of the configured size.
 
 
 class Probe(NamedTuple):
-    """One compile of the program at ``size``: its peak (None when XLA ran out of memory) and whether it fits."""
+    """One compile of the program at ``size``: its peak (None when XLA ran out of memory) and whether it
+    fits; ``refused``: XLA refused it for a memory space other than HBM (a kernel's VMEM), not for HBM."""
 
     size: int
     peak_bytes: int | None
     fits: bool
+    refused: Overflow | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,8 @@ class Fit:
         smallest_peak: The peak at ``step`` when even that did not fit (None otherwise, or when XLA ran out).
         split_at_max: The peak at the max by class (``peak_*_bytes``), when attributed.
         buffers_at_max: The largest buffers at the peak at the max: what fills the memory there.
+        refused: The size one step above the max (``step`` when nothing fits) did not compile because an op
+            overflows another memory space than HBM (a kernel's VMEM): what XLA said. None: HBM is the limit.
     """
 
     knob: str
@@ -77,9 +82,12 @@ class Fit:
     smallest_peak: int | None = None
     split_at_max: dict[str, int] = dataclasses.field(default_factory=dict)
     buffers_at_max: list[PeakBuffer] = dataclasses.field(default_factory=list)
+    refused: Overflow | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "buffers_at_max": [b.to_json() for b in self.buffers_at_max]}
+        out = {**dataclasses.asdict(self), "buffers_at_max": [b.to_json() for b in self.buffers_at_max]}
+        out.pop("refused")  # Written only when a search met one: goldens of HBM-bound searches stay as they were.
+        return {**out, "refused": self.refused.to_json()} if self.refused is not None else out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Fit":
@@ -87,6 +95,7 @@ class Fit:
         fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
         fields["buffers_at_max"] = [PeakBuffer.from_json(b) for b in data.get("buffers_at_max") or []]
         fields["split_at_max"] = {str(k): int(v) for k, v in (data.get("split_at_max") or {}).items()}
+        fields["refused"] = Overflow.from_json(data["refused"]) if data.get("refused") else None
         return cls(**fields)
 
 
@@ -109,12 +118,14 @@ def search(
         return seen[k]
 
     def done(lo: int, *, bisected: bool) -> Fit:
+        above = seen.get(lo + 1)  # What stopped it: HBM, or another memory space.
         return Fit(knob, configured, step, lo * step, at(lo).peak_bytes if lo else None, at(base).peak_bytes,
-                   len(seen), bisected, upper_bound=lo == top)
+                   len(seen), bisected, upper_bound=lo == top, refused=above.refused if above else None)
 
     if not at(base).fits:
         if base == 1 or not at(1).fits:
-            return Fit(knob, configured, step, 0, None, at(base).peak_bytes, len(seen), smallest_peak=at(1).peak_bytes)
+            return Fit(knob, configured, step, 0, None, at(base).peak_bytes, len(seen), smallest_peak=at(1).peak_bytes,
+                       refused=at(1).refused)
         lo, hi = 1, base
     else:
         lo, hi = base, None

@@ -72,3 +72,89 @@ def convolution_flops(inst: Instruction, comp: Computation) -> float:
     out_features = rhs_shape[rhs_labels.index("o")]
     batch = lhs_shape[lhs_labels.index("b")] // batch_groups
     return 2.0 * batch * out_features * in_features * pairs
+
+
+def ragged_dot_flops(inst: Instruction, comp: Computation) -> float:
+    """A ``ragged-dot``: 2 per multiply-add each row really does. Ragged in a non-contracting
+    dimension (MoE's routed experts: ``[M,K] x [G,K,N] -> [M,N]``) or a batch dimension, each
+    output element sums over the contracting dimensions once, as in a dot; ragged in a contracting
+    dimension (the weights' gradient: ``[K,M] x [M,N] -> [G,K,N]``), each of the ``M`` rows
+    contributes to one group's output only, so the output's group dimension does not multiply.
+
+    Example:
+        >>> from aotcheck.figures.hlo import parse_module
+        >>> module = parse_module('''ENTRY %m (x: bf16[64,16], w: bf16[4,16,32], g: s32[4]) -> bf16[64,32] {
+        ...   %x = bf16[64,16]{1,0} parameter(0)
+        ...   %w = bf16[4,16,32]{2,1,0} parameter(1)
+        ...   %g = s32[4]{0} parameter(2)
+        ...   ROOT %r = bf16[64,32]{1,0} ragged-dot(%x, %w, %g), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}
+        ... }''')
+        >>> ragged_dot_flops(module["m"].root, module["m"])  # 2 * 64 * 16 * 32
+        65536.0
+    """
+    flops = dot_flops(inst, comp)
+    ragged = _dims(inst.attr("lhs_ragged_dims"))
+    contracting = _dims(inst.attr("lhs_contracting_dims"))
+    if ragged and ragged[0] in contracting and inst.arrays and inst.arrays[0].dims:
+        flops /= inst.arrays[0].dims[0]  # The output's leading group dimension.
+    return flops
+
+
+# Custom calls that run a kernel compiled from user code: Pallas/Mosaic on TPUs, Triton and
+# Mosaic GPU on GPUs. Their work is opaque to XLA; a Pallas kernel may declare it
+# (``pl.CostEstimate``), which XLA's TPU backend carries as ``cost_estimate`` in the call's config.
+KERNEL_TARGETS = frozenset({"tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "mosaic_gpu_v2"})
+# cuBLAS calls XLA's GPU compiler makes of a dot (after autotuning; a deviceless compile keeps dots).
+GEMM_TARGETS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8"})
+_COST_FLOPS = re.compile(r'"cost_estimate"\s*:\s*\{[^{}]*?"flops"\s*:\s*"?(\d+)')
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+
+
+def custom_call_target(inst: Instruction) -> str | None:
+    match = _TARGET.search(inst.attrs)
+    return match[1] if match else None
+
+
+def declared_flops(inst: Instruction) -> float | None:
+    """The FLOPs a kernel's custom call declares (a Pallas ``CostEstimate``), or None if it declares none.
+
+    Example:
+        >>> from aotcheck.figures.hlo import parse_instruction
+        >>> declared_flops(parse_instruction('%k = f32[8]{0} custom-call(%a), custom_call_target="tpu_custom_call", '
+        ...                                  'backend_config={"custom_call_config":{"cost_estimate":{"flops":"4096"}}}'))
+        4096.0
+    """
+    match = _COST_FLOPS.search(inst.attrs)
+    return float(match[1]) if match else None
+
+
+def gemm_flops(inst: Instruction, comp: Computation) -> float:
+    """A cuBLAS gemm custom call: 2 x the output's elements x the contracting size (its config's
+    ``dot_dimension_numbers``; the first result is the output, a second the workspace)."""
+    lhs = comp.instructions.get(inst.operands[0]) if inst.operands else None
+    found = re.search(r'"lhs_contracting_dimensions"\s*:\s*\[([^\]]*)\]', inst.attrs)
+    if lhs is None or not lhs.arrays or not inst.arrays or not found:
+        return 0.0
+    dims = [int(d) for d in re.findall(r"\d+", found[1])]
+    return 2.0 * inst.arrays[0].elements * math.prod(lhs.arrays[0].dims[d] for d in dims)
+
+
+def does_arithmetic(inst: Instruction) -> bool:
+    """Whether a kernel touches floating-point data (an integer-only one, such as XLA's own ragged-dot
+    metadata kernel, does no FLOPs worth counting)."""
+    return any(a.dtype.startswith(("f", "bf", "c")) for a in inst.arrays)
+
+
+def kernel_name(op_name: str) -> str:
+    """A kernel's name from its op's JAX name stack: the last name before ``pallas_call``.
+
+    Example:
+        >>> kernel_name("jit(f)/while/body/vmap(splash)/splash_mha_fwd_no_residuals/pallas_call")
+        'splash_mha_fwd_no_residuals'
+        >>> kernel_name("jit(f)/while/body/eval_jaxpr/jit(flash_attention)/pallas_call")
+        'flash_attention'
+    """
+    parts = [p for p in op_name.split("/") if p and p != "pallas_call"]
+    name = parts[-1] if parts else op_name
+    match = re.fullmatch(r"(?:jit|pjit|vmap|remat|checkpoint)\((.*)\)", name)
+    return match[1] if match else name

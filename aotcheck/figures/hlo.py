@@ -17,7 +17,9 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterator
+from typing import Any
 
+from aotcheck.errors import AotcheckError
 from aotcheck.figures.frames import instruction_source, metadata, short_source, stack_frames  # noqa: F401  (moved)
 
 _DTYPE_BYTES = {
@@ -90,17 +92,61 @@ class Computation:
     is_entry: bool
 
 
+class HloParseError(AotcheckError, RuntimeError):
+    """aotcheck could not read XLA's program text whole: no figure is made from part of a program.
+    The message names the computation and the line."""
+
+
+# A quoted string (which may hold braces, parentheses and raw newlines: a Pallas kernel's
+# backend_config does), or a character that opens, closes or ends something.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}()\n]')
+
+
 def _matching(text: str, start: int, open_char: str, close_char: str) -> int:
-    """Index just past the bracket that closes the one at ``start``."""
+    """Index just past the bracket that closes the one at ``start`` (brackets in quoted strings do not count)."""
     depth = 0
-    for i in range(start, len(text)):
-        if text[i] == open_char:
+    for match in _TOKEN.finditer(text, start):
+        token = match.group()
+        if token == open_char:
             depth += 1
-        elif text[i] == close_char:
+        elif token == close_char:
             depth -= 1
             if depth == 0:
-                return i + 1
+                return match.end()
     return len(text)
+
+
+def logical_lines(text: str) -> Iterator[tuple[int, int, str]]:
+    r"""(bracket depth at its start, line number, text) of each statement of a module's text: a
+    line, joined with the lines after it while a string, parenthesis or brace it opened is still
+    open. A computation's header (a line that ends by opening a brace at depth 0) is one statement.
+
+    Example (a backend config holding a raw newline stays in its instruction):
+        >>> for depth, number, line in logical_lines('ENTRY %m () -> f32[] {\n  ROOT %c = f32[] custom-call(), '
+        ...                                          'backend_config={"a":1,\n"b":"}"}\n}'):
+        ...     print(depth, number, repr(line))
+        0 1 'ENTRY %m () -> f32[] {'
+        1 2 '  ROOT %c = f32[] custom-call(), backend_config={"a":1,\n"b":"}"}'
+        1 4 '}'
+    """
+    depth = start = start_depth = 0
+    number = start_number = 1
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token == "\n":
+            piece = text[start:match.start()]
+            if depth <= start_depth or (start_depth == 0 and depth == 1 and piece.rstrip().endswith("{")):
+                yield start_depth, start_number, piece
+                start, start_depth, start_number = match.end(), depth, number + 1
+            number += 1
+        elif token in "{(":
+            depth += 1
+        elif token in "})":
+            depth -= 1
+        else:
+            number += token.count("\n")
+    if start < len(text):
+        yield start_depth, start_number, text[start:]
 
 
 def parse_instruction(line: str) -> Instruction | None:
@@ -134,29 +180,101 @@ def lowered_instructions(text: str) -> Iterator[Instruction]:
         >>> [i.opcode for i in lowered_instructions("ENTRY m {\n  p.1 = f32[4]{0} parameter(0)\n}")]
         ['parameter']
     """
-    for line in text.splitlines():
+    for _, _, line in logical_lines(text):
         inst = parse_instruction(_UNPREFIXED.sub(r"\1%\2", line, count=1))
         if inst is not None:
             yield inst
 
 
+# Attributes naming the computations an instruction runs.
+CALLED = ("calls", "to_apply", "body", "condition", "branch_computations", "true_computation", "false_computation")
+
+
 def parse_module(text: str) -> dict[str, Computation]:
-    """Computations of an HLO module's text, by name."""
+    r"""Computations of an HLO module's text, by name, each checked whole as it is read: every
+    statement inside a computation is an instruction, names are unique, a ROOT ends it, every
+    operand is defined in it and every computation called exists. :class:`HloParseError` names
+    the computation and line otherwise: a figure is never made from part of a program.
+
+    Example:
+        >>> parse_module("ENTRY %main () -> f32[] {\n  %c = f32[] constant(1)\n}")
+        Traceback (most recent call last):
+        ...
+        aotcheck.figures.hlo.HloParseError: XLA's program text could not be read whole: computation 'main' (line 1) has no ROOT instruction...
+    """
     computations: dict[str, Computation] = {}
     current: Computation | None = None
-    for line in text.splitlines():
+    first = 0
+    for depth, number, line in logical_lines(text):
         if current is None:
-            header = _HEADER.match(line)
+            header = _HEADER.match(line) if depth == 0 else None
             if header:
-                current = Computation(header[2], {}, None, bool(header[1]))
+                current, first = Computation(header[2], {}, None, bool(header[1])), number
             continue
-        if line.startswith("}"):
+        stripped = line.strip()
+        if stripped == "}":
+            _check_computation(current, first)
             computations[current.name] = current
             current = None
-            continue
-        inst = parse_instruction(line)
-        if inst:
+        elif stripped:
+            inst = parse_instruction(line)
+            if inst is None:
+                raise _unreadable(f"computation {current.name!r}, line {number}: not an instruction: {_clip(stripped)}")
+            if inst.name in current.instructions:
+                raise _unreadable(f"computation {current.name!r}, line {number}: {inst.name!r} defined twice")
             current.instructions[inst.name] = inst
             if inst.is_root:
+                if current.root is not None:
+                    raise _unreadable(f"computation {current.name!r}, line {number}: a second ROOT ({inst.name!r})")
                 current.root = inst
+    if current is not None:
+        raise _unreadable(f"computation {current.name!r} (line {first}) never ends")
+    for comp in computations.values():
+        for inst in comp.instructions.values():
+            for key in CALLED:
+                missing = [name for name in inst.called(key) if name not in computations]
+                if missing:
+                    raise _unreadable(f"computation {comp.name!r}: {inst.name!r} calls {missing[0]!r}, which the "
+                                      f"module does not define")
     return computations
+
+
+def _check_computation(comp: Computation, first: int) -> None:
+    if comp.root is None:
+        raise _unreadable(f"computation {comp.name!r} (line {first}) has no ROOT instruction")
+    for inst in comp.instructions.values():
+        undefined = [o for o in inst.operands if o not in comp.instructions]
+        if undefined:
+            raise _unreadable(f"computation {comp.name!r} (line {first}): {inst.name!r} uses {undefined[0]!r}, "
+                              f"which it does not define")
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _unreadable(what: str) -> HloParseError:
+    return HloParseError(f"XLA's program text could not be read whole: {what}. No figure is made from part of a "
+                         f"program; this is aotcheck's bug: please report it with this message")
+
+
+def check_against(module: dict[str, Computation], xla_module: Any) -> None:
+    """Checks a parse against XLA's own parse of the same program (an independent count): the same
+    computations, each with the same number of instructions. ``xla_module``: an ``HloModule`` of
+    ``compiled.runtime_executable().hlo_modules()``. The computation an async op wraps is printed
+    inside its ``*-start`` (``all-reduce-start(...)``), not apart, so XLA's copy of it is not
+    compared. Raises :class:`HloParseError` naming the first computation that differs.
+    """
+    try:
+        computations = list(xla_module.computations())
+        roots = {inst.async_wrapped_root().name for comp in computations for inst in comp.instructions()
+                 if str(inst.opcode).endswith("AsyncStart")}
+        theirs = {comp.name: len(comp.instructions()) for comp in computations
+                  if not any(inst.name in roots for inst in comp.instructions())}
+    except (AttributeError, TypeError):  # A toolchain whose bindings lack these: nothing to check against.
+        return
+    ours = {name: len(c.instructions) for name, c in module.items()}
+    for name in sorted(theirs.keys() | ours.keys()):
+        if theirs.get(name) != ours.get(name):
+            raise _unreadable(f"computation {name!r} has {ours.get(name, 'no')} instructions here and "
+                              f"{theirs.get(name, 'no')} in XLA's own parse of the program")

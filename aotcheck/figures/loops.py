@@ -8,10 +8,15 @@ computation is weighed by how often it runs: a while body by its trip count
 update), a fusion or call by its caller's count.
 
 What is counted:
-- FLOPs of ``dot`` and ``convolution`` exactly (2 per multiply-add; a
-  convolution's padding and dilation holes are not counted), wherever they sit
-  (fusions, loop bodies, async computations). Elementwise work is not counted:
-  the figure is the matrix-unit work, which dominates any model worth gating.
+- FLOPs of ``dot``, ``convolution`` and ``ragged-dot`` exactly (2 per multiply-add;
+  a convolution's padding and dilation holes are not counted) and of cuBLAS gemm
+  calls, wherever they sit (fusions, loop bodies, async computations); a custom
+  kernel's (Pallas/Mosaic, Triton) as the cost it declares (``pl.CostEstimate``;
+  XLA's own ragged-dot kernel on TPUs declares exactly 2*M*K*N), times the trip
+  counts around it. A kernel that does floating-point work and declares no cost
+  counts 0 and is named in :meth:`HloAnalysis.uncounted`, as is a loop whose trip
+  count the program does not say. Elementwise work is not counted: the figure is
+  the matrix-unit work, which dominates any model worth gating.
 - Collectives by kind, each once (an async ``*-start`` counts, its ``*-done``
   does not), with the bytes of its larger side (all-gather: the gathered
   result; reduce-scatter: the input), per device.
@@ -36,8 +41,11 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 
-from aotcheck.figures.flops import convolution_flops, dot_flops
-from aotcheck.figures.frames import instruction_source, metadata, stack_frames
+from aotcheck.figures.flops import (
+    GEMM_TARGETS, KERNEL_TARGETS, convolution_flops, custom_call_target, declared_flops, does_arithmetic, dot_flops,
+    gemm_flops, kernel_name, ragged_dot_flops,
+)
+from aotcheck.figures.frames import instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_module
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -172,6 +180,43 @@ class Loop:
     trip_count: int | None
     multiplier: int  # How often the loop itself runs.
     flops_per_trip: float = 0.0
+    source: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Uncounted:
+    """Work the loop-aware ``flops`` may miss, named so that a reader can check it by hand.
+
+    ``kind``: ``loop`` (a while loop whose trip count the HLO does not say: its body is counted
+    once), ``kernel`` (a custom kernel that declares no cost: its FLOPs are not in ``flops``) or
+    ``below_xla`` (``flops`` came out below XLA's own raw count, which counts every loop body once:
+    something is missed). ``count``: how often it runs per step (for ``below_xla``, 0).
+
+    Example:
+        >>> Uncounted("kernel", "splash_mha_fwd", "model.py:88", 16).describe()
+        'kernel splash_mha_fwd (model.py:88, 16 per step) declares no cost: its FLOPs are not in flops'
+    """
+
+    kind: str
+    name: str
+    source: str | None
+    count: int
+
+    def describe(self) -> str:
+        """One line, as data: what is missed (render words the rest)."""
+        where = f" ({self.source}, {self.count} per step)" if self.source else f" ({self.count} per step)"
+        if self.kind == "loop":
+            return f"loop {self.name}{where} has a trip count the program does not say: its body is counted once"
+        if self.kind == "kernel":
+            return f"kernel {self.name}{where} declares no cost: its FLOPs are not in flops"
+        return f"flops ({self.name}) is below XLA's own raw count, which counts each loop body once: work is missed"
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Uncounted":
+        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]))
 
 
 @dataclasses.dataclass
@@ -185,8 +230,18 @@ class HloAnalysis:
     loops: list[Loop] = dataclasses.field(default_factory=list)
     unknown_trip_counts: int = 0
     top_ops: list[tuple[float, str, int]] = dataclasses.field(default_factory=list)  # (flops, op, multiplier)
-    # (kind, op_name, source line) -> count and bytes, loop-aware.
-    collective_ops: dict[tuple[str, str, str | None], CollectiveStats] = dataclasses.field(default_factory=dict)
+    # (kind, op_name, source line, library line) -> count and bytes, loop-aware.
+    collective_ops: dict[tuple[str, str, str | None, str | None], CollectiveStats] = dataclasses.field(default_factory=dict)
+    # Kernels that declare no cost: (name, source line) -> how many run per step.
+    kernels_without_cost: dict[tuple[str, str | None], int] = dataclasses.field(default_factory=dict)
+
+    def uncounted(self) -> list[Uncounted]:
+        """Loops of unknown trip count and kernels without a declared cost, as records."""
+        loops = [Uncounted("loop", loop.op_name, loop.source, loop.multiplier)
+                 for loop in self.loops if loop.trip_count is None]
+        kernels = [Uncounted("kernel", name, source, count)
+                   for (name, source), count in sorted(self.kernels_without_cost.items(), key=lambda kv: kv[0][0])]
+        return loops + kernels
 
 
 def _collective_kind(opcode: str) -> str | None:
@@ -213,28 +268,54 @@ class CollectiveOp:
 
     kind: str
     name: str  # JAX's name stack (``op_name``) of the op, or the HLO instruction's name.
-    source: str | None
+    source: str | None  # The user's line ("train.py:88").
     count: int
     bytes: int
+    library: str | None = None  # The model library's line, where it is another ("esm2quinox/_esm2.py:123").
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
+    def key(self) -> tuple[str, str, str | None, str | None]:
         """What identifies a collective across two compiles of one case (one op can make several)."""
-        return self.kind, self.name, self.source
+        return self.kind, self.name, self.source, self.library
 
     def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.library or self.library == self.source:  # Written only where there are two lines.
+            del out["library"]
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "CollectiveOp":
-        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]), int(data["bytes"]))
+        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]), int(data["bytes"]),
+                   data.get("library"))
 
 
 def top_collectives(analysis: "HloAnalysis", limit: int = 10) -> list[CollectiveOp]:
     """The ``limit`` collectives that move the most bytes per step."""
-    ops = [CollectiveOp(kind, name, source, stats.count, int(stats.bytes))
-           for (kind, name, source), stats in analysis.collective_ops.items()]
+    ops = [CollectiveOp(kind, name, source, stats.count, int(stats.bytes), library)
+           for (kind, name, source, library), stats in analysis.collective_ops.items()]
     return sorted(ops, key=lambda op: (-op.bytes, -op.count, op.kind, op.name))[:limit]
+
+
+def instruction_flops(inst: Instruction, comp: Computation) -> float | None:
+    """FLOPs of one instruction per run (see :mod:`aotcheck.figures.flops`); None for a kernel that
+    does arithmetic and declares no cost."""
+    if inst.opcode == "dot":
+        return dot_flops(inst, comp)
+    if inst.opcode == "convolution":
+        return convolution_flops(inst, comp)
+    if inst.opcode == "ragged-dot":
+        return ragged_dot_flops(inst, comp)
+    if inst.opcode == "custom-call":
+        target = custom_call_target(inst)
+        if target in GEMM_TARGETS:
+            return gemm_flops(inst, comp)
+        if target in KERNEL_TARGETS:
+            declared = declared_flops(inst)
+            if declared is None and does_arithmetic(inst):
+                return None
+            return declared or 0.0
+    return 0.0
 
 
 def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> HloAnalysis:
@@ -255,11 +336,11 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> H
             return 0.0
         total = 0.0
         for inst in comp.instructions.values():
-            flops = 0.0
-            if inst.opcode == "dot":
-                flops = dot_flops(inst, comp)
-            elif inst.opcode == "convolution":
-                flops = convolution_flops(inst, comp)
+            flops = instruction_flops(inst, comp)
+            if flops is None:  # A kernel that declares no cost.
+                flops = 0.0
+                key = (kernel_name(_op_name(inst)), instruction_source(inst, frames))
+                result.kernels_without_cost[key] = result.kernels_without_cost.get(key, 0) + multiplier
             if flops:
                 total += flops
                 key = _op_name(inst)
@@ -268,7 +349,7 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> H
             kind = _collective_kind(inst.opcode)
             if kind:
                 size = multiplier * _collective_bytes(inst, comp)
-                origin = (kind, _op_name(inst), instruction_source(inst, frames))
+                origin = (kind, _op_name(inst), instruction_source(inst, frames), instruction_library(inst, frames))
                 for stats in (result.collectives[kind], result.collective_ops.setdefault(origin, CollectiveStats())):
                     stats.count += multiplier
                     stats.bytes += size
@@ -276,7 +357,7 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> H
                 count = trip_count(inst, comp, module)
                 if count is None:
                     result.unknown_trip_counts += 1
-                inner = Loop(inst.name, _op_name(inst), count, multiplier)
+                inner = Loop(inst.name, _op_name(inst), count, multiplier, source=instruction_source(inst, frames))
                 result.loops.append(inner)
                 body = module.get((inst.called("body") or [""])[0])
                 if body is not None:

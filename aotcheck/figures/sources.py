@@ -7,7 +7,9 @@ point one line off. So an entry also keeps, for each line its details name, wher
 instructions stand in the lowered program (``anchors``: their positions in its instruction order,
 which the unchanged program keeps), and a hit reads the lines at those positions in the fresh
 lowering (``remap``). A line whose positions now disagree, or that names no instruction, cannot be
-mapped: the case is compiled afresh.
+mapped: the case is compiled afresh. A model library's lines (:func:`aotcheck.figures.frames.instruction_library`)
+are anchored the same way, in a second run of positions after the user's lines: a line is one
+line of code whichever it names, so both are mapped by one table.
 
 Example (line 7 became line 8; line 9 still names what it did):
     >>> before = ["m.py:7", "m.py:7", None, "m.py:9"]
@@ -24,25 +26,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from aotcheck.figures.hlo import instruction_source, lowered_instructions, stack_frames
+from aotcheck.figures.frames import instruction_library, instruction_source, stack_frames
+from aotcheck.figures.hlo import lowered_instructions
 
 Anchors = dict[str, list[int]]
 """A source line -> the positions of the instructions it made, in the lowered program's order."""
 
 
 def source_sequence(lowered_hlo: str) -> list[str | None]:
-    """The source line of every instruction of a lowered program, in order
-    (``lowered.as_text(dialect="hlo", debug_info=True)``; None where an instruction names none).
+    """The source line of every instruction of a lowered program, in order, then the model library's
+    line of every instruction, in the same order (``lowered.as_text(dialect="hlo", debug_info=True)``;
+    None where an instruction names none).
 
-    Example:
+    Example (one line each: no library's):
         >>> source_sequence('''ENTRY main.3 {
         ...   p.1 = f32[4]{0} parameter(0)
         ...   e.2 = f32[4]{0} exponential(p.1), metadata={op_name="jit(f)/exp" source_file="/m.py" source_line=9}
         ... }''')
-        [None, 'm.py:9']
+        [None, 'm.py:9', None, None]
     """
     frames = stack_frames(lowered_hlo)
-    return [instruction_source(inst, frames) for inst in lowered_instructions(lowered_hlo)]
+    instructions = list(lowered_instructions(lowered_hlo))
+    return ([instruction_source(inst, frames) for inst in instructions]
+            + [instruction_library(inst, frames) for inst in instructions])
 
 
 def anchors(sources: Iterable[str], sequence: Sequence[str | None]) -> Anchors:

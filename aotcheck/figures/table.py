@@ -53,8 +53,10 @@ FIGURES: tuple[Figure, ...] = (
            "(axlearn's sum), the peak split by what holds it (`peak_params_bytes`, ...: they sum to `peak_bytes` "
            "exactly)"),
     Figure("*flops*", "flops", "more", 0.01, 0, False,
-           "`flops`: loop-aware matmul/convolution FLOPs per device (each loop body times its trip count); "
-           "`flops_program`: times the devices; `flops_xla`: XLA's raw count (a loop body once)"),
+           "`flops`: loop-aware FLOPs per device (each loop body times its trip count) of every `dot`, "
+           "`convolution` and `ragged-dot`, cuBLAS gemm, and the cost a Pallas/Mosaic kernel declares "
+           "(`pl.CostEstimate`); not elementwise work, nor a kernel that declares no cost (each named in a "
+           "note); `flops_program`: times the devices; `flops_xla`: XLA's raw count (a loop body once)"),
     Figure("*", "count", "more", 0.02, 0, False,
            "any other figure: XLA's raw `bytes_accessed_xla` and `transcendentals_xla` (a loop body counted once)"),
 )

@@ -6,7 +6,7 @@
 what happened                          verdict
 =====================================  =====================================
 the compile process died               CRASHED
-XLA ran out of memory                  OUT_OF_MEMORY
+XLA ran out of memory (HBM, VMEM...)   OUT_OF_MEMORY
 XLA refused the program otherwise      COMPILE_ERROR
 the config, mesh or rules are wrong,   ERROR
 user code raised, a file is unwritable
@@ -41,8 +41,9 @@ from collections.abc import Callable, Sequence
 
 from aotcheck import _runtime
 from aotcheck.figures.attribution import PEAK_FIGURES
-from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_type
+from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
 from aotcheck.figures.hbm import hbm_verdict
+from aotcheck.figures.hlo import HloParseError
 from aotcheck.figures.program import Details
 from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
@@ -56,7 +57,7 @@ Measure = Callable[[Case], Measurement]
 # aotcheck's own errors explain themselves (a wrong config, mesh, partitioning,
 # topology or registry name: all ValueErrors; the host's: HostError); anything else
 # user code raised is named by its type.
-SELF_EXPLAINING: tuple[type[Exception], ...] = (ValueError, _runtime.HostError)
+SELF_EXPLAINING: tuple[type[Exception], ...] = (ValueError, _runtime.HostError, HloParseError)
 
 
 def check_case(
@@ -92,9 +93,11 @@ def _decide(
         result = measure(case)
     except WorkerCrashed as e:
         return Outcome(case, Verdict.CRASHED, error=Failure(str(e), log=tuple(e.log)))
-    except OutOfMemory as e:
+    except OutOfMemory as e:  # HBM's, or another memory space's (a kernel's VMEM: its Overflow says which).
+        overflow = e.overflow if isinstance(e, OutOfMemorySpace) else None
         return Outcome(case, Verdict.OUT_OF_MEMORY,
-                       error=Failure(str(e), Details.from_json(e.details) if e.details is not None else None))
+                       error=Failure(str(e), Details.from_json(e.details) if e.details is not None else None,
+                                     overflow=overflow))
     except CompileError as e:
         return Outcome(case, Verdict.COMPILE_ERROR, error=Failure(str(e)))
     except SELF_EXPLAINING as e:
@@ -103,7 +106,10 @@ def _decide(
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         return Outcome(case, Verdict.ERROR, error=Failure(f"{error_type(e)} while building or lowering it: {message}"))
     figures = result.figures
-    measured = dict(measured=result, notes=[result.attribution_problem] if result.attribution_problem else [])
+    # What the figures may miss is said on the case every run (its golden records it too).
+    doubts = [f"{case.id}: {u.describe()}" for u in result.details.uncounted]
+    measured = dict(measured=result, notes=[*([result.attribution_problem] if result.attribution_problem else []),
+                                            *doubts])
     over = hbm_verdict(int(figures["peak_bytes"]), case.topology, headroom=hbm_headroom)
     if over:
         return Outcome(case, Verdict.OVER_HBM, error=Failure(over), **measured)

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aotcheck.errors import Overflow
 from aotcheck.figures.program import Details, Figures
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.golden import Golden, toolchain_note
@@ -38,22 +39,26 @@ from aotcheck.pipeline.measurement import Measurement
 @dataclasses.dataclass(frozen=True)
 class Failure:
     """What went wrong with a case, as text: an error that left no figures (then ``details`` may say
-    what filled the memory, and ``log`` is what a compile process that died printed, whole), or why
-    figures that exist fail (over HBM, a golden that cannot be read or written)."""
+    what filled the memory, ``overflow`` which memory space other than HBM an op overflowed, and
+    ``log`` is what a compile process that died printed, whole), or why figures that exist fail
+    (over HBM, a golden that cannot be read or written)."""
 
     text: str
     details: Details | None = None
     log: tuple[str, ...] = ()
+    overflow: Overflow | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "details": self.details.to_json() if self.details is not None else None,
-                "log": list(self.log)}
+        out = {"text": self.text, "details": self.details.to_json() if self.details is not None else None,
+               "log": list(self.log)}
+        return {**out, "overflow": self.overflow.to_json()} if self.overflow is not None else out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Failure":
-        details = data.get("details")
+        details, overflow = data.get("details"), data.get("overflow")
         return cls(str(data["text"]), Details.from_json(details) if details is not None else None,
-                   tuple(str(line) for line in data.get("log") or ()))
+                   tuple(str(line) for line in data.get("log") or ()),
+                   Overflow.from_json(overflow) if overflow else None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,6 +50,14 @@ class LMConfig:
         scan_layers: ``lax.scan`` over layers (else a Python loop, unrolled).
         remat: Recompute each block in the backward pass.
         mesh: Axes ``("data", "model")``: FSDP + data parallel, tensor parallel.
+        attention: ``"xla"`` (einsums), or a Pallas TPU kernel from jax itself, run per
+            device under ``shard_map`` inside the layer scan as production models run it:
+            ``"flash"`` (``flash_attention``, declares its cost) or ``"splash"``
+            (``splash_attention``, declares none). TPU targets only.
+        experts: Routed experts per MLP (0: a dense MLP). Each token goes to ``top_k``
+            experts through ``jax.lax.ragged_dot`` over tokens sorted by expert, per device
+            under ``shard_map`` (experts' weights gathered, as FSDP does).
+        top_k: Experts per token.
     """
 
     vocab: int = 32_000
@@ -65,6 +73,9 @@ class LMConfig:
     scan_layers: bool = True
     remat: bool = True
     mesh: MeshSpec = MeshSpec(("data", "model"), (-1, 1))
+    attention: str = "xla"
+    experts: int = 0
+    top_k: int = 2
 
     @property
     def head_dim(self) -> int:
@@ -73,21 +84,37 @@ class LMConfig:
     def num_params(self) -> int:
         """Analytic parameter count (embedding and unembedding untied)."""
         d, f, layers = self.d_model, self.d_ff, self.n_layers
-        per_layer = 4 * d * d + 2 * d * f + 2 * d  # qkvo, MLP in/out, two norms.
+        mlp = 2 * d * f if not self.experts else self.experts * 2 * d * f + d * self.experts  # + the router.
+        per_layer = 4 * d * d + mlp + 2 * d  # qkvo, MLP in/out, two norms.
         return 2 * self.vocab * d + layers * per_layer + d
 
-    def train_step_flops(self) -> float:
-        """Analytic FLOPs of one train step (PaLM appendix B): 6N per token for the
-        matmul parameters plus 12·L·S·d per token for attention, no remat recompute."""
-        n_matmul = self.num_params() - self.vocab * self.d_model - self.n_layers * 2 * self.d_model - self.d_model
-        tokens = self.batch * self.seq_len
-        return 6 * n_matmul * tokens + 12 * self.n_layers * self.seq_len * self.d_model * tokens
+    def train_step_flops(self, *, attention: str = "all") -> float:
+        """Analytic FLOPs of one train step (PaLM appendix B): per token, 6 per matmul parameter a
+        token meets (of the routed experts, its ``top_k``, not all) plus 12·L·S·d for attention over
+        the whole S x S (as the einsums compute it). With ``remat`` every block's forward runs
+        twice: 8 per block parameter, 16·L·S·d. ``attention``: ``"all"``; ``"forward"`` (only the
+        forward attention, 4·L·S·d, twice with remat: what flash attention's kernels declare, its
+        backward kernels declaring none); ``"none"`` (kernels that declare no cost: splash).
+
+        Example:
+            >>> import dataclasses
+            >>> moe = dataclasses.replace(TINY, experts=4, top_k=2, remat=False)
+            >>> extra = moe.train_step_flops() - dataclasses.replace(moe, experts=0).train_step_flops()
+            >>> extra == 6 * 2 * 4096 * (2 * 128 * 512 + 128 * 4)  # A second expert's MLP and the router, per token.
+            True
+        """
+        d, f, layers, tokens = self.d_model, self.d_ff, self.n_layers, self.batch * self.seq_len
+        per_block = 4 * d * d + 2 * d * f * (self.top_k if self.experts else 1) + d * self.experts
+        recompute = 1 if self.remat else 0
+        passes = {"all": 3 + recompute, "forward": 1 + recompute, "none": 0}[attention]
+        flops = 6 * self.vocab * d * tokens + (6 + 2 * recompute) * layers * per_block * tokens
+        return float(flops + passes * 4 * layers * self.seq_len * d * tokens)
 
 
 def init_params(cfg: LMConfig, rng: jax.Array) -> Params:
     """Parameters, fp32, layers stacked on a leading axis of size ``n_layers``."""
     d, f, layers, v = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.vocab
-    keys = iter(jax.random.split(rng, 8))
+    keys = iter(jax.random.split(rng, 9))
 
     def normal(shape: tuple[int, ...], fan_in: int) -> jax.Array:
         return jax.random.normal(next(keys), shape, jnp.float32) * fan_in**-0.5
@@ -101,7 +128,11 @@ def init_params(cfg: LMConfig, rng: jax.Array) -> Params:
                 "wv": normal((layers, d, d), d),
                 "wo": normal((layers, d, d), d),
             },
-            "mlp": {"wi": normal((layers, d, f), d), "wo": normal((layers, f, d), f)},
+            "mlp": {"wi": normal((layers, d, f), d), "wo": normal((layers, f, d), f)} if not cfg.experts else {
+                "router": normal((layers, d, cfg.experts), d),
+                "wi": normal((layers, cfg.experts, d, f), d),
+                "wo": normal((layers, cfg.experts, f, d), f),
+            },
             "ln1": jnp.ones((layers, d), jnp.float32),
             "ln2": jnp.ones((layers, d), jnp.float32),
         },
@@ -120,6 +151,19 @@ PARTITION_RULES = (
     (r"^unembed$", P("data", "model")),
     (r".*", P()),  # Norm scales: small, replicated.
 )
+
+# Routed experts: FSDP over "data" on each expert's model dimension (gathered where used).
+MOE_PARTITION_RULES = (
+    (r"layers/mlp/router$", P(None, "data", None)),
+    (r"layers/mlp/wi$", P(None, None, "data", None)),
+    (r"layers/mlp/wo$", P(None, None, None, "data")),
+    *(rule for rule in PARTITION_RULES if not rule[0].startswith("layers/mlp/")),
+)
+
+
+def partition_rules(cfg: LMConfig) -> tuple:
+    return MOE_PARTITION_RULES if cfg.experts else PARTITION_RULES
+
 
 _ACTIVATIONS = P("data", None, None)
 
@@ -143,9 +187,58 @@ def _attend(cfg: LMConfig, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.A
     return out.reshape(*out.shape[:-2], cfg.d_model)
 
 
+def _kernel_attend(cfg: LMConfig, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """Causal attention by a Pallas TPU kernel of jax's, on each device's batch rows and heads
+    (XLA does not partition a kernel: ``shard_map`` hands it its shard)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention  # noqa: PLC0415  (TPU kernels: imported when used)
+    from jax.experimental.pallas.ops.tpu.splash_attention import (  # noqa: PLC0415
+        splash_attention_kernel as splash, splash_attention_mask as masks,
+    )
+
+    scale = cfg.head_dim**-0.5
+
+    def local(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:  # [b, h, S, Dh] on one device
+        if cfg.attention == "flash":
+            return flash_attention.flash_attention(q, k, v, causal=True, sm_scale=scale)
+        causal = masks.MultiHeadMask([masks.CausalMask((q.shape[2], k.shape[2]))] * q.shape[1])
+        kernel = splash.make_splash_mha(causal, head_shards=1, q_seq_shards=1)
+        return jax.vmap(kernel)(q * scale, k, v)
+
+    spec = P("data", "model", None, None)
+    heads_first = [t.transpose(0, 2, 1, 3) for t in (q, k, v)]
+    out = jax.shard_map(local, mesh=jax.sharding.get_abstract_mesh(), in_specs=(spec,) * 3, out_specs=spec,
+                        check_vma=False)(*heads_first)
+    out = out.transpose(0, 2, 1, 3)
+    return out.reshape(*out.shape[:-2], cfg.d_model)
+
+
 def _mlp(layer: Params, x: jax.Array) -> jax.Array:
     h = jax.nn.gelu(x @ layer["mlp"]["wi"].astype(x.dtype))
     return h @ layer["mlp"]["wo"].astype(x.dtype)
+
+
+def _moe(cfg: LMConfig, layer: Params, x: jax.Array) -> jax.Array:
+    """Routed experts: each device sorts its own tokens by expert and runs every expert's rows
+    with ``jax.lax.ragged_dot`` (the experts' weights gathered whole, as FSDP gathers a layer)."""
+    mlp = layer["mlp"]
+
+    def local(x: jax.Array, router: jax.Array, wi: jax.Array, wo: jax.Array) -> jax.Array:
+        b, s, d = x.shape
+        tokens = x.reshape(b * s, d)
+        scores, chosen = jax.lax.top_k((tokens @ router.astype(x.dtype)).astype(jnp.float32), cfg.top_k)
+        gates = jax.nn.softmax(scores, axis=-1).astype(x.dtype)  # [T, k]
+        flat = chosen.reshape(-1)
+        order = jnp.argsort(flat)
+        rows = tokens[order // cfg.top_k]  # [T*k, d], grouped by expert
+        sizes = jnp.bincount(flat, length=cfg.experts).astype(jnp.int32)
+        h = jax.nn.gelu(jax.lax.ragged_dot(rows, wi.astype(x.dtype), sizes))
+        out = jax.lax.ragged_dot(h, wo.astype(x.dtype), sizes)  # [T*k, d], grouped by expert
+        out = jnp.zeros_like(out).at[order].set(out).reshape(b * s, cfg.top_k, d)
+        return jnp.einsum("tkd,tk->td", out, gates).reshape(b, s, d)
+
+    return jax.shard_map(local, mesh=jax.sharding.get_abstract_mesh(),
+                         in_specs=(P("data"), P(), P(), P()), out_specs=P("data"),
+                         check_vma=False)(x, mlp["router"], mlp["wi"], mlp["wo"])
 
 
 def _block(cfg: LMConfig, layer: Params, x: jax.Array, mask: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
@@ -154,8 +247,10 @@ def _block(cfg: LMConfig, layer: Params, x: jax.Array, mask: jax.Array) -> tuple
     h = _rms_norm(x, layer["ln1"])
     attn = layer["attn"]
     q, k, v = (_heads(cfg, h @ attn[w].astype(h.dtype)) for w in ("wq", "wk", "wv"))
-    x = x + _attend(cfg, q, k, v, mask) @ attn["wo"].astype(h.dtype)
-    x = x + _mlp(layer, _rms_norm(x, layer["ln2"]))
+    attended = _attend(cfg, q, k, v, mask) if cfg.attention == "xla" else _kernel_attend(cfg, q, k, v)
+    x = x + attended @ attn["wo"].astype(h.dtype)
+    normed = _rms_norm(x, layer["ln2"])
+    x = x + (_moe(cfg, layer, normed) if cfg.experts else _mlp(layer, normed))
     return x, (k, v)
 
 
@@ -220,7 +315,8 @@ def _decode_step(cfg: LMConfig, params: Params, cache: Any, token: jax.Array, po
         k_cache = jax.lax.dynamic_update_slice_in_dim(k_cache, k, pos, axis=1)
         v_cache = jax.lax.dynamic_update_slice_in_dim(v_cache, v, pos, axis=1)
         x = x + _attend(cfg, q, k_cache, v_cache, mask) @ attn["wo"].astype(h.dtype)
-        x = x + _mlp(layer, _rms_norm(x, layer["ln2"]))
+        normed = _rms_norm(x, layer["ln2"])
+        x = x + (_moe(cfg, layer, normed) if cfg.experts else _mlp(layer, normed))
         return x, (k_cache, v_cache)
 
     x, cache = jax.lax.scan(body, x, (params["layers"], cache))
@@ -248,6 +344,10 @@ def _abstract_init(cfg: LMConfig):
     return lambda rng: init_params(cfg, rng)
 
 
+def _platforms(cfg: LMConfig) -> tuple[str, ...]:
+    return ("tpu",) if cfg.attention != "xla" else ()  # jax's Pallas kernels here are TPU kernels.
+
+
 def trainer_config(cfg: LMConfig, **overrides: Any) -> TrainerConfig:
     """The train step: AdamW with warmup-cosine schedule and global-norm clipping.
 
@@ -261,8 +361,9 @@ def trainer_config(cfg: LMConfig, **overrides: Any) -> TrainerConfig:
         loss_fn=lambda params, batch: loss_fn(cfg, params, batch),
         optimizer=optimizer,
         batch_spec={"tokens": tokens, "targets": tokens},
-        partition_rules=PARTITION_RULES,
+        partition_rules=partition_rules(cfg),
         mesh=cfg.mesh,
+        platforms=_platforms(cfg),
     )
     return TrainerConfig(**{**fields, **overrides})
 
@@ -276,8 +377,9 @@ def inference_config(cfg: LMConfig, **overrides: Any) -> InferenceConfig:
             "sample_decode": lambda params, batch: sample_decode(cfg, params, batch),
         },
         input_batch_spec={"prompt": jax.ShapeDtypeStruct((cfg.decode_batch, cfg.prompt_len), jnp.int32)},
-        partition_rules=PARTITION_RULES,
+        partition_rules=partition_rules(cfg),
         mesh=cfg.mesh,
+        platforms=_platforms(cfg),
     )
     return InferenceConfig(**{**fields, **overrides})
 
@@ -294,6 +396,23 @@ ONE_B = LMConfig(
     seq_len=1024, batch=64, prompt_len=128, decode_len=128, decode_batch=32,
     # Pure FSDP by default; tensor parallel on the 16-GiB v5e chips.
     mesh=MeshSpec(("data", "model"), (-1, 1), overrides={"v5e-*": (-1, 2)}),
+)
+
+
+# Production shapes of the field, small: attention by a Pallas kernel inside the layer scan (head
+# width 128, as the kernels' blocks want), and routed experts through ragged_dot. Without remat, so
+# that train_step_flops is exact: with it, XLA drops the recompute of each block's last matmuls
+# (their outputs are dead in the backward pass), 5% below the formula's 8N.
+FLASH = LMConfig(
+    vocab=1024, d_model=256, n_layers=2, n_heads=2, d_ff=512,
+    seq_len=256, batch=16, prompt_len=128, decode_len=16, decode_batch=16,
+    mesh=MeshSpec(("data", "model"), (-1, 2)), attention="flash", remat=False,
+)
+SPLASH = dataclasses.replace(FLASH, attention="splash")
+MOE = LMConfig(
+    vocab=1024, d_model=128, n_layers=2, n_heads=4, d_ff=256,
+    seq_len=128, batch=32, prompt_len=32, decode_len=16, decode_batch=32,
+    mesh=MeshSpec(("data", "model"), (-1, 1)), experts=8, top_k=2, remat=False,
 )
 
 

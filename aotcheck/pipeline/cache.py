@@ -47,7 +47,10 @@ from aotcheck._files import atomic_write_text, probe_writable
 #     so a hit names the source lines as they are now (figures.sources).
 # 11: XLA's raw costs from its HloCostAnalysis where an executable has none (deviceless GPUs); GPU
 #     entries keyed by the CUDA plugin's version.
-FIGURES_VERSION = 11
+# 12: the HLO reader reads a statement whole (a Pallas kernel's config holds raw newlines); kernels'
+#     declared costs and ragged dots in flops; details carry what flops may miss (uncounted), a model
+#     library's own line, the lint in mesh axes; FunctionConfig argument kinds.
+FIGURES_VERSION = 12
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

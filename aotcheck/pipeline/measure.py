@@ -25,7 +25,7 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from aotcheck.errors import OutOfMemory
+from aotcheck.errors import OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fit import Fit, Probe, search
 from aotcheck.figures.hbm import hbm_verdict
@@ -44,6 +44,9 @@ def unsupported_reason(config: Config, case: Case) -> str | None:
     devices = case.target.num_devices
     if devices < config.min_devices:
         return f"{case.config} needs at least {config.min_devices} devices; {case.target} has {devices}"
+    if config.platforms and case.topology.platform not in config.platforms:
+        return (f"{case.config} runs on {' and '.join(p.upper() for p in config.platforms)} targets only "
+                f"(its platforms); {case.target} is a {case.topology.platform.upper()} target")
     return None
 
 
@@ -91,6 +94,12 @@ def measure(
     Raises what lowering and compiling raise: CompileError when XLA refuses (OutOfMemory when the
     program does not fit, what filled the memory and the fit search in its ``details``),
     the registry's, mesh's and partitioning's own errors when the config is wrong.
+
+    A program refused for another memory space than HBM (:class:`OutOfMemorySpace`: a Pallas kernel's
+    VMEM) is searched like one refused for HBM, and the answer says which: the search ends at the
+    smallest size when that is refused too (the overflow does not depend on the knob: two compiles,
+    then the error, its fit saying so), or finds the largest size that compiles, its ``refused``
+    naming the kernel that stops the next size. Sizes are never searched past such a refusal.
     """
     config = config or registry.get(case.config).program(case.program)
     knob = fit_knob(config, case, fit=fit, fit_default=fit_default)
@@ -134,6 +143,8 @@ def fit_search(
             try:
                 measured = _measured(case, knob.rebuild(size), compiler_options=compiler_options, cache=cache,
                                      presets=presets)
+            except OutOfMemorySpace as e:  # Not HBM: a kernel's VMEM (say). Too large all the same, and said.
+                return Probe(size, None, False, refused=e.overflow)
             except OutOfMemory:
                 return Probe(size, None, False)
         measured_at[size] = measured

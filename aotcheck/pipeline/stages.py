@@ -41,18 +41,21 @@ from typing import Any
 import jax
 
 from aotcheck import _runtime
-from aotcheck.errors import OutOfMemory
+from aotcheck.errors import OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file, dump_options, read_dump
-from aotcheck.figures.hlo import analyze_hlo, parse_module, top_collectives
-from aotcheck.figures.program import Details, program_figures
-from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded, global_sizes
+from aotcheck.figures.hbm import locate
+from aotcheck.figures.hlo import check_against, parse_module
+from aotcheck.figures.loops import analyze_hlo, top_collectives
+from aotcheck.figures.program import Details, program_figures, uncounted_work
+from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded, read_shardings, sharding_dump
+from aotcheck.figures.sharding import dump_options as sharding_dump_options
 from aotcheck.figures.sources import anchors, remap, source_sequence
 from aotcheck.pipeline.cache import FiguresCache, cache_key
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import CACHED_FIELDS, COST_FIGURES, Measurement
 from aotcheck.programs.compile import compile_lowered
 from aotcheck.programs.config import Config
-from aotcheck.programs.lowering import Argument, arguments, lower_config
+from aotcheck.programs.lowering import Argument, argument_kinds_key, arguments, lower_config, place
 from aotcheck.programs.options import resolve_compiler_options
 
 
@@ -84,9 +87,11 @@ class LoweredCase:
 
     @functools.cached_property
     def key(self) -> str:
-        """The figures cache's key: the lowered program, the options, the target and the toolchain."""
-        return cache_key(module_text=self.lowered.as_text(), compiler_options=self.options,
-                         topology=self.case.topology.name, num_slices=self.case.num_slices,
+        """The figures cache's key: the lowered program (with a FunctionConfig's argument kinds, which
+        split its peak), the options, the target and the toolchain."""
+        return cache_key(module_text=self.lowered.as_text() + argument_kinds_key(self.lowered, self.config),
+                         compiler_options=self.options, topology=self.case.topology.name,
+                         num_slices=self.case.num_slices,
                          toolchain=_runtime.toolchain(self.case.topology.platform))
 
     @functools.cached_property
@@ -123,12 +128,17 @@ class LoweredCase:
         (use it as a context manager: leaving removes the directory).
 
         Raises CompileError when XLA refuses, OutOfMemory (what filled the memory in its ``details``,
-        read from the dump XLA wrote before it gave up) when the program does not fit."""
+        read from the dump XLA wrote before it gave up) when the program does not fit, OutOfMemorySpace
+        (naming the op's Python line, found in the lowered program) when an op overflows VMEM or SMEM."""
         dump = _runtime.dump_directory()
         start, cpu = time.perf_counter(), time.process_time()
         try:
-            compiled = compile_lowered(self.lowered, {**self.options, **dump_options(dump.name)},
+            compiled = compile_lowered(self.lowered, {**self.options, **dump_options(dump.name),
+                                                      **sharding_dump_options()},
                                        what=self.case.id, topology=self.case.topology)
+        except OutOfMemorySpace as e:  # Not HBM: the dump's HBM buffers would answer another question.
+            dump.cleanup()
+            raise e.located(locate(e.overflow, self.located_text)) from e
         except OutOfMemory as e:
             try:
                 details = self._oom_details(dump.name)
@@ -158,13 +168,17 @@ class LoweredCase:
                       anchors=anchors(result.details.sources(), self.source_sequence))
         return result
 
-    def unsharded(self, module: Mapping[str, Any], buffers: list[PeakBuffer], *, peak_bytes: int) -> list[Unsharded]:
+    def unsharded(self, module: Mapping[str, Any], buffers: list[PeakBuffer], *, peak_bytes: int,
+                  dump: str) -> list[Unsharded]:
         """The lint of :mod:`aotcheck.figures.sharding`: its batch inputs as split in the compiled
-        ``module``, its buffers' sizes before partitioning from the lowered program."""
+        ``module``, its buffers' mesh axes from the propagated module in XLA's ``dump`` (a tile
+        assignment read against this case's mesh)."""
         inputs = batch_inputs(self.arguments, module)
-        if not inputs:  # Nothing split: nothing to keep whole (and no lowered text to print).
+        if not inputs:  # Nothing split: nothing to keep whole (and no dump to read).
             return []
-        return find_unsharded(buffers, inputs, lambda: global_sizes(self.located_text), peak_bytes=peak_bytes,
+        mesh = lambda: dict(place(self.config, self.case.target).mesh.shape)  # noqa: E731
+        return find_unsharded(buffers, inputs, lambda: read_shardings(sharding_dump(dump) or "", mesh),
+                              peak_bytes=peak_bytes,
                               param_shapes=[a.shape for a in self.arguments if a.kind in ("params", "opt_state")])
 
     def _oom_details(self, dump: str) -> Details | None:
@@ -175,7 +189,15 @@ class LoweredCase:
         except AttributionError:
             return None
         return Details(found.buffers, [], unsharded=self.unsharded(parse_module(text), found.buffers,
-                                                                   peak_bytes=sum(found.classes.values())))
+                                                                   peak_bytes=sum(found.classes.values()), dump=dump))
+
+
+def _xla_modules(compiled: jax.stages.Compiled) -> list[Any]:
+    """XLA's own parse of the optimized program (``hlo_modules()``; empty where the toolchain has none)."""
+    try:
+        return list(compiled.runtime_executable().hlo_modules())
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return []
 
 
 class CompiledCase:
@@ -211,6 +233,9 @@ class CompiledCase:
                                "call it inside `with lowered.compile() as compiled:`.")
         case, text = self.lowered.case, self.compiled.as_text()
         module = parse_module(text)
+        xla_modules = _xla_modules(self.compiled)
+        if xla_modules:  # Every compile's parse checked against XLA's own, instruction by instruction.
+            check_against(module, xla_modules[0])
         analysis = analyze_hlo(text, module=module)
         figures = program_figures(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
@@ -220,7 +245,8 @@ class CompiledCase:
                                     peak_bytes=int(figures["peak_bytes"]))
             figures.update(attribution.figures())
             buffers, excess = attribution.buffers, attribution.excess
-            unsharded = self.lowered.unsharded(module, buffers, peak_bytes=int(figures["peak_bytes"]))
+            unsharded = self.lowered.unsharded(module, buffers, peak_bytes=int(figures["peak_bytes"]),
+                                               dump=self.dump_dir)
         except AttributionError as e:
             full = _runtime.scratch_problem(self.dump_dir)
             if full:  # Not the program's doing: nothing is cached or written for this case.
@@ -228,5 +254,5 @@ class CompiledCase:
             problem = f"the peak is not split by class: {e}"
         return Measurement(case, figures, self.lowered.options, self.seconds, compiled=self.compiled,
                            details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess,
-                                           unsharded=unsharded),
+                                           unsharded=unsharded, uncounted=uncounted_work(analysis, figures)),
                            attribution_problem=problem)

@@ -17,17 +17,25 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
 from jax.sharding import PartitionSpec
 
+from aotcheck.errors import ConfigError
 from aotcheck.programs.options import parse_libtpu_init_args
 from aotcheck.targets.mesh import MeshSpec
 from aotcheck.targets.partition import Rules
 
 BatchSpec = Mapping[str, jax.ShapeDtypeStruct]
+
+PLATFORMS = ("tpu", "gpu", "cpu")
+"""The platforms a config may name (:attr:`_Common.platforms`)."""
+
+ARGUMENT_KINDS = ("params", "opt_state", "batch", "other")
+"""What an argument of a program holds (:attr:`FunctionConfig.arg_kinds`, ``Argument.kind``)."""
 
 
 class Knob(NamedTuple):
@@ -58,6 +66,9 @@ class _Common:
             runtime-only flags dropped. ``compiler_options`` win over it.
         min_devices: Smallest total device count the config supports; smaller
             targets are skipped with that reason.
+        platforms: The platforms (``"tpu"``, ``"gpu"``, ``"cpu"``) whose targets the config
+            compiles for (empty: all): a model running Pallas TPU kernels says ``("tpu",)``, and
+            other targets are skipped with that reason.
         trace_in_mesh: Trace under the target's abstract mesh, so bare
             PartitionSpecs in sharding constraints resolve. Turn it off for code that
             keeps arrays it computed while tracing (Equinox's rotary tables): made under
@@ -68,10 +79,14 @@ class _Common:
     compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     libtpu_init_args: str = ""
     min_devices: int = 1
+    platforms: tuple[str, ...] = ()
     trace_in_mesh: bool = True
 
     def __post_init__(self) -> None:
         parse_libtpu_init_args(self.libtpu_init_args, what="libtpu_init_args")  # Bad flags fail at build time.
+        if isinstance(self.platforms, str) or any(p not in PLATFORMS for p in self.platforms):
+            raise ConfigError(f"platforms={self.platforms!r}: give a tuple of {', '.join(map(repr, PLATFORMS))}, "
+                              f"e.g. platforms=('tpu',)")
 
     @property
     def options(self) -> dict[str, Any]:
@@ -170,12 +185,59 @@ class FunctionConfig(_Common):
             that mesh (or any pytree of them).
         program: The program's name in reports and golden files.
         donate_argnums: Arguments whose buffers the program may reuse.
+        arg_kinds: What each positional argument of ``fn`` holds, in order: one of
+            ``ARGUMENT_KINDS`` per argument, or for an argument that mixes them a pytree
+            prefix of it whose leaves are kinds (``{"params": "params", "opt_state":
+            "opt_state", "rng": "other"}``, as jit's ``in_shardings`` are). The peak's split
+            counts ``params`` and ``opt_state`` as ``peak_params_bytes`` and
+            ``peak_opt_state_bytes``, ``batch`` and ``other`` as ``peak_batch_bytes``
+            (``peak_other_bytes`` is XLA's padding and fragmentation, never an input's); only
+            ``batch`` inputs are checked by the sharding lint (a leading dimension split over
+            devices is a batch's). None (the default): inferred per argument: an optax
+            state (a NamedTuple whose class optax defines, or a tuple or list of them, as
+            ``optax.chain`` makes) is ``opt_state``; a train state (a dict with keys, or an
+            object with pytree attributes, named both ``params`` and ``opt_state``, as
+            ``{"params": ..., "opt_state": ..., "step": ...}`` or flax's ``TrainState``) has its
+            ``params`` as ``params`` and the rest (``opt_state``, the step) as ``opt_state``,
+            as a ``TrainerConfig``'s state; every other argument is ``batch``.
+
+    Example (a train step ``(params, opt_state, batch)``; a kind is checked when the config is built):
+        >>> step = FunctionConfig(fn=lambda p, o, b: p, make_args=lambda mesh: (),
+        ...                       arg_kinds=("params", "opt_state", "batch"))
+        >>> FunctionConfig(fn=step.fn, make_args=step.make_args, arg_kinds=("params", "optimizer", "batch"))
+        Traceback (most recent call last):
+        ...
+        aotcheck.errors.ConfigError: FunctionConfig.arg_kinds[1]: 'optimizer' is not an argument kind; ...
     """
 
     fn: Callable[..., Any]
     make_args: Callable[[jax.sharding.Mesh], Sequence[Any]]
     program: str = "step"
     donate_argnums: tuple[int, ...] = ()
+    arg_kinds: Sequence[Any] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.arg_kinds is None:
+            return
+        if isinstance(self.arg_kinds, str) or not isinstance(self.arg_kinds, Sequence):
+            raise ConfigError(
+                f"FunctionConfig.arg_kinds is {self.arg_kinds!r}; give a sequence of one kind per positional "
+                f"argument of fn, in order, e.g. arg_kinds=(\"params\", \"opt_state\", \"batch\") "
+                f"(kinds: {', '.join(ARGUMENT_KINDS)}).")
+        object.__setattr__(self, "arg_kinds", tuple(self.arg_kinds))
+        for position, entry in enumerate(self.arg_kinds):
+            leaves = jax.tree_util.tree_leaves(entry)
+            if not leaves:
+                raise ConfigError(
+                    f"FunctionConfig.arg_kinds[{position}] is {entry!r}, which names no kind; give one of "
+                    f"{', '.join(ARGUMENT_KINDS)}, or a pytree prefix of argument {position} whose leaves are kinds.")
+            for leaf in leaves:
+                if not isinstance(leaf, str) or leaf not in ARGUMENT_KINDS:
+                    close = difflib.get_close_matches(str(leaf), ARGUMENT_KINDS, n=1)
+                    raise ConfigError(
+                        f"FunctionConfig.arg_kinds[{position}]: {leaf!r} is not an argument kind; use one of "
+                        f"{', '.join(ARGUMENT_KINDS)}" + (f" (did you mean {close[0]!r}?)" if close else "") + ".")
 
     @property
     def programs(self) -> tuple[str, ...]:

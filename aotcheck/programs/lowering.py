@@ -25,7 +25,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from aotcheck.errors import ConfigError
-from aotcheck.programs.config import BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.config import ARGUMENT_KINDS, BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
 from aotcheck.targets.mesh import build_mesh
 from aotcheck.targets.partition import check_spec, match_partition_specs, named_shardings, with_shardings
 from aotcheck.targets.topology import Target, Topology, get_devices_for_topology
@@ -54,13 +54,101 @@ def place(config: Config, topology: str | Topology | Target, num_slices: int = 1
 class Argument:
     """One entry parameter of a lowered program: its pytree path and what it holds.
 
-    ``kind`` is ``"params"``, ``"opt_state"`` (a train state's optimizer state and
-    step) or ``"batch"`` (every other input: the batch, a KV cache, a function's arguments).
+    ``kind`` is one of ``ARGUMENT_KINDS``: ``"params"``, ``"opt_state"`` (a train state's
+    optimizer state and step), ``"batch"`` (every other input: the batch, a KV cache, a
+    function's arguments unless its ``arg_kinds`` say otherwise) or ``"other"`` (a function's
+    input declared neither: counted with the batch at the peak, never linted as one).
     """
 
     path: str
     kind: str
     shape: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)  # Global, as traced.
+
+    @property
+    def peak_class(self) -> str:
+        """The class of the peak's split its buffer counts in: its kind, an ``other`` input as ``batch``
+        (the split's class ``other`` is XLA's padding and fragmentation, not an input's)."""
+        return "batch" if self.kind == "other" else self.kind
+
+
+def argument_kinds(config: FunctionConfig, args: Sequence[Any]) -> list[list[str]]:
+    """The kind of each leaf of each positional argument (in pytree order) of a FunctionConfig's
+    program: its ``arg_kinds``, or inferred (see :class:`FunctionConfig`). LoweringError, naming the
+    field and the fix, when ``arg_kinds`` does not fit the arguments.
+
+    Example:
+        >>> import optax
+        >>> params = {"w": jax.ShapeDtypeStruct((4, 4), "float32")}
+        >>> sgd = jax.eval_shape(optax.sgd(0.1, momentum=0.9).init, params)  # (TraceState(trace), EmptyState())
+        >>> state = {"params": params, "opt_state": sgd, "step": jax.ShapeDtypeStruct((), "int32")}
+        >>> config = FunctionConfig(fn=None, make_args=None)  # Inferred: leaves opt_state/0/trace/w, params/w, step
+        >>> argument_kinds(config, (state, sgd, params))
+        [['opt_state', 'params', 'opt_state'], ['opt_state'], ['batch']]
+        >>> config = FunctionConfig(fn=None, make_args=None, arg_kinds=({"params": "params", "opt_state": "other"},))
+        >>> argument_kinds(config, (params,))
+        Traceback (most recent call last):
+        ...
+        aotcheck.programs.lowering.LoweringError: FunctionConfig.arg_kinds[0] ({'params': 'params', ...
+    """
+    args = tuple(args)
+    if config.arg_kinds is None:
+        return [_inferred_kinds(arg) for arg in args]
+    if len(config.arg_kinds) != len(args):
+        raise LoweringError(
+            f"FunctionConfig.arg_kinds gives {len(config.arg_kinds)} kind(s), but the program {config.program!r} "
+            f"takes {len(args)} positional argument(s) from make_args; give one kind per argument, in order "
+            f"(each one of {', '.join(ARGUMENT_KINDS)}, or a pytree prefix of its argument), or leave arg_kinds "
+            "out to have them inferred.")
+    out = []
+    for position, (entry, arg) in enumerate(zip(config.arg_kinds, args)):
+        if isinstance(entry, str):
+            out.append([entry] * len(jax.tree_util.tree_leaves(arg)))
+            continue
+        try:
+            out.append(jax.tree_util.tree_leaves(jax.tree.broadcast(entry, arg)))
+        except (ValueError, TypeError, KeyError) as e:
+            raise LoweringError(
+                f"FunctionConfig.arg_kinds[{position}] ({entry!r}) is not a pytree prefix of argument {position} "
+                f"(a {type(arg).__name__} of {', '.join(map(str, _top_names(arg))) or 'no entries'}); give one kind "
+                f"for the whole argument, or a pytree of kinds shaped like its top levels ({str(e).splitlines()[0]})."
+            ) from None
+    return out
+
+
+def argument_kinds_key(lowered: jax.stages.Lowered, config: Config) -> str:
+    """What the figures cache keys on besides the lowered program: a FunctionConfig's argument kinds
+    where any is not ``batch`` ("" otherwise, so a key made before argument kinds stays valid)."""
+    if not isinstance(config, FunctionConfig):
+        return ""
+    kinds = [kind for leaves in argument_kinds(config, lowered.args_info[0]) for kind in leaves]
+    return "" if all(kind == "batch" for kind in kinds) else "\n// aotcheck argument kinds: " + ",".join(kinds)
+
+
+def _key_name(key: Any) -> Any:
+    return getattr(key, "key", getattr(key, "name", getattr(key, "idx", None)))
+
+
+def _top_names(arg: Any) -> list[Any]:
+    """The names of an argument's top-level entries (dict keys, attributes, indices), empty ones too."""
+    entries = jax.tree_util.tree_flatten_with_path(arg, is_leaf=lambda x: x is not arg)[0]
+    return [_key_name(path[0]) for path, _ in entries if path]
+
+
+def _is_optax_state(tree: Any) -> bool:
+    """An optax state: a NamedTuple whose class optax defines, or a tuple or list of them (``optax.chain``)."""
+    cls = type(tree)
+    if isinstance(tree, tuple) and hasattr(cls, "_fields"):
+        return cls.__module__.split(".")[0] == "optax"
+    return cls in (tuple, list) and len(tree) > 0 and all(_is_optax_state(x) for x in tree)
+
+
+def _inferred_kinds(arg: Any) -> list[str]:
+    leaves = jax.tree_util.tree_flatten_with_path(arg)[0]
+    if _is_optax_state(arg):
+        return ["opt_state"] * len(leaves)
+    if {"params", "opt_state"} <= set(_top_names(arg)):  # A train state, split as a TrainerConfig's.
+        return ["params" if _key_name(path[0]) == "params" else "opt_state" for path, _ in leaves]
+    return ["batch"] * len(leaves)
 
 
 def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
@@ -78,12 +166,14 @@ def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
     leaves = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
     positional = [(path[1:], leaf) for path, leaf in leaves if path and getattr(path[0], "idx", None) == 0]
     tops = {TrainerConfig: ("state", "batch"), InferenceConfig: ("params", "batch")}.get(type(config))
+    kinds = ([kind for leaves in argument_kinds(config, lowered.args_info[0]) for kind in leaves]
+             if isinstance(config, FunctionConfig) else [])
     out = []
-    for path, leaf in positional:
+    for number, (path, leaf) in enumerate(positional):
         position = getattr(path[0], "idx", 0)
         rest = jax.tree_util.keystr(path[1:], simple=True, separator="/")
         if tops is None:
-            found = Argument(f"args[{position}]" + (f"/{rest}" if rest else ""), "batch")
+            found = Argument(f"args[{position}]" + (f"/{rest}" if rest else ""), kinds[number] if kinds else "batch")
         elif tops[position if position < 2 else 1] == "state":
             first = getattr(path[1], "key", None) if len(path) > 1 else None
             found = Argument(rest, "params" if first == "params" else "opt_state")
@@ -278,7 +368,9 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
     placement = place(config, target)
     fn = config.fn if hasattr(config.fn, "lower") else jax.jit(config.fn, donate_argnums=config.donate_argnums)
     with lowering_context(config, placement.mesh):
-        return {config.program: fn.lower(*config.make_args(placement.mesh))}
+        lowered = fn.lower(*config.make_args(placement.mesh))
+    argument_kinds(config, lowered.args_info[0])  # arg_kinds that do not fit fail here, before any compile.
+    return {config.program: lowered}
 
 
 def lower_config(config: Config, target: Target, *, program: str | None = None) -> dict[str, jax.stages.Lowered]:

@@ -18,7 +18,9 @@ from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
 from aotcheck.gate.upgrade import accept_all_command, find_upgrade
-from aotcheck.render.text import SUMMARY_HEADERS, UNSHARDED_CAUSES, summary_row, toolchain_text, upgrade_rows
+from aotcheck.render.text import (
+    SUMMARY_HEADERS, UNSHARDED_CAUSES, source_line, summary_row, toolchain_text, upgrade_rows,
+)
 from aotcheck.units import fmt_bytes, fmt_pct
 
 
@@ -68,7 +70,7 @@ def _peak_block(outcome: Outcome) -> list[str]:
     buffers = outcome.details.peak_buffers if outcome.details is not None else []
     if buffers:
         lines += [markdown_table(["bytes/device", "class", "buffer", "shape", "source"],
-                                 [[fmt_bytes(b.bytes), b.kind, f"`{b.name}`", b.shape, b.source or "-"]
+                                 [[fmt_bytes(b.bytes), b.kind, f"`{b.name}`", b.shape, source_line(b) or "-"]
                                   for b in buffers]), ""]
     return lines
 
@@ -110,8 +112,14 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
             lines += [f"<details><summary><code>{o.case.id}</code>: {len(found)} buffer(s) keep "
                       f"<code>{found[0].input}</code> whole ({found[0].batch} rows, split {found[0].ways} ways)</summary>", "",
                       markdown_table(["bytes/device", "shape", "split", "buffer", "source"],
-                                     [[fmt_bytes(u.bytes), u.shape, u.split, f"`{u.name}`", u.source or "-"]
+                                     [[fmt_bytes(u.bytes), u.shape, u.split, f"`{u.name}`", source_line(u) or "-"]
                                       for u in found]), "", "</details>", ""]
+    doubtful = [o for o in outcomes if o.details is not None and o.details.uncounted]
+    if doubtful:
+        lines += ["", "### What `flops` may miss", ""]
+        for o in doubtful:
+            lines += [f"- `{o.case.id}`: {u.describe()}" for u in o.details.uncounted]
+        lines.append("")
     upgrade = find_upgrade(outcomes, now=report.toolchain)
     if upgrade is not None:
         lines += ["", "### Toolchain upgrade", "",

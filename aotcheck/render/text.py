@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aotcheck.figures.hbm import explain_oom
+from aotcheck.figures.hbm import explain_oom, explain_overflow, overflow_phrase
 from aotcheck.figures.table import describe
 from aotcheck.figures.loops import analyze_hlo, iter_loops
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE, PeakBuffer
@@ -106,6 +106,12 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
     if verdict is Verdict.COMPILE_ERROR:
         return f"{case.id} does not compile:\n{trim_error(detail)}"
     if verdict is Verdict.OUT_OF_MEMORY:
+        overflow = outcome.error.overflow if outcome.error else None
+        if overflow is not None:  # An op's VMEM or SMEM, not HBM: its own words, never an HBM table.
+            fit = outcome.details.fit if outcome.details is not None else None
+            message = f"{case.id} {explain_overflow(overflow, case.topology, fit=fit)}"
+            found = fit_lines(case.id, fit, case.topology) if fit is not None and fit.max_size else []
+            return "\n\n".join([message, *(["\n".join(found)] if found else [])])
         message = f"{case.id} {explain_oom(detail, case.topology)}"
         if outcome.details is not None and outcome.details.peak_buffers:
             message += "\nThe largest buffers at XLA's peak (from its dump):\n" + buffers_table(outcome.details.peak_buffers)
@@ -190,7 +196,7 @@ def unsharded_lines(outcome: Outcome, *, limit: int = 5) -> list[str]:
 def unsharded_paragraph(found: Sequence[Unsharded], *, what: str, limit: int = 5) -> str:
     """The buffers that keep a sharded batch whole, a table and their likely causes (``found`` non-empty)."""
     first = found[0]
-    rows = [[fmt_bytes(u.bytes), u.shape, u.split, _clip(u.name, 60), u.source or "-"] for u in found[:limit]]
+    rows = [[fmt_bytes(u.bytes), u.shape, u.split, _clip(u.name, 60), source_line(u) or "-"] for u in found[:limit]]
     more = [f"  ... and {len(found) - limit} more (the JSON report has them all)"] if len(found) > limit else []
     head = (f"{what}: {len(found)} activation{'s' if len(found) > 1 else ''} at the peak "
             f"keep{'' if len(found) > 1 else 's'} the whole batch on every device "
@@ -325,14 +331,31 @@ def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
                      fmt_share(f["peak_bytes"] / hbm) if hbm else "-", fmt_count(f["flops"]),
                      fmt_count(f["flops_xla"]), fmt_bytes(comm_bytes(f)),
                      fmt_seconds(bound["bound_seconds"]) if bound else "-"])
+    doubts = [f"{r.case.id}: {u.describe()}" for r in results for u in r.details.uncounted]
     return (table(COMPILE_HEADERS, rows)
-            + "\n\nPer device. FLOPs count each loop body times its trip count (matmuls and convolutions);"
-              "\nXLA's raw figure counts a loop body once. 'step >=' is a roofline lower bound.")
+            + "\n\nPer device. FLOPs count each loop body times its trip count (matmuls, convolutions,"
+              "\nragged dots, and the cost a kernel declares); XLA's raw figure counts a loop body once."
+              "\n'step >=' is a roofline lower bound."
+            + "".join(f"\nnote: {d}" for d in doubts))
 
 
 def _clip(text: str, width: int) -> str:
     """The end of a long name (a name stack's last ops say the most), marked as clipped."""
     return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
+def source_line(item) -> str | None:
+    """Where a buffer, collective or finding was made: a model library's line via the user's call
+    (``esm2quinox/_esm2.py:123 via train.py:250``), else the one line (None: none).
+
+    Example:
+        >>> source_line(PeakBuffer(8, "temp", "jit(f)/exp", "f32[2]", "train.py:250", library="esm2quinox/_esm2.py:123"))
+        'esm2quinox/_esm2.py:123 via train.py:250'
+        >>> source_line(PeakBuffer(8, "temp", "jit(f)/exp", "f32[2]", "model.py:9"))
+        'model.py:9'
+    """
+    library = getattr(item, "library", None)
+    return f"{library} via {item.source}" if library and item.source else library or item.source
 
 
 def peak_table(figures: Figures) -> str | None:
@@ -349,19 +372,19 @@ def buffers_table(buffers: Sequence[PeakBuffer], *, limit: int = 10, width: int 
     """The largest buffers at the peak: bytes, class, name (argument path or JAX op), shape, source line."""
     return table(["bytes/device", "class", "buffer", "shape", "source"],
                  [[fmt_bytes(b.bytes) + (f" ({b.count})" if b.count > 1 else ""), b.kind, _clip(b.name, width),
-                   b.shape, b.source or "-"] for b in buffers[:limit]])
+                   b.shape, source_line(b) or "-"] for b in buffers[:limit]])
 
 
 def collectives_table(ops: Sequence[CollectiveOp], *, limit: int = 10, width: int = 90) -> str:
     """The collectives that move the most bytes per step, by the JAX op that made them."""
     return table(["collective", "count", "bytes/device", "op", "source"],
-                 [[op.kind, op.count, fmt_bytes(op.bytes), _clip(op.name, width), op.source or "-"]
+                 [[op.kind, op.count, fmt_bytes(op.bytes), _clip(op.name, width), source_line(op) or "-"]
                   for op in ops[:limit]])
 
 
 def _buffer_line(g) -> str:
     b = g.now
-    where = f" at {b.source}" if b.source else ""
+    where = f" at {source_line(b)}" if source_line(b) else ""
     status = "new at peak" if g.before is None else f"was {fmt_bytes(g.before)}"
     count = f" x{b.count}" if b.count > 1 else ""
     return f"  {b.kind} +{fmt_bytes(g.added)}: {b.shape}{count} '{_clip(b.name, 100)}'{where} ({status})"
@@ -369,7 +392,7 @@ def _buffer_line(g) -> str:
 
 def _collective_line(g) -> str:
     op = g.now
-    where = f" at {op.source}" if op.source else ""
+    where = f" at {source_line(op)}" if source_line(op) else ""
     status = "new" if g.before is None else f"was {fmt_bytes(g.before)}"
     return f"  {op.kind} +{fmt_bytes(g.added)} ({op.count} per step): '{_clip(op.name, 100)}'{where} ({status})"
 
@@ -412,7 +435,7 @@ def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
            f"{fit.knob} here)" if fit.bisected else "the affine prediction, confirmed")
     if fit.max_size == 0:
         peak = f"; its peak there: {fmt_bytes(fit.smallest_peak)}{share(fit.smallest_peak)}" if fit.smallest_peak else \
-            " (XLA ran out of memory)"
+            f" ({overflow_phrase(fit.refused)})" if fit.refused else " (XLA ran out of memory)"
         return [f"{case_id}: does not fit even at the smallest {fit.knob} ({fit.step}){peak}. "
                 f"{fit.probes} compiles."]
     lines = [f"{case_id}: the largest {fit.knob} that fits is {fit.max_size}"
@@ -423,7 +446,8 @@ def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
                 if fit.peak_at_configured else " (does not fit)")
              + (f"; {fit.max_size / fit.configured:.1f}x room" if fit.configured else ""),
              f"  {fit.probes} compiles ({fit.knob} in steps of {fit.step}), by {how}"
-             + ("" if fit.upper_bound else f"; {fit.max_size + fit.step} does not fit")]
+             + ("" if fit.upper_bound else f"; {fit.max_size + fit.step} does not fit")
+             + (f": not for HBM, {overflow_phrase(fit.refused)}" if fit.refused and not fit.upper_bound else "")]
     if fit.split_at_max:
         lines.append("  at the max: " + ", ".join(
             f"{kind} {fmt_bytes(fit.split_at_max[PEAK_FIGURE[kind]])}" for kind in CLASSES

@@ -233,6 +233,25 @@ class Topology:
         return self.chip.hbm_bandwidth if self.chip else None
 
     @property
+    def vmem_bytes(self) -> int | None:
+        """One TensorCore's VMEM (no Pallas kernel's scoped VMEM limit goes past it), from jax's table of
+        TPU cores (``pltpu.get_tpu_info_for_chip``); None off TPUs or where this jax has no table.
+
+        Example:
+            >>> [parse_topology(n).vmem_bytes for n in ("v5e-1", "v4-8", "h100-8")]
+            [134217728, 16777216, None]
+        """
+        version = _JAX_CHIP_VERSIONS.get(self.chip.family) if isinstance(self.chip, Chip) else None
+        if version is None:
+            return None
+        try:
+            from jax.experimental.pallas import tpu as pltpu  # noqa: PLC0415  (asked only when a kernel overflows)
+
+            return int(pltpu.get_tpu_info_for_chip(getattr(pltpu.ChipVersion, version), 1).vmem_capacity_bytes)
+        except Exception:  # An older jax without the table, or without this chip in it.
+            return None
+
+    @property
     def num_chips(self) -> int:
         return math.prod(self.shape)
 
@@ -247,6 +266,10 @@ class Topology:
     def chips_per_host_bounds(self) -> tuple[int, int, int]:
         """Chips per host: 2x2x1 except on single-chip slices."""
         return (1, 1, 1) if self.num_chips == 1 else (2, 2, 1)
+
+
+# jax's names of the TPU chips (``pltpu.ChipVersion``), by family.
+_JAX_CHIP_VERSIONS = {"v4": "TPU_V4", "v5e": "TPU_V5E", "v5p": "TPU_V5P", "v6e": "TPU_V6E", "7x": "TPU_7X"}
 
 
 def _tpu_topology(family: str, n: int) -> Topology:
