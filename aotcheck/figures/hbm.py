@@ -15,7 +15,8 @@ import re
 
 from aotcheck.errors import Overflow
 from aotcheck.figures.fit import Fit
-from aotcheck.figures.hlo import instruction_source, lowered_instructions, metadata, short_source, stack_frames
+from aotcheck.figures.frames import instruction_source, metadata, short_source, stack_frames
+from aotcheck.figures.hlo import lowered_instructions
 from aotcheck.units import fmt_bytes
 from aotcheck.targets.topology import Topology, parse_topology
 
@@ -174,9 +175,12 @@ def explain_overflow(overflow: Overflow, topology: str | Topology, *, fit: Fit |
     """
     topo = parse_topology(topology)
     space = space_name(overflow.space)
-    size, limit = fmt_bytes(overflow.size_bytes), fmt_bytes(overflow.limit_bytes)
+    size = fmt_bytes(overflow.size_bytes) if overflow.size_bytes is not None else "?"
+    limit = fmt_bytes(overflow.limit_bytes) if overflow.limit_bytes is not None else "?"
     over = f" (over by {fmt_bytes(overflow.excess_bytes)})" if overflow.excess_bytes else ""
-    if overflow.limit == "scoped":
+    if overflow.size_bytes is None or overflow.limit_bytes is None:  # XLA's words were not read in full.
+        what = "does not fit (aotcheck could not read the sizes from XLA's message)"
+    elif overflow.limit == "scoped":
         what = f"needs a scoped {space} allocation of {size}; the scoped {space} limit is {limit}{over}"
     else:
         allocation = " ".join(x for x in (overflow.tag, overflow.allocation_shape) if x)

@@ -20,15 +20,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from aotcheck.errors import AotcheckError
-from aotcheck.figures.frames import instruction_source, metadata, short_source, stack_frames  # noqa: F401  (moved)
 
 _DTYPE_BYTES = {
     "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4,
     "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16, "token": 0,
 }
 _ARRAY = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
-_HEADER = re.compile(r"^(ENTRY\s+)?%(\S+)\s+\(.*\)\s*->\s*.*\{\s*$")
+_HEADER = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+)\s*=\s*")
+_CALLS = re.compile(r"\b(?:calls|to_apply|body|condition|branch_computations|true_computation|false_computation)="
+                    r"(\{[^}]*\}|[^,\s]+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,11 @@ class Instruction:
     def attr(self, key: str) -> str | None:
         match = re.search(rf"\b{re.escape(key)}=(\{{[^}}]*\}}|[^,\s]+)", self.attrs)
         return match[1] if match else None
+
+    def called_computations(self) -> list[str]:
+        """Every computation this instruction names (``calls=``, ``to_apply=``, ``body=``, ...), in one scan."""
+        return [v.strip().lstrip("%") for match in _CALLS.finditer(self.attrs)
+                for v in match[1].strip("{}").split(",") if v.strip()]
 
     def called(self, key: str) -> list[str]:
         value = self.attr(key)
@@ -186,10 +192,6 @@ def lowered_instructions(text: str) -> Iterator[Instruction]:
             yield inst
 
 
-# Attributes naming the computations an instruction runs.
-CALLED = ("calls", "to_apply", "body", "condition", "branch_computations", "true_computation", "false_computation")
-
-
 def parse_module(text: str) -> dict[str, Computation]:
     r"""Computations of an HLO module's text, by name, each checked whole as it is read: every
     statement inside a computation is an instruction, names are unique, a ROOT ends it, every
@@ -210,6 +212,8 @@ def parse_module(text: str) -> dict[str, Computation]:
             header = _HEADER.match(line) if depth == 0 else None
             if header:
                 current, first = Computation(header[2], {}, None, bool(header[1])), number
+            elif depth != 0 or line.rstrip().endswith("{"):  # A computation this reader does not know.
+                raise _unreadable(f"line {number}: not a computation header this reader knows: {_clip(line.strip())}")
             continue
         stripped = line.strip()
         if stripped == "}":
@@ -229,13 +233,15 @@ def parse_module(text: str) -> dict[str, Computation]:
                 current.root = inst
     if current is not None:
         raise _unreadable(f"computation {current.name!r} (line {first}) never ends")
+    entries = [c.name for c in computations.values() if c.is_entry]
+    if (computations or text.strip()) and len(entries) != 1:
+        raise _unreadable(f"the module has {len(entries)} ENTRY computations ({', '.join(entries) or 'none'}), not one")
     for comp in computations.values():
         for inst in comp.instructions.values():
-            for key in CALLED:
-                missing = [name for name in inst.called(key) if name not in computations]
-                if missing:
-                    raise _unreadable(f"computation {comp.name!r}: {inst.name!r} calls {missing[0]!r}, which the "
-                                      f"module does not define")
+            missing = [name for name in inst.called_computations() if name not in computations]
+            if missing:
+                raise _unreadable(f"computation {comp.name!r}: {inst.name!r} calls {missing[0]!r}, which the "
+                                  f"module does not define")
     return computations
 
 
@@ -262,15 +268,16 @@ def check_against(module: dict[str, Computation], xla_module: Any) -> None:
     """Checks a parse against XLA's own parse of the same program (an independent count): the same
     computations, each with the same number of instructions. ``xla_module``: an ``HloModule`` of
     ``compiled.runtime_executable().hlo_modules()``. The computation an async op wraps is printed
-    inside its ``*-start`` (``all-reduce-start(...)``), not apart, so XLA's copy of it is not
-    compared. Raises :class:`HloParseError` naming the first computation that differs.
+    inside its ``*-start`` (``all-reduce-start(...)``) when it is one instruction, not apart: XLA's
+    copy of it is then not compared. Raises :class:`HloParseError` naming the first computation that differs.
     """
     try:
         computations = list(xla_module.computations())
         roots = {inst.async_wrapped_root().name for comp in computations for inst in comp.instructions()
                  if str(inst.opcode).endswith("AsyncStart")}
+            # Wrapped computations the text prints inside their start op (not apart) are not compared.
         theirs = {comp.name: len(comp.instructions()) for comp in computations
-                  if not any(inst.name in roots for inst in comp.instructions())}
+                  if comp.name in module or not any(inst.name in roots for inst in comp.instructions())}
     except (AttributeError, TypeError):  # A toolchain whose bindings lack these: nothing to check against.
         return
     ours = {name: len(c.instructions) for name, c in module.items()}

@@ -209,7 +209,8 @@ class Uncounted:
             return f"loop {self.name}{where} has a trip count the program does not say: its body is counted once"
         if self.kind == "kernel":
             return f"kernel {self.name}{where} declares no cost: its FLOPs are not in flops"
-        return f"flops ({self.name}) is below XLA's own raw count, which counts each loop body once: work is missed"
+        return ("flops is below three quarters of XLA's own raw count, which counts each loop body once: "
+                "matrix work is missed")
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)

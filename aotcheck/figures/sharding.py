@@ -73,7 +73,7 @@ from typing import Any, NamedTuple
 
 from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.figures.frames import instruction_source, metadata, stack_frames
-from aotcheck.figures.hlo import Computation, parse_arrays, parse_instruction
+from aotcheck.figures.hlo import Computation, logical_lines, parse_arrays, parse_instruction
 from aotcheck.programs.lowering import Argument
 
 # A buffer below this share of the peak is not worth a note, however it is sharded.
@@ -404,9 +404,9 @@ def read_shardings(text: str, mesh: MeshAxes | Callable[[], MeshAxes | None] | N
         return axes[0]
 
     entry = False
-    for line in text.splitlines():
-        if line.startswith("ENTRY"):
-            entry = True
+    for depth, _, line in logical_lines(text):  # Statements whole: a kernel's config may hold newlines.
+        if depth == 0:
+            entry = line.startswith("ENTRY")
             continue
         if line.strip() == "}":
             entry = False

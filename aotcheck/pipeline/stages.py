@@ -44,7 +44,7 @@ from aotcheck import _runtime
 from aotcheck.errors import OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file, dump_options, read_dump
 from aotcheck.figures.hbm import locate
-from aotcheck.figures.hlo import check_against, parse_module
+from aotcheck.figures.hlo import HloParseError, check_against, parse_module
 from aotcheck.figures.loops import analyze_hlo, top_collectives
 from aotcheck.figures.program import Details, program_figures, uncounted_work
 from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded, read_shardings, sharding_dump
@@ -185,11 +185,20 @@ class LoweredCase:
         """What filled the memory of a compile that ran out of it (None if XLA's dump does not say)."""
         try:
             text = dump_file(dump)
-            found = read_dump(dump, hlo_text=text, arguments=self.arguments, peak_bytes=None)
-        except AttributionError:
+            module = parse_module(text)
+            found = read_dump(dump, hlo_text=text, module=module, arguments=self.arguments, peak_bytes=None)
+        except (AttributionError, HloParseError):  # The verdict stays out-of-memory, without its buffers.
             return None
-        return Details(found.buffers, [], unsharded=self.unsharded(parse_module(text), found.buffers,
-                                                                   peak_bytes=sum(found.classes.values()), dump=dump))
+        return Details(found.buffers, [], unsharded=self.lint(module, found.buffers,
+                                                               peak_bytes=sum(found.classes.values()), dump=dump))
+
+    def lint(self, module: Mapping[str, Any], buffers: list[PeakBuffer], *, peak_bytes: int,
+              dump: str) -> list[Unsharded]:
+        """The lint, which never changes a figure or a verdict: a dump it cannot read finds nothing."""
+        try:
+            return self.unsharded(module, buffers, peak_bytes=peak_bytes, dump=dump)
+        except (HloParseError, ValueError, KeyError, IndexError):
+            return []
 
 
 def _xla_modules(compiled: jax.stages.Compiled) -> list[Any]:
@@ -245,8 +254,7 @@ class CompiledCase:
                                     peak_bytes=int(figures["peak_bytes"]))
             figures.update(attribution.figures())
             buffers, excess = attribution.buffers, attribution.excess
-            unsharded = self.lowered.unsharded(module, buffers, peak_bytes=int(figures["peak_bytes"]),
-                                               dump=self.dump_dir)
+            unsharded = self.lowered.lint(module, buffers, peak_bytes=int(figures["peak_bytes"]), dump=self.dump_dir)
         except AttributionError as e:
             full = _runtime.scratch_problem(self.dump_dir)
             if full:  # Not the program's doing: nothing is cached or written for this case.
