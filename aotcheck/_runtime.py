@@ -280,6 +280,78 @@ def remove_dumps(pid: int | None = None) -> list[str]:
     return removed
 
 
+def memory_limits() -> list[tuple[str, int]]:
+    """The memory limits set on this process (inherited by its compile workers), each as its words
+    (``address space capped at 0.95 GiB (ulimit -v 1000000, RLIMIT_AS)``) and bytes: ``ulimit -v``
+    (RLIMIT_AS, the address space, which every mapping counts against: libtpu's 0.6 GB library, each
+    thread's stack) and ``ulimit -d`` (RLIMIT_DATA); none where unset or unreadable."""
+    try:
+        import resource  # noqa: PLC0415  (POSIX only)
+    except ImportError:
+        return []
+    out = []
+    for name, flag, what in (("RLIMIT_AS", "-v", "address space"), ("RLIMIT_DATA", "-d", "data segment")):
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        try:
+            soft, _ = resource.getrlimit(which)
+        except (OSError, ValueError):
+            continue
+        if soft != resource.RLIM_INFINITY and soft >= 0:
+            out.append((f"{what} is capped at {soft / 2**30:.2f} GiB (ulimit {flag} {soft // 1024}, {name})", int(soft)))
+    return out
+
+
+# What a process says when it cannot map or allocate memory: a library's segments (dlopen), libtpu's
+# own mmap of itself, a thread's stack (pthread_create's EAGAIN), the heap.
+_MAPPING_FAILURE = re.compile(
+    r"Cannot allocate memory|failed to map segment|mmap error: 12|\bENOMEM\b|Could not mmap|"
+    r"pthread_create\(\) failed|std::bad_alloc|\bMemoryError\b")
+
+
+def _evidence(text: str) -> str:
+    """The words around the first mapping failure in ``text``: the clause that says it."""
+    for line in text.splitlines():
+        match = _MAPPING_FAILURE.search(line)
+        if match:
+            start = max(0, match.start() - 100)
+            start = (line.find(" ", start, match.start()) + 1 or start) if start else 0  # At a word.
+            end = min(len(line), match.end() + 60)
+            for stop in (")", ";"):
+                found = line.find(stop, match.end())
+                if found != -1:
+                    end = min(end, found)
+            return ("..." if start else "") + line[start:end].strip() + ("..." if end < len(line.rstrip()) else "")
+    return ""
+
+
+def memory_limit_problem(text: str) -> str | None:
+    """When ``text`` (an error, a dead compile process's last lines) says mapping or allocating memory
+    failed, what to tell the user: the host's memory limit (named, where this process has one), not
+    libtpu's install nor the config. None when it says no such thing.
+
+    Example:
+        >>> memory_limit_problem("Check failed: x == y") is None
+        True
+        >>> print(memory_limit_problem("libtpu.so: failed to map segment from shared object"))  # doctest: +ELLIPSIS
+        the host's memory...could not map what it needed (libtpu.so: failed to map segment from shared object)...
+    """
+    if _MAPPING_FAILURE.search(text) is None:
+        return None
+    evidence = _evidence(text)
+    limits = memory_limits()
+    if limits:
+        caps = "; ".join(words for words, _ in limits)
+        return (f"the host's memory limit, not libtpu's install nor your config: this run's {caps}, and the "
+                f"compile process could not map what it needed ({evidence}). Loading libtpu alone maps about "
+                "0.6 GiB, and a compile more: raise or lift the limit for this run (ulimit -v unlimited), or "
+                "run where it allows more.")
+    return (f"the host's memory, not libtpu's install nor your config: the compile process could not map what it "
+            f"needed ({evidence}). Free memory or run on a larger machine; a container's or the kernel's "
+            "overcommit limit can do this too.")
+
+
 def host_memory_bytes() -> int | None:
     """This host's physical memory, None where it cannot be read."""
     try:

@@ -25,10 +25,13 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
+import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,21 +93,27 @@ def cmd_check(args: argparse.Namespace) -> int:
         session.interruption.install()
         try:
             report = session.check_all(on_outcome=lambda o: print(case_line(o), flush=True))
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished cases are reported, the workers stopped.
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the finished cases are reported, the workers stopped.
             session.interruption.note()
             report = session.finish()
         finally:
             session.interruption.restore()
-    print("\n".join(["", *session_summary(report, update=settings.update, accept_args=session.accept_args())]))
-    for outcome in report.failed:
-        print(f"\n{outcome.case.id} FAILED:\n{outcome.message}")
+    try:
+        print("\n".join(["", *session_summary(report, update=settings.update, accept_args=session.accept_args())]))
+        for outcome in report.failed:
+            print(f"\n{outcome.case.id} FAILED:\n{outcome.message}")
+        sys.stdout.flush()
+    except OSError:  # After SIGHUP the terminal may be gone: the report is written, there is no one to tell.
+        if session.interruption.signal != "SIGHUP":
+            raise
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # Nor at exit, when Python flushes them.
     if session.interruption.signal:
         return INTERRUPTED_STATUS[session.interruption.signal]
     return exit_status(report)
 
 
 # What a shell reports for a command ended by the signal: 128 + its number.
-INTERRUPTED_STATUS = {"SIGINT": 130, "SIGTERM": 143}
+INTERRUPTED_STATUS = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
@@ -155,19 +164,42 @@ def cmd_configs(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Sends what config modules and builders print (a banner, a ``print`` left in) to stderr, at the
+    descriptor too (a C library's or a subprocess's output): stdout is the command's product, the
+    JSON of ``compile --json`` that a script parses."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except (OSError, ValueError):  # No real descriptor (an embedded interpreter): Python's prints alone.
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    _load(args.config_modules)
-    target = _target(args)
-    entry = REGISTRY.get(args.config)
-    programs = [args.method] if args.method else list(entry.programs())
-    for program in programs:
-        entry.program(program)  # ProgramNotFound before any compile.
+    with _stdout_to_stderr():  # Importing and building configs: their prints are not the JSON.
+        _load(args.config_modules)
+        target = _target(args)
+        entry = REGISTRY.get(args.config)
+        programs = [args.method] if args.method else list(entry.programs())
+        for program in programs:
+            entry.program(program)  # ProgramNotFound before any compile.
     # Compiles run in a worker process: a libtpu crash is reported, not suffered.
     options = _compile_options(args)
     headroom = options.pop("hbm_headroom")  # The ini's aot_hbm_headroom: the verdict --json says.
     measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), **options)
     try:
-        results = [measurer(Case(entry.name, program, target)) for program in programs]
+        with _stdout_to_stderr():  # The session builds the config again (a builder must give the same one).
+            results = [measurer(Case(entry.name, program, target)) for program in programs]
     except WorkerCrashed as e:
         print(f"aotcheck: error: {e}", file=sys.stderr)
         return 3
@@ -245,7 +277,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         text = markdown(merged)
     else:
         text = "\n".join([summary_table(merged.report.outcomes)]
-                         + [f"missing or unreadable: {p}" for p in merged.problems]) + "\n"
+                         + [f"report problem: {p}" for p in merged.problems]) + "\n"
     if args.output:
         with open(args.output, "a") as f:  # Appends: $GITHUB_STEP_SUMMARY collects several steps.
             f.write(text)
@@ -255,7 +287,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         Path(args.svg).write_text(svg_chart(merged.report.outcomes))
     for line in annotations(merged, limit=args.annotations):
         print(line)
-    # A report missing or unreadable is bad input (2), said after rendering what could be read.
+    # A report missing, unreadable or holding a case another holds is bad input (2), said after rendering what
+    # could be read (a case in two reports shown as the failing one holds it).
     return 2 if merged.problems else 1 if merged.failed else 0
 
 
@@ -315,13 +348,53 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
                            ini=ini_values(ini))
     settings = GateSettings.parse(rootdir=ini.rootdir, flags=CLI_FLAGS, cache_dir=None,
                                   libtpu_init_args=values["libtpu_init_args"],
-                                  default_options=values["default_options"], hbm_headroom=values["hbm_headroom"])
+                                  default_options=values["default_options"], hbm_headroom=values["hbm_headroom"],
+                                  from_ini=values["from_ini"])
     return {"compiler_options": settings.compiler_options, "presets": settings.presets,
             "hbm_headroom": settings.hbm_headroom}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), whose usage errors add the fix where argparse's own
+    words mislead: see :func:`launch_flags_hint`."""
+
+    argv: Sequence[str] = ()  # The command line being parsed (main sets it), for the hint.
+
+    def error(self, message: str) -> Any:
+        super().error(message + launch_flags_hint(message, _Parser.argv, known=self._option_string_actions))
+
+
+# Flags whose value is a string of launch flags (``--xla_...=...``).
+LAUNCH_FLAG_OPTIONS = ("--libtpu-init-args",)
+
+
+def launch_flags_hint(message: str, argv: Sequence[str], *, known: Any = ()) -> str:
+    """argparse reads a value that starts with ``--`` as an option of its own, so ``--libtpu-init-args --xla_x=1``
+    (a space) is "expected one argument": the hint gives the spelling it takes. ``known``: the options of the
+    command, where the flags given stop.
+
+    Example:
+        >>> launch_flags_hint("argument --libtpu-init-args: expected one argument",
+        ...                   ["fit", "m", "--libtpu-init-args", "--xla_a=1", "--xla_b=2", "--json"], known={"--json"})
+        "; argparse reads a value that starts with -- as an option of its own: use --libtpu-init-args='--xla_a=1 --xla_b=2'"
+    """
+    args = list(argv)
+    for flag in LAUNCH_FLAG_OPTIONS:
+        if f"argument {flag}: expected one argument" not in message or flag not in args:
+            continue
+        given = []
+        for arg in args[args.index(flag) + 1:]:
+            if not arg.startswith("-") or arg == "--" or arg.split("=", 1)[0] in known:
+                break
+            given.append(arg)
+        value = " ".join(given) or "--xla_..."
+        spelled = f"{flag}='{value}'" if "'" not in value else f"{flag}={shlex.quote(value)}"
+        return f"; argparse reads a value that starts with -- as an option of its own: use {spelled}"
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check", help="the gate without pytest: compile the matrix, compare with goldens",
@@ -388,6 +461,7 @@ USER_ERRORS = (TopologyError, RegistryError, LoaderError, CompileError, Lowering
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     interruption = Interruption().install()
     try:

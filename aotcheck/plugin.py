@@ -112,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except SettingsError as e:
         session.close()
         raise pytest.UsageError(str(e)) from None
-    session.interruption.install()  # SIGTERM ends the run as Ctrl-C does (summary, report, workers stopped).
+    session.interruption.install()  # SIGTERM and SIGHUP end the run as Ctrl-C does (summary, report, workers stopped).
     config.pluginmanager.register(AotPlugin(config, session), "aotcheck-session")
 
 

@@ -30,13 +30,13 @@ module-level name of the module that registers into it):
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 import os
 import re
-import shlex
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,29 +44,31 @@ from aotcheck import _runtime
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.gate.check import Measure, check_case
-from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, parse_tolerances
+from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, check_knob_tolerances, parse_tolerances
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
 from aotcheck.pipeline.measure import fit_knob, unsupported_reason
 from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
-from aotcheck.gate.upgrade import glob_quote
+from aotcheck.gate.upgrade import accept_all_command
 from aotcheck.gate.shard import ShardError, assign_shards, expected_seconds, parse_shard, shard_of_name
+from aotcheck.programs.knobs import knobs_offered
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, parse_libtpu_init_args, refusal_lines,
                                        runtime_only)
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
-from aotcheck.settings import flag_names
+from aotcheck.settings import example, flag_names, names_in_messages
 from aotcheck.targets.families import family_of
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
 
 
 class Interruption:
-    """SIGTERM (what CI runners send on cancel and timeout) ends a run as Ctrl-C does: a
-    KeyboardInterrupt in the session process, so the finished cases are kept, reported and
-    summarised, and the compile workers are stopped. :attr:`signal` names what ended the run.
+    """SIGTERM (what CI runners send on cancel and timeout) and SIGHUP (a closed terminal or ssh
+    session) end a run as Ctrl-C does: a KeyboardInterrupt in the session process, so the finished
+    cases are kept, reported and summarised, and the compile workers are stopped. :attr:`signal`
+    names what ended the run. A SIGHUP that was ignored when the run started (``nohup``) stays ignored.
 
     Example:
         >>> import os, signal
@@ -81,13 +83,20 @@ class Interruption:
         interrupted by SIGTERM
     """
 
+    # The signals that end a run as Ctrl-C does (SIGHUP where the platform has it).
+    SIGNALS: tuple[signal.Signals, ...] = tuple(
+        s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
+
     def __init__(self) -> None:
         self.signal: str | None = None
-        self._previous: Any = None
+        self._previous: dict[signal.Signals, Any] = {}
 
     def install(self) -> "Interruption":
         if threading.current_thread() is threading.main_thread():  # Only the main thread may set handlers.
-            self._previous = signal.signal(signal.SIGTERM, self._raise)
+            for signum in self.SIGNALS:
+                if signum != signal.SIGTERM and signal.getsignal(signum) is signal.SIG_IGN:
+                    continue  # nohup: the user asked to outlive the terminal.
+                self._previous[signum] = signal.signal(signum, self._raise)
         return self
 
     def _raise(self, signum: int, frame: Any) -> None:
@@ -99,9 +108,10 @@ class Interruption:
         self.signal = self.signal or "SIGINT"
 
     def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            if previous is not None:
+                signal.signal(signum, previous)
+        self._previous = {}
 
 
 class SettingsError(ValueError):
@@ -169,52 +179,55 @@ class GateSettings:
         default_options: str = "aotcheck",
         libtpu_init_args_option: str | None = None,
         flags: Mapping[str, str] = PYTEST_FLAGS,
+        from_ini: Collection[str] = (),
     ) -> "GateSettings":
-        """Parses option values as users write them; SettingsError names the bad one."""
+        """Parses option values as users write them; SettingsError names the bad one: by its flag, or by
+        its ini key when the ini gave it (``from_ini``, from :func:`aotcheck.settings.read_settings`)."""
         root = Path(rootdir)
+        said = names_in_messages(flags, from_ini)
         counts = []
         for text in split_list(slices):
             if not text.isdigit() or int(text) < 1:
-                raise SettingsError(f"{flags['slices']}: {text!r} is not a slice count; give integers >= 1, "
-                                    f"e.g. {flags['slices']}=1,2")
+                raise SettingsError(f"{said['slices']}: {text!r} is not a slice count; give integers >= 1, "
+                                    f"e.g. {example(said['slices'], '1,2')}")
             try:
                 counts.append(check_num_slices(int(text)))
             except TopologyError as e:
-                raise SettingsError(f"{flags['slices']}: {e}") from None
+                raise SettingsError(f"{said['slices']}: {e}") from None
         try:
             targets = expand_targets(split_list(topologies), counts or [1])
         except TopologyError as e:
-            raise SettingsError(f"{flags['topologies']}: {e}") from None
+            raise SettingsError(f"{said['topologies']}: {e}") from None
         try:
             parsed_tolerances = parse_tolerances(tolerances, known=figure_names())
         except ToleranceError as e:
-            raise SettingsError(f"{flags['tolerances']}: {e}") from None
+            raise SettingsError(f"{said['tolerances']}: {e}") from None
         try:
             headroom = float(hbm_headroom)
             if not 0 < headroom <= 1:
                 raise ValueError
         except ValueError:
-            raise SettingsError(f"{flags['hbm_headroom']}: {hbm_headroom!r} must be a number in (0, 1], e.g. 0.95") from None
+            raise SettingsError(f"{said['hbm_headroom']}: {hbm_headroom!r} must be a number in (0, 1], e.g. 0.95") from None
         fit = (fit or "").strip() or None
         if fit is not None and not fit.isidentifier():
-            raise SettingsError(f"{flags['fit']}: {fit!r} is not a knob name; name what to search on every config, "
-                                f"e.g. {flags['fit']}=batch (a config may offer more knobs in knobs=)")
+            raise SettingsError(f"{said['fit']}: {fit!r} is not a knob name; name what to search on every config, "
+                                f"e.g. {example(said['fit'], 'batch')} (a config may offer more knobs in knobs=)")
         try:
             parsed_shard = parse_shard(shard) if shard else None
         except ShardError as e:
             raise SettingsError(str(e).replace("--aot-shard", flags["shard"])) from None
         drift = (metric_drift or "fail").strip().lower()
         if drift not in METRIC_DRIFT:
-            raise SettingsError(f"{flags['metric_drift']}: {metric_drift!r} must be 'fail' (figures new or gone "
+            raise SettingsError(f"{said['metric_drift']}: {metric_drift!r} must be 'fail' (figures new or gone "
                                 "against the golden fail the case) or 'warn' (they pass with a warning)")
         init_args = libtpu_init_args if isinstance(libtpu_init_args, str) else " ".join(libtpu_init_args or ())
         try:
-            compiler_options = parse_libtpu_init_args(init_args, what=flags["libtpu_init_args"])
+            compiler_options = parse_libtpu_init_args(init_args, what=said["libtpu_init_args"])
         except OptionsError as e:
             raise SettingsError(str(e)) from None
         presets = (default_options or "aotcheck").strip().lower()
         if presets not in DEFAULT_OPTIONS:
-            raise SettingsError(f"{flags['default_options']}: {default_options!r} must be 'aotcheck' (aotcheck's "
+            raise SettingsError(f"{said['default_options']}: {default_options!r} must be 'aotcheck' (aotcheck's "
                                 "per-chip presets under your options) or 'none' (only your options, as your job "
                                 "sends them)")
         report_path = Path(report) if report else None
@@ -253,6 +266,26 @@ class GateSettings:
             return self.golden_dir.resolve().relative_to(self.rootdir.resolve()).as_posix()
         except ValueError:
             return str(self.golden_dir)
+
+
+def check_knob_globs(settings: GateSettings, registry: Registry) -> None:
+    """SettingsError for an ``aot_tolerances`` line over ``fit_max_`` figures that no knob has (``fit_max_batchh``):
+    the knobs are the registered configs', known once they are loaded. Configs are built only for such a line."""
+    knobs = {"batch", *([settings.fit] if settings.fit else [])}
+    globs = [glob for glob, _ in settings.tolerances if glob.startswith("fit_max_")]
+    if all(any(fnmatch.fnmatchcase(f"fit_max_{knob}", glob) for knob in knobs) for glob in globs):
+        return
+    for entry in registry:
+        try:
+            configs = entry.configs()
+        except RegistryError:
+            continue  # Its build error is that config's, reported with its cases.
+        for config in configs:
+            knobs.update([*knobs_offered(config), *([config.fit] if getattr(config, "fit", None) else [])])
+    try:
+        check_knob_tolerances(settings.tolerances, known=figure_names(), knobs=knobs)
+    except ToleranceError as e:
+        raise SettingsError(f"{settings.flags['tolerances']}: {e}") from None
 
 
 class Planned(NamedTuple):
@@ -316,6 +349,7 @@ class GateSession:
             hint = ("to run without the gate, say so: --aot-topologies=none" if self.settings.flags is PYTEST_FLAGS
                     else "python -m aotcheck configs lists them")
             raise SettingsError(f"nothing to check: {empty}; {hint}")
+        check_knob_globs(self.settings, self.registry)  # fit_max_<knob> tolerance lines, now that configs are known.
         if self._measurer is not None:
             try:
                 self._measurer.locate()
@@ -431,17 +465,30 @@ class GateSession:
     # Cases ---------------------------------------------------------------------------
 
     def accept_args(self) -> list[str]:
-        """Options of this run that decide its figures and that an accept command must repeat."""
-        option = self.settings.libtpu_init_args_option
-        return [f"--aot-libtpu-init-args={option}"] if option is not None else []
+        """The settings of this run that change what it compiles or measures, as the accept command (a
+        pytest run, whichever front end this is) must repeat them: the launch flags given on the command
+        line (the ini's are read again), aotcheck's presets off, a fit search and its headroom, and the
+        config modules ``python -m aotcheck check --module`` added. Settings pytest has no option for
+        are given as ini overrides (``-o aot_default_options=none``); repeating an ini's own value is
+        harmless, leaving one out would accept other figures than this run's."""
+        s = self.settings
+        args = [f"--aot-libtpu-init-args={s.libtpu_init_args_option}"] if s.libtpu_init_args_option is not None else []
+        if s.fit:
+            args.append(f"--aot-fit={s.fit}")
+        if not s.presets:
+            args += ["-o", "aot_default_options=none"]
+        if s.hbm_headroom != 1.0:
+            args += ["-o", f"aot_hbm_headroom={s.hbm_headroom:g}"]
+        if s.config_modules and s.flags is CLI_FLAGS:
+            args += ["-o", "aot_config_modules=" + "\n".join(s.config_modules)]
+        return args
 
     def accept_command(self, case: Case) -> str:
-        """The command that accepts this case's current figures as its golden."""
-        args = ["pytest", "--update-golden", f"--aot-configs={glob_quote(case.config)}",
-                f"--aot-topologies={case.target}"]
-        if self.settings.golden_dir_option:
-            args.append(f"--aot-golden-dir={self.settings.golden_dir_option}")
-        return shlex.join(args + self.accept_args() + ["-k", case.program])
+        """The command that accepts this case's current figures as its golden (the one builder,
+        :func:`aotcheck.gate.upgrade.accept_all_command`, with this program selected)."""
+        given = self.settings.golden_dir_option  # As given (it may override the ini's), even "golden".
+        return accept_all_command([case.id], extra=[*([f"--aot-golden-dir={given}"] if given else []),
+                                                    *self.accept_args(), "-k", case.program])
 
     def _knobs(self) -> dict[str, str | None]:
         """Case id -> the knob its plan searches (the plan is memoised; so is this view of it)."""

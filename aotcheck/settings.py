@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple
 
 
@@ -105,6 +105,23 @@ def flag_names(front_end: str) -> dict[str, str]:
     return {s.name: getattr(s, front_end) or s.ini for s in SETTINGS if getattr(s, front_end) or s.ini}
 
 
+def names_in_messages(flags: Mapping[str, str], from_ini: Collection[str] = ()) -> dict[str, str]:
+    """How a message names each setting: the front end's ``flags``, but the ini key for a value the
+    ini gave (``from_ini``), since that is what the user wrote.
+
+    Example:
+        >>> names = names_in_messages(flag_names("pytest"), from_ini=["slices"])
+        >>> names["slices"], names["topologies"], example(names["slices"], "1,2"), example(names["topologies"], "v4-8")
+        ('aot_slices', '--aot-topologies', 'aot_slices = 1,2', '--aot-topologies=v4-8')
+    """
+    return {**flags, **{name: BY_NAME[name].ini for name in from_ini if name in BY_NAME and BY_NAME[name].ini}}
+
+
+def example(name: str, value: str) -> str:
+    """A setting with a value, as written where ``name`` (a flag or an ini key) is written."""
+    return f"{name}={value}" if name.startswith("-") else f"{name} = {value}"
+
+
 def add_pytest_options(parser: Any) -> None:
     """The plugin's options (one group) and ini keys, from the table."""
     group = parser.getgroup("aotcheck", "aotcheck: AOT-compile registered configs for TPU topologies and GPU hosts")
@@ -135,16 +152,21 @@ def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], 
     """Every setting's value as ``GateSettings.parse`` takes it: the front end's ``option`` (None when not
     given) over the ``ini`` value (the default when the file says nothing); a CLI flag that appends adds
     to the ini's lines; ``golden_dir_option`` and ``libtpu_init_args_option`` keep what the command line
-    said (accept commands repeat it); ``--no-cache`` turns the cache off."""
+    said (accept commands repeat it); ``--no-cache`` turns the cache off; ``from_ini``: the settings whose
+    value the ini gave (the command line said nothing), so that an error names the ini key the user wrote."""
     out: dict[str, Any] = {}
+    from_ini: list[str] = []
     for s in SETTINGS:
         given = option(s)
+        if s.ini and (given is None or (s.action == "append" and not given)):
+            from_ini.append(s.name)
         if s.action == "append":
             out[s.name] = list(ini(s) if s.ini else []) + list(given or [])
         elif s.action == "store_true":
             out[s.name] = bool(given) if given is not None or not s.ini else ini(s)
         else:
             out[s.name] = given if given is not None else (ini(s) if s.ini else s.default)
+    out["from_ini"] = tuple(from_ini)
     out["golden_dir_option"] = option(BY_NAME["golden_dir"])
     out["libtpu_init_args_option"] = option(BY_NAME["libtpu_init_args"])
     if out.pop("no_cache"):

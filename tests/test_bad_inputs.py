@@ -81,12 +81,12 @@ USAGE = [
     (["--aot-topologies=v4-8"], "aot_metric_drift = maybe", "aot_metric_drift: 'maybe' must be 'fail'"),
     (["--aot-topologies=v4-8"], "aot_strict = maybe", "invalid truth value 'maybe'"),  # pytest's own check
     (["--aot-topologies=v4-8", "--aot-fit=3x"], "", "--aot-fit: '3x' is not a knob name; name what to search"),
-    (["--aot-topologies=v4-8"], "aot_fit = max batch", "--aot-fit: 'max batch' is not a knob name"),
+    (["--aot-topologies=v4-8"], "aot_fit = max batch", "aot_fit: 'max batch' is not a knob name"),
     (["--aot-topologies=v4-8", "--aot-libtpu-init-args=xla_tpu_foo=1"], "",
      "--aot-libtpu-init-args: 'xla_tpu_foo=1' is not a flag; write it as libtpu reads flags, --xla_tpu_foo=1"),
     (["--aot-topologies=v4-8"], "aot_libtpu_init_args = --xla_a=1 ,--xla_b=2",
-     "--aot-libtpu-init-args: ',--xla_b=2' is not a flag; each flag is --name=value, separated by spaces"),
-    (["--aot-topologies=v4-8"], "aot_libtpu_init_args = --xla_a='1'", "--aot-libtpu-init-args: \"--xla_a='1'\" keeps its quotes"),
+     "aot_libtpu_init_args: ',--xla_b=2' is not a flag; each flag is --name=value, separated by spaces"),
+    (["--aot-topologies=v4-8"], "aot_libtpu_init_args = --xla_a='1'", "aot_libtpu_init_args: \"--xla_a='1'\" keeps its quotes"),
     (["--aot-topologies=v4-8"], "aot_default_options = off",
      "aot_default_options: 'off' must be 'aotcheck' (aotcheck's per-chip presets under your options) or 'none'"),
 ]
@@ -458,7 +458,7 @@ def test_a_cache_that_fails_mid_run_is_noted_once_even_under_xdist(faults):
     ("pyproject.toml", "[tool.pytest\nx = 1\n", "pyproject.toml: cannot read it as a pytest configuration"),
     ("tox.ini", "[pytest]\naot_topologies = v4-8\naot_strict = maybe\n", "aot_strict = 'maybe' is not a boolean"),
     ("tox.ini", "[pytest]\naot_topologies = v4-8\naot_hbm_headroom = 3\n", "aot_hbm_headroom: '3' must be a number"),
-    ("pytest.toml", "[pytest]\naot_topologies = ['v9-8']\n", "--topologies: Unknown topology 'v9-8'"),
+    ("pytest.toml", "[pytest]\naot_topologies = ['v9-8']\n", "aot_topologies: Unknown topology 'v9-8'"),
 ])
 def test_check_command_reads_bad_ini_files_as_clear_errors(tmp_path, monkeypatch, capsys, name, text, words):
     (tmp_path / name).write_text(text)

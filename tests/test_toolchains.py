@@ -136,27 +136,31 @@ def test_the_oldest_toolchain_runs_the_whole_gate(oldest, tmp_path):
     assert {c for c, v in found.items() if v != "pass"} == crashes, second.stdout[-4000:]
 
 
-def test_an_upgrade_explains_itself(oldest, tmp_path):
-    # The committed goldens were made with the current lock; the oldest toolchain reads them as an upgrade would.
+def test_an_older_toolchain_than_the_goldens_explains_itself(oldest, tmp_path):
+    # The committed goldens were made with the current lock; the oldest toolchain is behind them: a
+    # downgrade, said as such, with the goldens' toolchain to install and no command that accepts it.
     report = tmp_path / "report.json"
     out = aotcheck(oldest, "check", "--topologies", "v4-8,v5e-16", "--slices", "1", "--configs", "lm-tiny",
                    "--no-cache", f"--report={report}")
     text = out.stdout
     assert "golden file(s) were made with another toolchain" in text, text[-3000:]
     lock = dict(line.split("==") for line in (ROOT / "requirements.lock").read_text().split() if "==" in line)
-    assert (f"toolchain upgrade: 6 case(s) judged against goldens made with jax {lock['jax']}, jaxlib "
-            f"{lock['jaxlib']}, libtpu {lock['libtpu']}; now jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1") in text
+    goldens = f"jax {lock['jax']}, jaxlib {lock['jaxlib']}, libtpu {lock['libtpu']}"
+    assert (f"older toolchain than the goldens': 6 case(s) judged against goldens made with {goldens}; now jax 0.10.2, "
+            f"jaxlib 0.10.2, libtpu 0.0.42.1, which is older (a downgrade: the CI lock or this machine is behind the "
+            f"goldens)") in text, text[-3000:]
     cases = json.loads(report.read_text())["cases"]
     moved = [c for c in cases if any(r["change"] != "ok" for r in c["changes"])]
     assert f"{len(moved)} moved, {6 - len(moved)} did not." in text
     for c in moved:  # Each moved figure has its row: case, figure, golden, now, change.
         for r in c["changes"]:
             assert any(line.startswith(c["case"]) and r["metric"] in line for line in text.splitlines()), (c, text)
-    assert ("To accept the new toolchain's figures for all of them: pytest --update-golden --aot-configs=lm-tiny "
-            "--aot-topologies=v4-8x1,v5e-16x1") in text
+    assert (f"Do not accept these figures: they would take the goldens back to an older toolchain. Install the "
+            f"goldens' toolchain ({goldens}) to check against them.") in text
+    assert "To accept the new toolchain's figures" not in text
     assert out.returncode == (1 if any(c["failed"] for c in cases) else 0)
     markdown = aotcheck(oldest, "report", str(report), "--format", "markdown").stdout
-    assert "### Toolchain upgrade" in markdown and "pytest --update-golden --aot-configs=lm-tiny" in markdown
+    assert "### Older toolchain than the goldens'" in markdown and "--update-golden --aot-configs=lm-tiny" not in markdown
 
 
 def test_the_current_lock_installs_and_gates_on_python_3_13(tmp_path):

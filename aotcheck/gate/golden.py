@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from aotcheck import _runtime
 from aotcheck._files import atomic_write_text, probe_writable
 from aotcheck.pipeline.case import Case
@@ -64,6 +66,41 @@ class Golden:
                    path, dict(data.get("details") or {}))
 
 
+def toolchain_problem(toolchain: Any) -> str | None:
+    """What is wrong with a recorded toolchain (package -> its version string, null when not installed), or
+    None: a version of another type would break every comparison and table of versions.
+
+    Example:
+        >>> toolchain_problem({"jax": "0.12.0.1", "libtpu": None}) is None
+        True
+        >>> toolchain_problem({"jax": ["0.12.0.1"]})
+        "its 'toolchain' field 'jax' must be a version string or null, not list (['0.12.0.1'])"
+    """
+    if not isinstance(toolchain, Mapping):
+        return f"its 'toolchain' must be an object, not {type(toolchain).__name__}"
+    for name, version in toolchain.items():
+        if not isinstance(name, str) or not (version is None or isinstance(version, str)):
+            return (f"its 'toolchain' field {name!r} must be a version string or null, not "
+                    f"{type(version).__name__} ({version!r})")
+    return None
+
+
+def version_step(before: str | None, now: str | None) -> str:
+    """``"newer"`` or ``"older"``: how version ``now`` stands to ``before`` (as versions: 0.10 is newer
+    than 0.9), or ``"not comparable"`` (a version missing on one side, or not a version, such as the path
+    of a libtpu.so loaded instead of the package).
+
+    Example:
+        >>> version_step("0.9.9", "0.10.2"), version_step("0.12.0.1", "0.10.2"), version_step("0.0.50.1", None)
+        ('newer', 'older', 'not comparable')
+    """
+    try:
+        old, new = Version(str(before)), Version(str(now))
+    except InvalidVersion:
+        return "not comparable"
+    return "newer" if new > old else "older" if new < old else "the same version, written differently"
+
+
 def toolchain_note(golden_toolchain: dict[str, Any], *, platform: str) -> str | None:
     """Says how a golden's toolchain differs from this process's for ``platform``'s targets, or None.
 
@@ -72,12 +109,18 @@ def toolchain_note(golden_toolchain: dict[str, Any], *, platform: str) -> str | 
         True
         >>> toolchain_note({**_runtime.toolchain(), "libtpu": "0.0.1"}, platform="tpu")  # doctest: +ELLIPSIS
         'golden made with another toolchain (libtpu 0.0.1 -> ...); figures may differ for that reason alone'
+        >>> toolchain_note({**_runtime.toolchain(), "libtpu": "99.0"}, platform="tpu")  # doctest: +ELLIPSIS
+        "golden made with a newer toolchain than this one (libtpu 99.0 -> ...); ... install the golden's toolchain ..."
     """
     now = _runtime.toolchain(platform)
-    diffs = [f"{k} {golden_toolchain.get(k)} -> {now[k]}" for k in now if golden_toolchain.get(k) != now[k]]
-    if not diffs:
+    differ = [k for k in now if golden_toolchain.get(k) != now[k]]
+    if not differ:
         return None
-    return "golden made with another toolchain (" + ", ".join(diffs) + "); figures may differ for that reason alone"
+    diffs = ", ".join(f"{k} {golden_toolchain.get(k)} -> {now[k]}" for k in differ)
+    if all(version_step(golden_toolchain.get(k), now[k]) == "older" for k in differ):
+        return (f"golden made with a newer toolchain than this one ({diffs}); figures may differ for that reason "
+                "alone, and are not to be accepted over it: install the golden's toolchain to check against it")
+    return "golden made with another toolchain (" + diffs + "); figures may differ for that reason alone"
 
 
 def golden_document(
@@ -146,6 +189,10 @@ def parse_document(text: str, path: Path, *, case: Case | None = None) -> Golden
             raise GoldenError(f"Golden file {path} has no {key!r} key. Regenerate it with --update-golden.")
         if not isinstance(doc[key], kind):
             raise GoldenError(f"Golden file {path}: {key!r} must be an object, not {type(doc[key]).__name__}.")
+    problem = toolchain_problem(doc["toolchain"])
+    if problem:
+        raise GoldenError(f"Golden file {path}: {problem}, so this golden is corrupt. Fix it, or regenerate it "
+                          "with --update-golden.")
     for name, value in doc["figures"].items():
         problem = value_problem(name, value)
         if problem:

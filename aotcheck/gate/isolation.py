@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -35,15 +36,18 @@ import time
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.errors import WorkerCrashed, error_from_json, error_to_json
+from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_from_json, error_to_json
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.compile import warm_up
-from aotcheck.programs.loader import import_sources, imported, loaded_sources
-from aotcheck.programs.options import probe_notes
-from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
+from aotcheck.programs.loader import (LoaderError, import_main_script, import_sources, imported, loaded_sources,
+                                      main_has_no_file, main_script)
+from aotcheck.programs.lowering import lower_config
+from aotcheck.programs.options import (OptionsError, probe_notes, recheck_presets, unknown_xla_flags,
+                                       xla_flags_problem)
+from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
 from aotcheck.targets.families import family_of, worker_environment
 
 
@@ -96,7 +100,7 @@ class FamilyWorker:
         read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout and stderr stay free for noise.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env[_runtime.WORKER_ENV] = "1"
-        env.update(worker_environment(family))  # A GPU family's: the CUDA runtime off (targets/families.py).
+        env.update(worker_environment(family))  # No runtime: JAX_PLATFORMS=cpu (targets/families.py).
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd}, {family!r})"],
             stdin=subprocess.PIPE,
@@ -235,6 +239,10 @@ class Measurer:
                  fit: str | None = None, fit_default: str | None = None,
                  compiler_options: dict[str, str] | None = None, presets: bool = True,
                  registry: Registry = REGISTRY) -> None:
+        if os.environ.get(_runtime.WORKER_ENV):  # A script imported to find configs runs a gate at import.
+            raise LoaderError("aotcheck starts no compile processes inside a compile process: a script it imported "
+                              "there to register its configs runs aotcheck at its top level. Put the code that runs "
+                              "it under `if __name__ == \"__main__\":`, so importing it only registers.")
         self.registry = registry
         self._where: tuple[str, str] | None = None
         self.cache = cache
@@ -246,6 +254,9 @@ class Measurer:
         self.presets = presets  # aotcheck's per-chip presets under them.
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
+        # Why no worker can start in this environment (a TPU flag in XLA_FLAGS), once known: every case
+        # is that error, and no worker is started to die of it.
+        self._doomed: str | None = xla_flags_problem(os.environ.get("XLA_FLAGS"))
         _runtime.remove_dumps()  # What killed workers (kill -9, the OOM killer) left behind.
 
     def locate(self) -> tuple[str, str] | None:
@@ -258,6 +269,8 @@ class Measurer:
     def prestart(self, families: set[str] | frozenset[str]) -> None:
         """Starts the workers of ``families`` now, so their start-up (importing jax, loading
         libtpu) overlaps with each other and with the first cases."""
+        if self._doomed:  # Each case says why; a worker would only die of it, noisily.
+            return
         for family in sorted(families):
             if family not in self._workers:
                 self._workers[family] = FamilyWorker(family)
@@ -270,6 +283,8 @@ class Measurer:
 
     def __call__(self, case: Case, *, fit: str | None = None) -> Measurement:
         """Measures ``case`` in its family's worker; ``fit``: search this knob (else :attr:`fit`, or the policy)."""
+        if self._doomed:
+            raise OptionsError(self._doomed)
         family = family_of(case.topology)
         worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(family))
         try:
@@ -286,11 +301,13 @@ class Measurer:
                 "fit_default": self.fit_default,
                 "compiler_options": self.compiler_options,
                 "presets": self.presets,
+                "build": self._build_seen(case),
+                "main": main_script(),  # Imported there when nothing else registered the config.
             })
-        except WorkerCrashed:
+        except WorkerCrashed as e:
             self._workers.pop(family, None)
             worker.close()
-            raise
+            raise self._crash_cause(e) from None
         if family in FRESH_WORKER_PER_CASE:
             self._workers.pop(family).close()
             self.prestart({family})  # The next case of the family finds its fresh worker started.
@@ -298,8 +315,53 @@ class Measurer:
             if note not in self.notes:
                 self.notes.append(note)
         if "error" in reply:
-            raise error_from_json(reply["error"])
+            error = error_from_json(reply["error"])
+            host = _runtime.memory_limit_problem(str(error)) if isinstance(error, _runtime.HostError) else None
+            if host is not None:  # libtpu could not be mapped: the host's limit, not "reinstall libtpu".
+                raise _runtime.HostError(host) from None
+            if isinstance(error, ConfigNotFound) and main_has_no_file():
+                raise ConfigNotFound(
+                    f"{error} This session's main program has no file (an interactive session, a notebook or "
+                    "`python -c`), so configs registered there cannot be registered again in a compile process: "
+                    "register them in a module or script file (python -m aotcheck check --module FILE, "
+                    "aot_config_modules, conftest.py), or measure in this process (measure=...).") from None
+            raise error
         return Measurement.from_json(reply["measurement"])
+
+    def _build_seen(self, case: Case) -> dict[str, Any] | None:
+        """What this process's build of the case's config looks like (its fingerprint's digest) and
+        whether building it again gave another config (:meth:`Entry.unstable`): the worker builds the
+        config anew and checks that the program it lowers is the one this build describes."""
+        try:
+            entry = self.registry.get(case.config)
+            seen = entry.fingerprint()
+        except RegistryError:  # Not registered or not built here: the worker says so itself.
+            return None
+        if seen is None:
+            return None
+        return {"digest": seen.digest, "unstable": entry.unstable()}
+
+    def _crash_cause(self, crash: WorkerCrashed) -> Exception:
+        """What a worker's death was, when its last lines or this host's limits say: a flag in
+        ``XLA_FLAGS`` XLA does not know (every later case is that error, and no worker starts again),
+        memory the host's limit would not map; else the crash, with a word on the limit if one is set."""
+        lines = [*crash.tail, *crash.log]
+        unknown = unknown_xla_flags(lines)
+        if unknown is not None:
+            self._doomed = unknown
+            self.close(kill=True)
+            return OptionsError(unknown)
+        host = _runtime.memory_limit_problem("\n".join(lines))
+        if host is not None:
+            return _runtime.HostError(f"the compile process died ({crash.signal_name}): {host}")
+        limits = _runtime.memory_limits()
+        if limits:
+            caps = "; ".join(words for words, _ in limits)
+            return WorkerCrashed(f"{crash}\nThis run's {caps}: a compile process that cannot map "
+                                 "memory can die this way. If the cap is near what a compile maps (libtpu alone "
+                                 "maps about 0.6 GiB), raise or lift it (ulimit -v unlimited).",
+                                 signal_name=crash.signal_name, tail=crash.tail, log=crash.log)
+        return crash
 
     def close(self, *, kill: bool = False) -> None:
         """Stops every worker process: all asked at once, then each given what is left of
@@ -347,16 +409,7 @@ def serve(reply_fd: int, family: str | None = None) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            import_sources(request["sources"])
-            registry = _registry(request.get("registry"))
-            cache_dir = request["cache_dir"]
-            cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
-            _runtime.reset_peak_rss()
-            result = measure(Case.parse(request["case"]), registry=registry, cache=cache, fit=request.get("fit"),
-                             fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)),
-                             compiler_options=request.get("compiler_options"), presets=request.get("presets", True))
-            hlo = result.compiled.as_text() if request.get("hlo") and result.compiled is not None else None
-            measured = dataclasses.replace(result, host_peak_bytes=_runtime.peak_rss_bytes(), hlo_text=hlo)
+            measured = measure_request(request, caches)
             reply: dict[str, Any] = {"measurement": measured.to_json()}
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
             reply = {"error": error_to_json(e)}
@@ -364,3 +417,83 @@ def serve(reply_fd: int, family: str | None = None) -> None:
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
+
+def measure_request(request: dict[str, Any], caches: dict[str, FiguresCache] | None = None) -> Measurement:
+    """Measures the case a worker's request names, as the request says (its registry found the way the
+    parent found it). A compile refused under presets a presets file said libtpu accepts is measured
+    once more after a fresh probe (:func:`aotcheck.programs.options.recheck_presets`)."""
+    caches = {} if caches is None else caches
+    sources = [tuple(source) for source in request["sources"]]
+    import_sources(sources)
+    registry = _registry(request.get("registry"))
+    case = Case.parse(request["case"])
+    main = request.get("main")
+    try:
+        entry = registry.get(case.config)
+    except ConfigNotFound:
+        if main:  # A script run as `python script.py` registered it (a config built by a helper's function).
+            import_main_script(main)
+        try:
+            entry = registry.get(case.config)
+        except ConfigNotFound as e:
+            looked = ", ".join(dict.fromkeys([path for _, path in sources] + ([main] if main else []))) or "nothing"
+            raise ConfigNotFound(f"{e} The compile process imported what registers configs in the session "
+                                 f"({looked}), and none of it registered {case.config!r} at its top level.") from None
+    _check_same_program(entry, case, request.get("build"))
+    cache_dir = request["cache_dir"]
+    cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
+    presets = request.get("presets", True)
+
+    def once() -> Measurement:
+        _runtime.reset_peak_rss()
+        return measure(case, registry=registry, cache=cache, fit=request.get("fit"),
+                       fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)),
+                       compiler_options=request.get("compiler_options"), presets=presets)
+
+    try:
+        result = once()
+    except CompileError as e:
+        # libtpu refused the program: if a presets file answered which presets it takes, the file may be
+        # what is wrong (stale, edited): probe again and, when the probe disagrees, compile once more.
+        if isinstance(e, OutOfMemory) or not presets or recheck_presets(case.topology, case.num_slices) is None:
+            raise
+        result = once()
+    hlo = result.compiled.as_text() if request.get("hlo") and result.compiled is not None else None
+    return dataclasses.replace(result, host_peak_bytes=_runtime.peak_rss_bytes(), hlo_text=hlo)
+
+
+def _check_same_program(entry: Any, case: Case, seen: dict[str, Any] | None) -> None:
+    """Raises RegistryError when the config's builder gives another program on another call. Asked only
+    where the builds differ (the session built it twice and got two configs, or this process's build is
+    not the session's): the case's program is lowered from this process's build and from two fresh
+    ones, and compared as text. Builds that differ only where the program does not (a temporary path,
+    a counter in a name) pass."""
+    if not seen:
+        return
+    mine = entry.fingerprint()
+    if mine is None:  # It does not build here: measuring says why.
+        return
+    why = seen.get("unstable")
+    if why is None and mine.digest == seen.get("digest"):
+        return
+    builds = [entry.configs()] + [entry.rebuilt()[0] for _ in range(2)]
+    texts = []
+    for configs in builds:
+        config = next((c for c in configs if case.program in c.programs), None)
+        if config is None:
+            texts.append("(no such program)")
+            continue
+        lowered = lower_config(config, case.target, program=case.program)[case.program]
+        texts.append(hashlib.sha256(lowered.as_text().encode()).hexdigest()[:16])
+    if len(set(texts)) == 1:
+        return
+    where = (f"a second build in the session differed at {why}" if why is not None else
+             f"this process's build is not the session's (fingerprints {mine.digest[:12]} and "
+             f"{str(seen.get('digest'))[:12]})")
+    raise RegistryError(
+        f"Config {entry.name!r} builds a different program on each call: its {case.program} for {case.target}, "
+        f"lowered from three builds in one compile process, gave {len(set(texts))} different programs "
+        f"(sha256 {', '.join(texts)}), and {where}. "
+        "aotcheck builds a config in the session and again in each compile process, so its figures, and their "
+        "verdict against the golden, would be those of whichever build a process got. Make the builder return the "
+        "same config on every call: seed any randomness, and read no clock, counter or environment into it.")

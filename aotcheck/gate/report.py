@@ -27,7 +27,7 @@ from typing import Any
 
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
-from aotcheck.gate.golden import atomic_write_text
+from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 
 # 2: typed outcomes (changes with their tolerance), relative golden paths, broken configs.
@@ -90,9 +90,14 @@ class Report:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Report":
+        """The inverse of :meth:`to_json`. A case fails by its verdict whatever its ``failed`` field says (a
+        regression said to pass still fails); the field can only add a failure: an improvement's, which
+        fails under strict, and the report records strictness only there."""
         shard = doc.get("shard")
+        outcomes = [Outcome.from_json(c) for c in doc["cases"]]
         return cls(
-            outcomes=[Outcome.from_json(c) for c in doc["cases"]],
+            outcomes=[o if o.failed or not o.verdict.fails() else dataclasses.replace(o, failed=True)
+                      for o in outcomes],
             golden_dir=doc.get("golden_dir") or "golden",
             stale=list(doc.get("stale_goldens") or []),
             removed=list(doc.get("removed_goldens") or []),
@@ -122,6 +127,15 @@ def load_report(path: Path) -> Report:
         found = doc.get("aotcheck_report") if isinstance(doc, dict) else None
         raise ReportError(f"{path}: not an aotcheck report of format {REPORT_FORMAT} (found {found!r}); "
                           "write it again with this aotcheck (--aot-report=PATH)")
+    problem = toolchain_problem(doc.get("toolchain") or {})
+    if problem:  # Versions of another type would break the toolchain tables: the file's error, named.
+        raise ReportError(f"{path}: {problem}; write the report again (--aot-report=PATH)")
+    for case in doc["cases"]:
+        golden = case.get("golden") if isinstance(case, dict) else None
+        problem = toolchain_problem(golden.get("toolchain") or {}) if isinstance(golden, dict) else None
+        if problem:
+            raise ReportError(f"{path}: case {case.get('case')}, in its golden: {problem}; write the report "
+                              "again (--aot-report=PATH)")
     try:
         report = Report.from_json(doc)
         for outcome in report.outcomes:
@@ -154,8 +168,12 @@ class Merged:
 
 
 def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) -> Merged:
-    """Merges shard reports; names unreadable ones and shards with no report, and goes on."""
+    """Merges shard reports; names unreadable ones, shards with no report, and cases in two reports (shards
+    never share a case: the merge keeps the failing copy, so no report can hide another's failure), and
+    goes on."""
     outcomes: dict[str, Outcome] = {}
+    source: dict[str, Path] = {}  # Case id -> the report it was read from.
+    shared: dict[tuple[Path, Path], list[str]] = {}  # (first report, later report) -> the cases both hold.
     stale: set[str] = set()
     removed: set[str] = set()
     broken: dict[str, str] = {}
@@ -170,7 +188,13 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         except ReportError as e:
             problems.append(str(e))
             continue
-        outcomes.update((o.case.id, o) for o in report.outcomes)
+        for o in report.outcomes:
+            first = outcomes.get(o.case.id)
+            if first is not None:
+                shared.setdefault((source[o.case.id], path), []).append(o.case.id)
+                if sort_outcomes([first, o])[0] is first:  # The failing (or more severe) copy counts.
+                    continue
+            outcomes[o.case.id], source[o.case.id] = o, path
         stale.update(report.stale)  # Every shard sees the same registry, so the same stale files.
         removed.update(report.removed)
         broken.update(report.broken)
@@ -179,6 +203,10 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         toolchain = toolchain or report.toolchain
         if report.shard:
             seen_shards.add(report.shard[0])
+    for (first, later), cases in shared.items():
+        held = cases[0] if len(cases) == 1 else f"{len(cases)} cases ({', '.join(sorted(cases))})"
+        problems.append(f"{first} and {later} both hold {held}: shards never share a case, so these reports are "
+                        "not the shards of one run (or one report was given twice); the merge counts the failing one")
     if expect_shards:
         missing = sorted(set(range(1, expect_shards + 1)) - seen_shards)
         problems += [f"shard {k}/{expect_shards} has no report: its runner crashed or was cancelled" for k in missing]

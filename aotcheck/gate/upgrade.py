@@ -1,5 +1,7 @@
 """A toolchain upgrade, as the gate saw it: which cases were judged against goldens made with another
-toolchain, which of their figures moved and by how much, which did not move.
+toolchain, which of their figures moved and by how much, which did not move, and which way it went: an
+upgrade (this run's versions newer), a downgrade (the goldens' newer: the CI lock or this machine is behind
+them, and their figures are not to be overwritten), or a change that is neither.
 
 The most reported memory regressions in this field come from toolchain bumps, so a run under a new
 jax or libtpu says in one table what the bump did (:mod:`aotcheck.render.text` and
@@ -21,6 +23,8 @@ Example:
     >>> up = find_upgrade([moved, still], now=now)
     >>> up.before, [(c, [r.metric for r in rows]) for c, rows in up.moved], up.unmoved
     ({'jax': '0.10.2', 'jaxlib': '0.10.2', 'libtpu': '0.0.42.1'}, [('lm/prefill@v4-8x1', ['peak_bytes'])], ['lm/prefill@v5e-16x1'])
+    >>> up.direction, find_upgrade([moved, still], now={"jax": "0.9.9", "libtpu": "0.0.42.1"}).direction
+    ('upgrade', 'downgrade')
     >>> find_upgrade([still], now=old) is None
     True
 """
@@ -33,6 +37,7 @@ from typing import NamedTuple
 
 from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import Change, Row
+from aotcheck.gate.golden import version_step
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 
@@ -46,6 +51,11 @@ class Upgrade(NamedTuple):
         moved: ``(case id, rows)`` for each case with a figure beyond tolerance, new or gone.
         unmoved: Case ids whose figures all stayed within tolerance.
         cases: Every case id of the upgrade (what the accept command covers).
+        direction: ``"upgrade"`` when every version that differs is newer now than in every golden,
+            ``"downgrade"`` when every one is older (the goldens are ahead: never accept these figures over
+            them), ``"change"`` otherwise (some newer, some older, or a version that does not compare).
+        steps: Package -> how its version now stands to the goldens' (:func:`version_step`, or newer than
+            some goldens', older than others'), for each that differs.
     """
 
     before: dict[str, str | None]
@@ -53,6 +63,8 @@ class Upgrade(NamedTuple):
     moved: list[tuple[str, list[Row]]]
     unmoved: list[str]
     cases: list[str]
+    direction: str = "upgrade"
+    steps: dict[str, str] = {}
 
 
 def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) -> Upgrade | None:
@@ -76,7 +88,17 @@ def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) 
             moved.append((o.case.id, rows))
         else:
             unmoved.append(o.case.id)
-    return Upgrade(before, dict(now), moved, unmoved, [o.case.id for o in sorted(foreign, key=lambda o: o.case.id)])
+    steps: dict[str, set[str]] = {}
+    for o in foreign:
+        for k, v in now.items():
+            if k in o.golden.toolchain and o.golden.toolchain[k] != v:
+                steps.setdefault(k, set()).add(version_step(o.golden.toolchain[k], v))
+    said = {k: found.pop() if len(found) == 1 else "not comparable" if "not comparable" in found
+            else "newer than some goldens', older than others'" for k, found in steps.items()}
+    ways = set(said.values())
+    direction = "upgrade" if ways == {"newer"} else "downgrade" if ways == {"older"} else "change"
+    return Upgrade(before, dict(now), moved, unmoved, [o.case.id for o in sorted(foreign, key=lambda o: o.case.id)],
+                   direction, said)
 
 
 def accept_all_command(case_ids: Sequence[str], *, golden_dir: str | None = None, extra: Sequence[str] = ()) -> str:

@@ -131,6 +131,41 @@ class _Model(_Common):
         # One glob alone is a tuple of one: iterating "*x1" by character would match every target.
         if isinstance(self.fit_targets, str):
             object.__setattr__(self, "fit_targets", (self.fit_targets,))
+        self._check_fit_upper()
+
+    def _check_fit_upper(self) -> None:
+        """ConfigError for a ``fit_upper`` the search would misread: 0 (read as no cap: a search of
+        minutes), a negative one, or one below the configured size of the knob searched (the search
+        would stop at once, saying the configured size is the largest that fits)."""
+        upper, field = self.fit_upper, f"{type(self).__name__}.fit_upper"
+        if upper is None:
+            return
+        knob = self.fit or "batch"
+        size = self._configured_size(knob)
+        example = f"fit_upper={8 * size}" if size else "fit_upper=256"
+        default = "or None for the default (4096 x the configured size)"
+        if isinstance(upper, bool) or not isinstance(upper, int):
+            raise ConfigError(f"{field}={upper!r} is not a size; give the largest {knob} the fit search may try as "
+                              f"an int, e.g. {example}, {default}.")
+        if upper < 1:
+            why = "0 would be read as no cap at all, a search of minutes" if upper == 0 else \
+                f"a negative cap would stop the search at once, reporting the configured {knob}"
+            raise ConfigError(f"{field}={upper}: the fit search's cap must be a size >= 1 ({why}); give the largest "
+                              f"{knob} to try, e.g. {example}, {default}.")
+        if size and upper < size:
+            raise ConfigError(f"{field}={upper} is below the configured {knob} ({size}): the search would stop at "
+                              f"once and report {size} as the largest that fits. Give a cap >= {size}, e.g. "
+                              f"{example}, {default}.")
+
+    def _configured_size(self, knob: str) -> int | None:
+        """The configured size of ``knob`` (the batch inputs' shared leading size), when it is known here."""
+        if knob != "batch":
+            own = self.knobs.get(knob) if isinstance(self.knobs, Mapping) else None
+            return own.size if isinstance(own, Knob) and isinstance(own.size, int) else None
+        spec = getattr(self, "batch_spec", None) or getattr(self, "input_batch_spec", None)
+        sizes = {leaf.shape[0] for leaf in spec.values() if getattr(leaf, "shape", None)} \
+            if isinstance(spec, Mapping) else set()
+        return sizes.pop() if len(sizes) == 1 and isinstance(next(iter(sizes)), int) else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -100,6 +100,36 @@ def _exec_file(name: str, path: Path) -> None:
         raise
 
 
+def main_script() -> str | None:
+    """The file of the script this process runs as ``python script.py``: a compile process imports it,
+    under another name, when the configs it asks for were registered nowhere else (a script that
+    registers a config built by a helper module's function). None for ``python -m ...`` (pytest's and
+    aotcheck's own), a console script, an interactive session, a notebook or ``python -c``."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or getattr(main, "__spec__", None) is not None or not isinstance(path, str):
+        return None
+    return os.path.abspath(path) if path.endswith(".py") and os.path.isfile(path) else None
+
+
+def main_has_no_file() -> bool:
+    """Whether this process's main program has no file (an interactive session, a notebook, ``python -c``):
+    configs registered there cannot be registered again in a compile process."""
+    main = sys.modules.get("__main__")
+    return main is not None and not isinstance(getattr(main, "__file__", None), str)
+
+
+def import_main_script(path: str) -> None:
+    """Imports the parent's script (:func:`main_script`) under another name, so its main block does not
+    run; LoaderError when importing it runs the script or exits."""
+    try:
+        import_sources([("__main__", path)])
+    except SystemExit as e:
+        raise LoaderError(f"Importing the script {path} (to register its configs in the compile process) exited "
+                          f"({e.code!r}): put the code that runs it under `if __name__ == \"__main__\":`, so "
+                          "importing it only registers.") from None
+
+
 def _same_file(a: str | None, b: str) -> bool:
     try:
         return a is not None and os.path.samefile(a, b)

@@ -98,6 +98,7 @@ def known_refusal(family: str, libtpu: str | None = None) -> frozenset[str] | No
 
 
 _probed: dict[tuple[str, bool], Refusal] = {}
+_files: dict[tuple[str, bool], Path] = {}  # The presets file each probe's answer is remembered in.
 _notes: list[str] = []  # What probes found, to be said once (compile workers send them to the session).
 
 
@@ -106,10 +107,76 @@ def probe_notes() -> list[str]:
     return list(_notes)
 
 
+def _note(line: str) -> None:
+    if line not in _notes:
+        _notes.append(line)
+
+
+def presets_file(store: str | Path, topology: str | Topology, num_slices: int = 1) -> Path:
+    """Where a probe's answer for ``topology``'s chip is remembered under ``store`` (the figures cache):
+    keyed by the libtpu and by aotcheck's own presets for the chip, so a new preset is probed anew."""
+    topo = parse_topology(topology)
+    digest = hashlib.sha256(json.dumps(preset_options(topo, num_slices), sort_keys=True).encode()).hexdigest()[:12]
+    multi = "multi" if num_slices > 1 else "one"
+    return Path(store) / "presets" / f"libtpu-{_runtime.toolchain()['libtpu']}-{topo.chip.family}-{multi}-{digest}.json"
+
+
+def _presets_document(topo: Topology, num_slices: int, refused: Iterable[str]) -> dict[str, Any]:
+    """What a presets file holds, ``check`` (a digest of the rest) included: a file edited by hand no
+    longer matches its check, and is probed again rather than trusted."""
+    body = {"libtpu": _runtime.toolchain()["libtpu"], "family": topo.chip.family, "multi_slice": num_slices > 1,
+            "presets": preset_options(topo, num_slices), "refused": sorted(refused)}
+    return {**body, "check": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
+
+
+def read_presets_file(path: Path, topology: str | Topology, num_slices: int = 1) -> tuple[frozenset[str] | None, str | None]:
+    """A presets file read and checked: ``(refused, None)`` from a file aotcheck wrote for this libtpu,
+    chip and set of presets; ``(None, why)`` for one it cannot trust (not JSON, another schema, a name
+    that is no preset of the chip, edited since it was written); ``(None, None)`` when there is none."""
+    topo = parse_topology(topology)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"it cannot be read ({e.strerror or e})"
+    try:
+        document = json.loads(text)
+    except ValueError as e:
+        return None, f"it is not JSON ({e})"
+    expected = _presets_document(topo, num_slices, ())
+    if not isinstance(document, dict) or set(document) != set(expected):
+        keys = ", ".join(sorted(document)) if isinstance(document, dict) else type(document).__name__
+        return None, f"it holds {keys or 'nothing'}, not the fields aotcheck writes ({', '.join(sorted(expected))})"
+    refused = document["refused"]
+    if not isinstance(refused, list) or not all(isinstance(name, str) for name in refused):
+        return None, f"its 'refused' is {refused!r}, not a list of option names"
+    unknown = sorted(set(refused) - set(expected["presets"]))
+    if unknown:
+        return None, f"it names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} no preset of aotcheck's for {topo.chip.family}"
+    for key in ("libtpu", "family", "multi_slice", "presets"):
+        if document[key] != expected[key]:
+            return None, f"its {key} is {document[key]!r}, not this run's {expected[key]!r}"
+    if document["check"] != _presets_document(topo, num_slices, refused)["check"]:
+        return None, "it was changed since aotcheck wrote it (its check does not match)"
+    return frozenset(refused), None
+
+
+def _write_presets_file(path: Path, topo: Topology, num_slices: int, refused: Iterable[str]) -> None:
+    from aotcheck._files import atomic_write_text  # noqa: PLC0415
+
+    try:
+        atomic_write_text(path, json.dumps(_presets_document(topo, num_slices, refused), indent=2, sort_keys=True) + "\n")
+    except OSError:  # An unwritable cache only costs the next process a probe.
+        pass
+
+
 def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str | Path | None = None) -> Refusal:
     """The presets the running libtpu refuses for ``topology``'s chip: from :data:`KNOWN_REFUSALS`,
     else from a probe (a tiny compile on the chip's devices), done once per process and, with
-    ``store`` (a directory, e.g. the figures cache), once per libtpu version."""
+    ``store`` (a directory, e.g. the figures cache), once per libtpu version: its answer is remembered
+    in a file (:func:`presets_file`), read back only when it checks out (:func:`read_presets_file`;
+    one that does not is probed again and rewritten, with a note naming it)."""
     topo = parse_topology(topology)
     if topo.platform != "tpu":
         return Refusal(frozenset(), "table")
@@ -119,31 +186,55 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
         return Refusal(known, "table")
     if (family, multi) in _probed:
         return _probed[(family, multi)]
-    # Keyed by the libtpu and by aotcheck's own presets for the chip: a new preset is probed anew.
-    digest = hashlib.sha256(json.dumps(preset_options(topo, num_slices), sort_keys=True).encode()).hexdigest()[:12]
-    name = f"libtpu-{_runtime.toolchain()['libtpu']}-{family}-{'multi' if multi else 'one'}-{digest}.json"
-    path = Path(store) / "presets" / name if store else None
+    path = presets_file(store, topo, num_slices) if store else None
     found = None
     if path is not None:
-        try:
-            found = Refusal(frozenset(json.loads(path.read_text())["refused"]), "remembered")
-        except (OSError, ValueError, KeyError, TypeError):  # Not probed yet, or unreadable: probe again.
-            found = None
+        names, why = read_presets_file(path, topo, num_slices)
+        if names is not None:
+            found = Refusal(names, "remembered")
+        elif why is not None:
+            _note(f"aotcheck: the presets cache file {path} was not used: {why}. libtpu was probed again "
+                  "and the file rewritten.")
     if found is None:
         found = Refusal(probe_refused_presets(topo, num_slices), "probe")
         if path is not None:
-            from aotcheck._files import atomic_write_text  # noqa: PLC0415
-
-            try:
-                atomic_write_text(path, json.dumps({"refused": sorted(found.names)}) + "\n")
-            except OSError:  # An unwritable cache only costs the next process a probe.
-                pass
+            _write_presets_file(path, topo, num_slices, found.names)
     _probed[(family, multi)] = found
+    if path is not None:
+        _files[(family, multi)] = path
     if found.names:
-        _notes.append(f"aotcheck: libtpu {_runtime.toolchain()['libtpu']} refuses aotcheck's presets "
-                      f"{', '.join(sorted(found.names))} on {family}{' (multi-slice)' if multi else ''} "
-                      f"({'probed' if found.how == 'probe' else 'probed before'}): not sent there")
+        how = "probed" if found.how == "probe" else f"remembered in {path}; delete it to probe again"
+        _note(f"aotcheck: libtpu {_runtime.toolchain()['libtpu']} refuses aotcheck's presets "
+              f"{', '.join(sorted(found.names))} on {family}{' (multi-slice)' if multi else ''} ({how}): not sent there")
     return found
+
+
+def recheck_presets(topology: str | Topology, num_slices: int = 1) -> str | None:
+    """After a compile with aotcheck's presets failed: when what this process knows of the presets libtpu
+    refuses for the chip came from a presets file, probes libtpu again. If the probe refuses presets the
+    file said libtpu accepts (a stale or edited file), rewrites the file, takes the probe's answer and
+    returns a note naming the file: the caller compiles the case again, once. None when the file agrees
+    with the probe, or nothing was remembered (the compile's error is the program's)."""
+    topo = parse_topology(topology)
+    if topo.platform != "tpu":
+        return None
+    key = (topo.chip.family, num_slices > 1)
+    known, path = _probed.get(key), _files.get(key)
+    if known is None or known.how != "remembered" or path is None:
+        return None
+    probed = probe_refused_presets(topo, num_slices)
+    _probed[key] = Refusal(probed, "probe")
+    if probed != known.names:
+        _write_presets_file(path, topo, num_slices, probed)
+    if probed <= known.names:
+        return None
+    newly = ", ".join(sorted(probed - known.names))
+    note = (f"aotcheck: the presets cache file {path} said libtpu {_runtime.toolchain()['libtpu']} accepts "
+            f"{newly} on {topo.chip.family}, but a compile failed and a new probe refuses "
+            f"{'it' if len(probed - known.names) == 1 else 'them'}: the file was stale or edited. "
+            "It is rewritten, and the case compiled again without them.")
+    _note(note)
+    return note
 
 
 def tiny_lowered(topology: str | Topology, num_slices: int = 1) -> Any:
@@ -236,6 +327,57 @@ def parse_libtpu_init_args(text: str | None, *, what: str = "LIBTPU_INIT_ARGS") 
             name, value = name[2:], "false"
         options[name] = "true" if value is None else value
     return options
+
+
+def xla_flags_problem(text: str | None) -> str | None:
+    """Why ``XLA_FLAGS`` (its value, ``text``) would abort every compile process, or None: it holds TPU
+    compiler flags (``--xla_tpu_*``), which only libtpu knows, and only from ``LIBTPU_INIT_ARGS``. XLA
+    reads ``XLA_FLAGS`` in every process that starts jax's CPU backend or the CUDA plugin and aborts
+    on a flag it does not know, for TPU and GPU targets alike.
+
+    Example:
+        >>> xla_flags_problem("--xla_dump_to=/tmp/x --xla_gpu_enable_triton_gemm=false") is None
+        True
+        >>> print(xla_flags_problem("--xla_tpu_scoped_vmem_limit_kib=65536"))  # doctest: +ELLIPSIS
+        XLA_FLAGS holds --xla_tpu_scoped_vmem_limit_kib=65536, a TPU compiler flag: ... aot_libtpu_init_args ...
+    """
+    flags = [token for token in (text or "").split()
+             if re.match(r"^--(no)?xla_tpu_", token)]
+    if not flags:
+        return None
+    one = len(flags) == 1
+    return (f"XLA_FLAGS holds {' '.join(flags)}, {'a TPU compiler flag' if one else 'TPU compiler flags'}: "
+            "XLA reads XLA_FLAGS in every compile process (jax's CPU backend, the CUDA plugin), knows no TPU "
+            "flag there, and would abort the process, for TPU and GPU targets alike. libtpu takes TPU flags from "
+            f"LIBTPU_INIT_ARGS: give {'it' if one else 'them'} to aotcheck in aot_libtpu_init_args (the [pytest] "
+            "ini; or --aot-libtpu-init-args=..., --libtpu-init-args=..., a config's libtpu_init_args), and "
+            f"remove {'it' if one else 'them'} from XLA_FLAGS.")
+
+
+def unknown_xla_flags(lines: Iterable[str]) -> str | None:
+    """The flags a process's last ``lines`` say XLA aborted on as unknown in ``XLA_FLAGS`` (its
+    ``Unknown flag in XLA_FLAGS: --x=1``), in words; None when they say no such thing.
+
+    Example:
+        >>> print(unknown_xla_flags(["F1203 14:48:05.283311 19889 parse_flags_from_env.cc:234] Unknown flag in "
+        ...                          "XLA_FLAGS: --xla_bogus_flag=1"]))  # doctest: +ELLIPSIS
+        XLA_FLAGS holds --xla_bogus_flag=1, which XLA does not know: ...
+    """
+    flags: list[str] = []
+    for line in lines:
+        match = re.search(r"Unknown flags? in XLA_FLAGS:\s*(.*)$", line)
+        if match:
+            flags += [f for f in match[1].split() if f.startswith("-") and f not in flags]
+    if not flags:
+        return None
+    tpu = xla_flags_problem(" ".join(flags))
+    if tpu is not None:
+        return tpu
+    one = len(flags) == 1
+    return (f"XLA_FLAGS holds {' '.join(flags)}, which XLA does not know: the compile process aborted on "
+            f"{'it' if one else 'them'} before compiling anything (XLA: 'Unknown flag in XLA_FLAGS'). Correct "
+            f"the name or remove {'it' if one else 'them'}; a TPU compiler flag belongs in aot_libtpu_init_args "
+            "(libtpu reads LIBTPU_INIT_ARGS), not XLA_FLAGS.")
 
 
 def format_libtpu_init_args(options: Mapping[str, str]) -> str:

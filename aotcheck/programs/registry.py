@@ -13,12 +13,17 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fnmatch
 import functools
+import hashlib
 import inspect
+import logging
+import re
 import sys
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from aotcheck.errors import ConfigError
 from aotcheck.programs.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
@@ -73,9 +78,37 @@ class Entry:
     @functools.cached_property
     def _built(self) -> "list[Config] | RegistryError":
         try:
-            return self._build()
+            configs = self._build()
         except RegistryError as e:
             return e
+        # Taken at once, before anything uses the build (and fills a cache inside it).
+        self.__dict__["_fingerprint"] = fingerprint(configs)
+        return configs
+
+    def fingerprint(self) -> "Fingerprint | None":
+        """What this process's build of the config looks like (:func:`fingerprint`), taken as it was
+        built; None when it does not build."""
+        return None if isinstance(self._built, RegistryError) else self.__dict__["_fingerprint"]
+
+    def rebuilt(self) -> "tuple[list[Config], Fingerprint]":
+        """A fresh build (the builder called again), with its fingerprint: a builder must return the
+        same config on every call, and :meth:`unstable` compares."""
+        configs = self._build()
+        return configs, fingerprint(configs)
+
+    def unstable(self) -> str | None:
+        """Where a second build of the config differs from the first (``"[0].make_args.<width>: 128 vs
+        256"``), None when they are alike or it does not build; asked once per process."""
+        if "_unstable" not in self.__dict__:
+            first = self.fingerprint()
+            where = None
+            if first is not None and callable(self.build):
+                try:
+                    where = first.difference(self.rebuilt()[1])
+                except RegistryError as e:  # Built once, then failed: that is unstable too.
+                    where = f"the second build failed: {e}"
+            self.__dict__["_unstable"] = where
+        return self.__dict__["_unstable"]
 
     def _build(self) -> list[Config]:
         try:
@@ -146,6 +179,194 @@ def home_of(build: Builder | Config) -> tuple[str | None, str | None]:
         if code is not None and module is not None:
             return module, code.co_filename
     return None, None
+
+
+class Fingerprint(NamedTuple):
+    """What a build of a config looks like, leaf by leaf (``path -> value``, in the order a walk of it
+    meets them: fields, closure cells, defaults, code), and one digest of it all. Equal builds (the
+    same builder called twice, in one process or two) give equal fingerprints."""
+
+    digest: str
+    leaves: dict[str, str]
+
+    def difference(self, other: "Fingerprint") -> str | None:
+        """The first leaf where ``other`` differs from this one, in words; None when they are alike.
+
+        Example:
+            >>> import functools
+            >>> def build(width):
+            ...     return {"make_args": functools.partial(max, width)}
+            >>> fingerprint(build(128)).difference(fingerprint(build(256)))
+            "['make_args'].args[0]: 128 vs 256"
+            >>> fingerprint(build(128)).difference(fingerprint(build(128))) is None
+            True
+        """
+        if self.digest == other.digest:
+            return None
+        for path in dict.fromkeys([*self.leaves, *other.leaves]):
+            mine, theirs = self.leaves.get(path, "(absent)"), other.leaves.get(path, "(absent)")
+            if mine != theirs:
+                return f"{path or '(the config)'}: {mine} vs {theirs}"
+        return "(the walk was cut short the same way, but not at the same things)"
+
+
+_ADDRESS = re.compile(r"\s*at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
+_MAX_LEAVES, _MAX_DEPTH, _MAX_ARRAY_BYTES = 20_000, 12, 16 << 20
+
+
+def _short(text: str) -> str:
+    text = _ADDRESS.sub("", text)
+    return text if len(text) <= 120 else f"{text[:60]}...(sha {hashlib.sha256(text.encode()).hexdigest()[:12]})"
+
+
+def _code_digest(code: types.CodeType) -> str:
+    parts: list[bytes] = [code.co_code, repr(code.co_names).encode()]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            parts.append(_code_digest(const).encode())
+        elif isinstance(const, frozenset):  # `x in {"a", "b"}`: its order is the process's string hashing.
+            parts.append(repr(sorted(map(repr, const))).encode())
+        else:
+            parts.append(_short(repr(const)).encode())
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
+def fingerprint(obj: Any) -> Fingerprint:
+    """A :class:`Fingerprint` of a built config (or anything): dataclass fields, containers, functions
+    by their code, defaults and closure cells, arrays by dtype, shape and bytes, other objects by their
+    type and attributes; memory addresses left out, so two processes' equal builds agree.
+
+    Example:
+        >>> fingerprint([1, {"a": (2.0, "x")}]).leaves
+        {'[0]': '1', "[1]['a'][0]": '2.0', "[1]['a'][1]": "'x'"}
+    """
+    leaves: dict[str, str] = {}
+    seen: dict[int, str] = {}
+    keep: list[Any] = []  # What was walked stays alive, so an id is not reused within the walk.
+
+    def leaf(path: str, text: str) -> None:
+        leaves[path] = text
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if len(leaves) >= _MAX_LEAVES:
+            leaf(path, "(walk cut short)")
+            return
+        if value is None or isinstance(value, (bool, int, float, complex)):
+            return leaf(path, repr(value))
+        if isinstance(value, (str, bytes)):
+            return leaf(path, _short(repr(value)))
+        if isinstance(value, enum.Enum):
+            return leaf(path, f"{type(value).__qualname__}.{value.name}")
+        if isinstance(value, type):
+            return leaf(path, f"<class {value.__module__}.{value.__qualname__}>")
+        if isinstance(value, types.ModuleType):
+            return leaf(path, f"<module {value.__name__}>")
+        if isinstance(value, re.Pattern):
+            return leaf(path, f"re.compile({value.pattern!r}, {value.flags})")
+        if isinstance(value, logging.Logger):
+            return leaf(path, f"<logger {value.name}>")
+        if id(value) in seen:  # Shared, or a cycle: where it was first met.
+            return leaf(path, f"(as {seen[id(value)] or 'the config'})")
+        seen[id(value)] = path
+        keep.append(value)
+        kind = type(value)
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        if depth > _MAX_DEPTH:
+            return leaf(path, f"<{name}>")
+        try:
+            _walk_object(value, path, depth, name)
+        except Exception as e:  # An attribute that raises when read: its type says what it is.
+            leaf(path, f"<{name}: unreadable ({type(e).__name__})>")
+
+    def _walk_object(value: Any, path: str, depth: int, name: str) -> None:
+        down = depth + 1
+        if isinstance(value, types.CodeType):
+            return leaf(path, f"code {_code_digest(value)}")
+        if isinstance(value, (types.FunctionType, types.LambdaType)):
+            leaf(path, f"function {value.__module__}.{value.__qualname__} code {_code_digest(value.__code__)}")
+            if value.__defaults__:
+                walk(value.__defaults__, f"{path}.__defaults__", down)
+            if value.__kwdefaults__:
+                walk(value.__kwdefaults__, f"{path}.__kwdefaults__", down)
+            for var, cell in zip(value.__code__.co_freevars, value.__closure__ or ()):
+                try:
+                    contents = cell.cell_contents
+                except ValueError:
+                    leaf(f"{path}.<{var}>", "(empty)")
+                    continue
+                walk(contents, f"{path}.<{var}>", down)
+            return None
+        if isinstance(value, types.MethodType):
+            walk(value.__func__, f"{path}.__func__", down)
+            return walk(value.__self__, f"{path}.__self__", down)
+        if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            return leaf(path, f"builtin {getattr(value, '__module__', '')}.{value.__qualname__}")
+        if isinstance(value, functools.partial):
+            leaf(path, "partial")
+            walk(value.func, f"{path}.func", down)
+            walk(value.args, f"{path}.args", down)
+            return walk(value.keywords, f"{path}.keywords", down)
+        if hasattr(value, "shape") and hasattr(value, "dtype") and not callable(value):
+            if hasattr(value, "__array__") and not hasattr(value, "sharding") or hasattr(value, "addressable_shards"):
+                return leaf(path, _array_text(value))
+            return leaf(path, _short(repr(value)))  # An abstract array (ShapeDtypeStruct): its repr says it all.
+        if isinstance(value, Mapping):
+            if type(value) is not dict or not value:
+                leaf(path, f"<{name}>")
+            for key, item in value.items():
+                walk(item, f"{path}[{_short(repr(key))}]", down)
+            return None
+        if isinstance(value, (list, tuple)):
+            if type(value) not in (list, tuple) or not value:
+                leaf(path, f"<{name}>")
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]", down)
+            return None
+        if isinstance(value, (set, frozenset)):
+            return leaf(path, "{" + ", ".join(sorted(_short(repr(v)) for v in value)) + "}")
+        if dataclasses.is_dataclass(value):
+            leaf(path, f"<{name}>")
+            for field in dataclasses.fields(value):
+                walk(getattr(value, field.name), f"{path}.{field.name}", down)
+            return None
+        wrapped = getattr(value, "__wrapped__", None)
+        if wrapped is not None and callable(value):  # A jitted or decorated function: what it wraps.
+            leaf(path, f"<{name}>")
+            return walk(wrapped, f"{path}.__wrapped__", down)
+        attributes = getattr(value, "__dict__", None)
+        if isinstance(attributes, dict):
+            leaf(path, f"<{name}>")
+            for key, item in attributes.items():
+                walk(item, f"{path}.{key}", down)
+            return None
+        slots = [s for k in type(value).__mro__
+                 for s in ((lambda d: (d,) if isinstance(d, str) else d)(getattr(k, "__slots__", ())))
+                 if isinstance(s, str) and s not in ("__weakref__", "__dict__")]
+        if slots:
+            leaf(path, f"<{name}>")
+            for slot in slots:
+                if hasattr(value, slot):
+                    walk(getattr(value, slot), f"{path}.{slot}", down)
+            return None
+        return leaf(path, _short(repr(value)))  # A C type: its repr, addresses left out.
+
+    walk(obj, "", 0)
+    text = "\n".join(f"{path}={value}" for path, value in leaves.items())
+    return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), leaves)
+
+
+def _array_text(value: Any) -> str:
+    """An array by dtype, shape and (up to 16 MiB) its bytes."""
+    head = f"array {value.dtype}{tuple(value.shape)}"
+    try:
+        import numpy as np  # noqa: PLC0415
+
+        data = np.asarray(value)
+        if data.nbytes <= _MAX_ARRAY_BYTES:
+            return f"{head} sha {hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()[:16]}"
+    except Exception:  # noqa: BLE001  (an array that cannot be read here: its shape still tells)
+        pass
+    return head
 
 
 _registrations = 0  # Across every Registry: whether importing a module registered anything.

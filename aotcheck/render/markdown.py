@@ -17,9 +17,10 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
-from aotcheck.gate.upgrade import accept_all_command, find_upgrade
+from aotcheck.gate.upgrade import Upgrade, find_upgrade
 from aotcheck.render.text import (
-    SUMMARY_HEADERS, UNSHARDED_CAUSES, source_line, summary_row, toolchain_text, upgrade_rows,
+    SUMMARY_HEADERS, UNSHARDED_CAUSES, source_line, summary_row, upgrade_advice, upgrade_heading, upgrade_rows,
+    upgrade_summary,
 )
 from aotcheck.units import fmt_bytes, fmt_pct
 
@@ -85,7 +86,7 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
     status = "❌ failed" if merged.failed else "✅ passed"
     lines = [f"## {title}: {status}", "", f"{len(outcomes)} cases: {counts or 'none'}; {cached} from the figures cache.", ""]
     for problem in merged.problems:
-        lines.append(f"> **Missing or unreadable:** {problem}")
+        lines.append(f"> **Report problem:** {problem}")
     for name, error in sorted(report.broken.items()):
         lines.append(f"> **Config `{name}` could not be built:** {error}")
     if merged.problems or report.broken:
@@ -122,21 +123,27 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
         lines.append("")
     upgrade = find_upgrade(outcomes, now=report.toolchain)
     if upgrade is not None:
-        lines += ["", "### Toolchain upgrade", "",
-                  f"{len(upgrade.cases)} case(s) judged against goldens made with {toolchain_text(upgrade.before)}; "
-                  f"now {toolchain_text(upgrade.now)}: {len(upgrade.moved)} moved, {len(upgrade.unmoved)} did not.", ""]
-        if upgrade.moved:
-            lines += [markdown_table(["case", "figure", "golden", "now", "change"], upgrade_rows(upgrade)), ""]
-        if upgrade.unmoved:
-            lines += ["Did not move: " + ", ".join(f"`{c}`" for c in upgrade.unmoved), ""]
-        lines += ["To accept them all:", "", "```",
-                  accept_all_command(upgrade.cases, golden_dir=report.golden_dir), "```"]
+        lines += ["", *upgrade_section(upgrade, golden_dir=report.golden_dir)]
     if report.stale:
         lines += ["", f"**Stale golden files** (no registered case): {', '.join(report.stale)}"]
     bars = text_bars(outcomes)
     if bars:
         lines += ["", "### Peak HBM per device (full bar = the chip's HBM)", "", "```", bars, "```"]
     return "\n".join(lines) + "\n"
+
+
+def upgrade_section(upgrade: Upgrade, *, golden_dir: str) -> list[str]:
+    """The toolchain upgrade (or downgrade) in Markdown: what moved, what did not, and what to do (a
+    downgrade gives no command: its figures are not to be accepted over the newer goldens')."""
+    heading = upgrade_heading(upgrade)
+    lines = [f"### {heading[0].upper()}{heading[1:]}", "",
+             f"{upgrade_summary(upgrade)}: {len(upgrade.moved)} moved, {len(upgrade.unmoved)} did not.", ""]
+    if upgrade.moved:
+        lines += [markdown_table(["case", "figure", "golden", "now", "change"], upgrade_rows(upgrade)), ""]
+    if upgrade.unmoved:
+        lines += ["Did not move: " + ", ".join(f"`{c}`" for c in upgrade.unmoved), ""]
+    advice, command = upgrade_advice(upgrade, golden_dir=golden_dir)
+    return lines + ([advice, "", "```", command, "```"] if command else [f"**{advice}**"])
 
 
 def annotations(merged: Merged, *, limit: int = 5) -> list[str]:

@@ -294,18 +294,52 @@ def upgrade_rows(upgrade: Upgrade) -> list[list[str]]:
     return rows
 
 
+def upgrade_heading(upgrade: Upgrade) -> str:
+    """What the goldens' toolchain is to this run's, in a few words (both renderers' headings).
+
+    Example:
+        >>> from aotcheck.gate.upgrade import Upgrade
+        >>> upgrade_heading(Upgrade({}, {}, [], [], [], "downgrade"))
+        "older toolchain than the goldens'"
+    """
+    return {"upgrade": "toolchain upgrade", "downgrade": "older toolchain than the goldens'"}.get(
+        upgrade.direction, "toolchain change")
+
+
+def upgrade_summary(upgrade: Upgrade) -> str:
+    """The cases, both toolchains and which way this run's stands to the goldens' (both renderers)."""
+    now = toolchain_text(upgrade.now)
+    if upgrade.direction == "downgrade":
+        now += ", which is older (a downgrade: the CI lock or this machine is behind the goldens)"
+    elif upgrade.direction != "upgrade":
+        now += (", neither newer nor older throughout ("
+                + ", ".join(f"{k} {step}" for k, step in upgrade.steps.items()) + ")")
+    return (f"{len(upgrade.cases)} case(s) judged against goldens made with {toolchain_text(upgrade.before)}; "
+            f"now {now}")
+
+
+def upgrade_advice(upgrade: Upgrade, *, golden_dir: str, extra: Sequence[str] = ()) -> tuple[str, str | None]:
+    """What to do, and the command (None: none to run). A downgrade is never accepted over the goldens."""
+    if upgrade.direction == "downgrade":
+        return ("Do not accept these figures: they would take the goldens back to an older toolchain. Install the "
+                f"goldens' toolchain ({toolchain_text(upgrade.before)}) to check against them.", None)
+    command = accept_all_command(upgrade.cases, golden_dir=golden_dir, extra=extra)
+    if upgrade.direction == "upgrade":
+        return "To accept the new toolchain's figures for all of them:", command
+    return "If this run's toolchain is the one the goldens should follow, to accept its figures for all of them:", command
+
+
 def upgrade_lines(upgrade: Upgrade, *, golden_dir: str, extra: Sequence[str] = ()) -> list[str]:
-    """The toolchain upgrade: what moved, by how much, what did not move, and the command accepting it all."""
-    total = len(upgrade.cases)
-    lines = [f"aotcheck: toolchain upgrade: {total} case(s) judged against goldens made with "
-             f"{toolchain_text(upgrade.before)}; now {toolchain_text(upgrade.now)}. "
+    """The toolchain upgrade (or downgrade): what moved, by how much, what did not move, and what to do: the
+    command accepting it all for an upgrade, the goldens' toolchain to install for a downgrade."""
+    lines = [f"aotcheck: {upgrade_heading(upgrade)}: {upgrade_summary(upgrade)}. "
              f"{len(upgrade.moved)} moved, {len(upgrade.unmoved)} did not."]
     if upgrade.moved:
         lines += ["", table(["case", "figure", "golden", "now", "change"], upgrade_rows(upgrade))]
     if upgrade.unmoved:
         lines += ["", "Did not move (every figure within tolerance): " + ", ".join(upgrade.unmoved)]
-    lines += ["", "To accept the new toolchain's figures for all of them: "
-              + accept_all_command(upgrade.cases, golden_dir=golden_dir, extra=extra)]
+    advice, command = upgrade_advice(upgrade, golden_dir=golden_dir, extra=extra)
+    lines += ["", advice + (f" {command}" if command else "")]
     return lines
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import warnings
 
-from aotcheck.targets.topology import GPUS, Topology, parse_topology
+from aotcheck.targets.topology import Topology, parse_topology
 
 _compiled: set[str] = set()  # Families this process has compiled for.
 _warned = False
@@ -38,14 +38,17 @@ def family_of(topology: str | Topology) -> str:
 def worker_environment(family: str) -> dict[str, str]:
     """What a compile worker for ``family`` sets in its environment over its parent's.
 
-    The CUDA plugin compiles without a GPU only with its runtime off (it would look for a driver and
-    cuDNN), even on a host with a GPU: its workers run with ``JAX_PLATFORMS=cpu``.
+    A worker compiles for deviceless targets only, which need no runtime: every worker runs with
+    ``JAX_PLATFORMS=cpu``, whatever the user's says. The CUDA plugin compiles without a GPU only with
+    its runtime off (it would look for a driver and cuDNN), even on a host with a GPU; and a TPU
+    worker under a user's ``JAX_PLATFORMS=cuda`` on a host without CUDA would start that runtime
+    and print the plugin's cuDNN tracebacks on every run (on a host with a GPU, take its memory).
 
     Example:
-        >>> worker_environment("h100"), worker_environment("v5e")
-        ({'JAX_PLATFORMS': 'cpu'}, {})
+        >>> worker_environment("h100"), worker_environment("v5e"), worker_environment("cpu")
+        ({'JAX_PLATFORMS': 'cpu'}, {'JAX_PLATFORMS': 'cpu'}, {'JAX_PLATFORMS': 'cpu'})
     """
-    return {"JAX_PLATFORMS": "cpu"} if family in GPUS else {}
+    return {"JAX_PLATFORMS": "cpu"}
 
 
 def note_family(topology: str | Topology) -> None:

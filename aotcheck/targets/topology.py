@@ -295,7 +295,7 @@ def gpu_topologies() -> list[Topology]:
 
 
 def topology_names() -> list[str]:
-    """Every valid TPU topology name (``cpu-N`` for any N >= 1 is valid too)."""
+    """Every valid TPU topology name (``cpu-N`` for 1 <= N <= :data:`MAX_CPU_DEVICES` is valid too)."""
     return [t.name for t in all_topologies()]
 
 
@@ -325,6 +325,8 @@ def parse_topology(name: str | Topology) -> Topology:
         family = _ALIASES.get(match["family"], match["family"])
         n = int(match["n"])
         if family == "cpu" and n >= 1:
+            if n > MAX_CPU_DEVICES:
+                raise TopologyError(_too_many_cpu_devices(f"cpu-{n}", n))
             return Topology(f"cpu-{n}", None, (n,), n)
         if family in _SHAPES and n in _SHAPES[family]:
             return _tpu_topology(family, n)
@@ -339,6 +341,8 @@ def parse_topology(name: str | Topology) -> Topology:
                 f"{family} slices come in sizes {', '.join(map(str, sizes))}."
             )
     close = difflib.get_close_matches(text, [*topology_names(), *(t.name for t in gpu_topologies())], n=5, cutoff=0.5)
+    best = closest_name(text)  # The closest family at the closest size first (v9-8: v5p-8).
+    close = ([best] if best else []) + [c for c in close if c != best][:5 - bool(best)]
     hint = f" Closest valid names: {', '.join(close)}." if close else ""
     families = ", ".join(f"{f}-N" for f in [*_SHAPES, *GPUS])
     raise TopologyError(
@@ -366,12 +370,57 @@ def _parse_gpu(name: str, family: str, n: int) -> Topology:
     domain = max(gpu.domain_sizes)
     target = _gpu_target_text(family, n)
     if target:
-        raise TopologyError(f"{name} is {n // domain} x {family}-{domain}: name it as a target, {target} "
-                            f"({n // domain} {'hosts' if domain == gpu.gpus_per_host else 'domains'} "
-                            f"joined by the network, as slices are), or pass num_slices={n // domain}.")
+        raise TopologyError(f"{name} is {n // domain} x {family}-{domain}: name it as a target, "
+                            f"{_spell_target(family, domain, n // domain, lead='')} Its {n // domain} "
+                            f"{'hosts' if domain == gpu.gpus_per_host else 'domains'} are joined by the network, "
+                            "as slices are.")
     sizes = ", ".join(f"{family}-{s}" for s in gpu.domain_sizes)
     raise TopologyError(f"Unknown topology {name!r}: {family} targets are {sizes} (one NVLink domain), or "
                         f"several of the largest, written {family}-{domain}xK for K of them.")
+
+
+def _spell_target(family: str, domain: int, k: int, *, lead: str = "write ") -> str:
+    """How each front end names ``k`` x ``{family}-{domain}``, for a message.
+
+    Example:
+        >>> _spell_target("a100", 8, 4)  # doctest: +ELLIPSIS
+        'write a100-8x4 wherever a topology is named (--aot-topologies=a100-8x4, ini aot_topologies = a100-8x4, ...'
+    """
+    t, one = f"{family}-{domain}x{k}", f"{family}-{domain}"
+    return (f"{lead}{t} wherever a topology is named (--aot-topologies={t}, ini aot_topologies = {t}, "
+            f"python -m aotcheck check --topologies {t}, compile or fit --topology {t}), or {one} with {k} slices "
+            f"(--aot-slices={k}, ini aot_slices = {k}, --slices {k}; in the library topology=\"{one}\", "
+            f"topology_num_slices={k}).")
+
+
+def closest_name(text: str) -> str | None:
+    """The valid target name closest to ``text`` (a topology, with its ``xK`` if it had one), for a
+    message; None when nothing is close.
+
+    Example:
+        >>> closest_name("h100-3"), closest_name("v5e-17x2"), closest_name("cpu-4096"), closest_name("v9-8")
+        ('h100-4', 'v5e-16x2', 'cpu-2048', 'v5p-8')
+    """
+    text = str(text).strip().lower()
+    suffix = ""
+    sliced = re.match(r"^(?P<topo>.+?\d)(?P<slices>x\d+)$", text)
+    if sliced:
+        text, suffix = sliced["topo"], sliced["slices"]
+    match = _NAME_RE.match(text)
+    if match:
+        family, n = _ALIASES.get(match["family"], match["family"]), max(int(match["n"]), 1)
+        if family not in (*_SHAPES, *GPUS, "cpu"):  # v9-8: the closest family, at the closest size.
+            family = next(iter(difflib.get_close_matches(family, [*_SHAPES, *GPUS, *_ALIASES], n=1, cutoff=0.4)), "")
+            family = _ALIASES.get(family, family)
+        sizes = sorted(_SHAPES[family]) if family in _SHAPES else list(GPUS[family].domain_sizes) \
+            if family in GPUS else [1, MAX_CPU_DEVICES] if family == "cpu" else []
+        if family == "cpu":
+            return f"cpu-{min(n, MAX_CPU_DEVICES)}{suffix}"
+        if sizes:
+            return f"{family}-{min(sizes, key=lambda s: (abs(math.log(s / n)), s))}{suffix}"
+    names = [*topology_names(), *(t.name for t in gpu_topologies())]
+    close = difflib.get_close_matches(text, names, n=1, cutoff=0.5)
+    return f"{close[0]}{suffix}" if close else None
 
 
 # Bounds on what a target may ask for: libtpu builds every device of a target in host memory (a
@@ -379,6 +428,17 @@ def _parse_gpu(name: str, family: str, n: int) -> Topology:
 # jobs run a few hundred slices and tens of thousands of chips.
 MAX_SLICES = 1024
 MAX_DEVICES = 65536
+# Host CPU devices (cpu-N, over all slices): XLA's CPU backend compiles a program over at most 2048 of
+# them in one process (jax 0.12, measured: 2048 compile; 2049 and 4096 are refused as "Multiprocess
+# computations aren't implemented on the CPU backend", after minutes of setting up the devices).
+MAX_CPU_DEVICES = 2048
+
+
+def _too_many_cpu_devices(name: str, n: int) -> str:
+    return (f"{name} asks for {n} host CPU devices; aotcheck compiles for at most {MAX_CPU_DEVICES} "
+            f"(cpu-{MAX_CPU_DEVICES}, over all slices): XLA's CPU backend refuses a program over more devices "
+            f"than that as a multiprocess one. Use cpu-{MAX_CPU_DEVICES} or fewer, or the TPU or GPU topology "
+            "you mean (python -m aotcheck topologies lists them).")
 
 
 def check_num_slices(num_slices: Any) -> int:
@@ -520,6 +580,8 @@ def reserve_cpu_devices(count: int) -> None:
 def _cpu_devices(count: int) -> list[Any]:
     import jax
 
+    if count > MAX_CPU_DEVICES:
+        raise TopologyError(_too_many_cpu_devices(f"cpu-{count}", count))
     reserve_cpu_devices(count)
     devices = jax.devices("cpu")
     if len(devices) < count:
@@ -550,6 +612,8 @@ class Target:
     num_slices: int = 1
 
     def __post_init__(self) -> None:
+        if self.topology.platform == "cpu" and self.num_devices > MAX_CPU_DEVICES:
+            raise TopologyError(_too_many_cpu_devices(self.name, self.num_devices))
         if self.num_devices > MAX_DEVICES:
             raise TopologyError(f"{self.name} has {self.num_devices} devices, more than aotcheck compiles for (at most "
                                 f"{MAX_DEVICES} over all slices; libtpu holds every device in host memory). "
@@ -596,7 +660,18 @@ def split_target(text: str) -> tuple[Topology, int | None]:
     """
     match = re.match(r"^(?P<topo>.+?)x(?P<slices>\d+)$", text.strip())
     if match and match["topo"][-1].isdigit():
-        return parse_topology(match["topo"]), check_num_slices(int(match["slices"]))
+        slices = check_num_slices(int(match["slices"]))
+        gpus = _NAME_RE.match(match["topo"].lower())
+        if gpus and gpus["family"] in GPUS and _gpu_target_text(gpus["family"], int(gpus["n"])):
+            # a100-16x2: 2 x a100-16, and a100-16 is already 2 hosts of a100-8: said in the one spelling.
+            family, n = gpus["family"], int(gpus["n"])
+            domain = max(GPUS[family].domain_sizes)
+            unit = "hosts" if domain == GPUS[family].gpus_per_host else "domains"
+            raise TopologyError(
+                f"{text.strip()} asks for {slices} x {family}-{n}, and {family}-{n} is already {n // domain} x "
+                f"{family}-{domain} ({unit} joined by the network, as slices are): that is {n // domain * slices} "
+                f"x {family}-{domain}; {_spell_target(family, domain, n // domain * slices)}")
+        return parse_topology(match["topo"]), slices
     gpus = _NAME_RE.match(text.strip().lower())
     target = _gpu_target_text(gpus["family"], int(gpus["n"])) if gpus and gpus["family"] in GPUS else None
     if target:  # h100-16: two hosts of h100-8.
