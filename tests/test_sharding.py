@@ -300,9 +300,19 @@ def test_without_a_layout_a_buffer_is_flagged_when_split_fewer_ways(batch, ways,
         op = parse_sharding("{mesh['tp'=3], [{'tp'}" + ", {}" * len(rest) + "]}", dims)
     rows = parse_sharding("{mesh['fsdp'=" + str(ways) + "], [{'fsdp'}, {}]}", (batch, 7))
     found = _lint(_buffer(batch, *rest), op, rows, ways)
-    assert bool(found) == (split < ways)
+    # A dimension holding this device's rows says the batch is split, whatever else equals its size.
+    assert bool(found) == (split < ways and batch // ways not in (batch, *rest))
     if found:
         assert found[0].split == split and found[0].shards == 0 and found[0].batch_axes == ("fsdp",)
+
+
+def test_without_a_layout_a_dimension_that_only_equals_the_batch_is_not_the_batch():
+    """Pure logic (no compile): lm-moe's decode cache [layers, 8 rows, 32 positions, heads, 32] on 4
+    devices, a batch of 32 split 4 ways: its 32s are the prompt and the head width, its 8 the rows."""
+    rows = parse_sharding("{mesh['data'=4], [{'data'}, {}]}", (32, 32))
+    unknown = parse_sharding("{mesh['tp'=3], [{'tp'}, {}, {}, {}, {}]}", (2, 32, 32, 4, 32))  # No size matches.
+    assert _lint(_buffer(2, 8, 32, 4, 32), unknown, rows, 4) == []
+    assert _lint(_buffer(2, 32, 32, 4, 32), unknown, rows, 4) != []  # Every row here: flagged by the count.
 
 
 def test_small_buffers_and_ones_without_the_whole_batch_are_not_flagged():
@@ -362,5 +372,15 @@ def test_the_lint_over_every_committed_golden_flags_esm2_alone():
         details = Details.from_json(json.loads(path.read_text()).get("details"))
         if details.unsharded:
             flagged[path.relative_to(ROOT / "golden").as_posix()] = {u.shape for u in details.unsharded}
-    assert flagged == {f"esm2-8m/train_step@{t}.json": {"f32[6,64,5,256,256]"}
-                       for t in ("v4-8x2", "v5e-16x1", "v5e-16x2", "h100-8x1", "h100-8x2")}
+    # In mesh axes (since figures version 12), its attention's temporaries too: split over heads on a
+    # part of the data axis, replicated over the rest of it.
+    gpu = {"f32[6,64,5,256,256]", "f32[64,5,256,256]"}
+    assert flagged == {
+        "esm2-8m/train_step@h100-8x1.json": gpu, "esm2-8m/train_step@h100-8x2.json": gpu,
+        "esm2-8m/train_step@v4-8x2.json": {"bf16[6,64,5,256,256]", "f32[6,64,5,256,256]", "f32[64,256,320]",
+                                           "f32[64,5,256,256]"},
+        "esm2-8m/train_step@v5e-16x1.json": {"bf16[320,64,256]", "f32[6,64,5,256,256]", "f32[64,5,256,16]",
+                                             "f32[64,5,256,256]"},
+        "esm2-8m/train_step@v5e-16x2.json": {"bf16[6,64,5,256,256]", "f32[6,64,5,256,256]", "f32[64,256,320]",
+                                             "f32[64,5,256,256]"},
+    }

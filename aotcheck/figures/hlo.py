@@ -28,6 +28,8 @@ _DTYPE_BYTES = {
 _ARRAY = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%(\S+)\s*=\s*")
+# A computation's closing brace may carry attributes: 7x's `}, execution_thread="sparsecore"`.
+_CLOSE_WITH_ATTRIBUTES = re.compile(r'^\}\s*,\s*[\w.]+=')
 _CALLS = re.compile(r"\b(?:calls|to_apply|body|condition|branch_computations|true_computation|false_computation)="
                     r"(\{[^}]*\}|[^,\s]+)")
 
@@ -216,7 +218,7 @@ def parse_module(text: str) -> dict[str, Computation]:
                 raise _unreadable(f"line {number}: not a computation header this reader knows: {_clip(line.strip())}")
             continue
         stripped = line.strip()
-        if stripped == "}":
+        if stripped == "}" or _CLOSE_WITH_ATTRIBUTES.match(stripped):
             _check_computation(current, first)
             computations[current.name] = current
             current = None

@@ -566,6 +566,10 @@ def _flag(buffer: PeakBuffer, batch: BatchInput, rows: Split | None, splits: Seq
             return Unsharded(buffer.bytes, buffer.name, buffer.shape, buffer.source, batch.path, batch.size,
                              batch.ways, best.split, axes, best.over or (), replicated_axes(rows, best), count,
                              library=buffer.library)
+    if batch.size // batch.ways in parse_arrays(buffer.shape)[0].dims:
+        # No layout to read, and a dimension holds this device's rows of the batch: the whole batch's
+        # size elsewhere in the shape is another dimension's (a sequence, a head width), not the batch.
+        return None
     if same:
         best = max(same, key=lambda s: s.split)
         ways, over = best.split, best.over or ()
