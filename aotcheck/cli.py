@@ -39,6 +39,8 @@ from aotcheck.pipeline.case import Case
 from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
 from aotcheck.figures.hbm import explain_overflow, hbm_verdict
 from aotcheck.figures.program import Details
+from aotcheck.figures.hlo import HloParseError
+from aotcheck import _runtime
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import ReportError, merge_reports
 from aotcheck.ini import Ini, IniError, find_ini
@@ -251,7 +253,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom, **options)
     case = Case(entry.name, program, target)
     try:
-        result = measurer(case)
+        with _stdout_to_stderr() if args.json else contextlib.nullcontext():  # A config's prints are not the JSON.
+            result = measurer(case)
         found, status = result.details.fit, 0
     except OutOfMemory as e:
         found, status = Details.from_json(e.details).fit if e.details is not None else None, 1
@@ -457,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Errors that explain themselves: printed as one line, exit status 2.
 USER_ERRORS = (TopologyError, RegistryError, LoaderError, CompileError, LoweringError, SettingsError, IniError,
-               ReportError, InitError, ValueError)
+               ReportError, InitError, ValueError, _runtime.HostError, HloParseError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

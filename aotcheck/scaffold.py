@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from aotcheck._files import atomic_write_text
-from aotcheck.targets.topology import TopologyError, closest_name, split_target
+from aotcheck.targets.topology import TopologyError, split_target
 
 # Where the reusable action lives (action.yml at the root of aotcheck's repository).
 ACTION = "aotcheck/aotcheck@v1"
@@ -78,11 +78,9 @@ def plan_init(root: Path, *, model: str = "auto", topologies: str = "v5e-16") ->
     for name in names:  # A name the gate would refuse is never written into a project's settings.
         try:
             split_target(name)
-        except TopologyError as e:
-            close = closest_name(name)
-            hint = f" (closest valid name: {close})" if close else ""
+        except TopologyError as e:  # Its words name the closest names and the spelling that works.
             raise InitError(f"aotcheck init writes nothing: --topologies: {name!r} is not a target aotcheck "
-                            f"compiles for{hint}. {e}") from None
+                            f"compiles for. {e}") from None
     files = {root / "conftest.py": CONFTESTS[model], root / ".github/workflows/aot-gate.yml": workflow(names)}
     appends: dict[Path, str] = {}
     existing = [p.relative_to(root).as_posix() for p in files if p.exists()]

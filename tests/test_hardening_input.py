@@ -208,12 +208,14 @@ def test_launch_flags_after_a_space_get_the_spelling_that_works(tmp_path, comman
 # --- 6. aotcheck init --topologies: each name checked before anything is written ------------------------
 
 @pytest.mark.parametrize("topologies,words", [
-    ("v9-9,h100-3", "aotcheck init writes nothing: --topologies: 'v9-9' is not a target aotcheck compiles for "
-     "(closest valid name: v5p-8). Unknown topology 'v9-9'."),
-    ("v5e-16,h100-3", "aotcheck init writes nothing: --topologies: 'h100-3' is not a target aotcheck compiles for "
-     "(closest valid name: h100-4). Unknown topology 'h100-3': h100 targets are h100-1, h100-2, h100-4, h100-8"),
-    ("v5e-17x2", "'v5e-17x2' is not a target aotcheck compiles for (closest valid name: v5e-16x2)"),
-    ("cpu-4096", "'cpu-4096' is not a target aotcheck compiles for (closest valid name: cpu-2048)"),
+    ("v9-9,h100-3", "aotcheck init writes nothing: --topologies: 'v9-9' is not a target aotcheck compiles for. "
+     "Unknown topology 'v9-9'. Closest valid names: v5p-8"),
+    ("v5e-16,h100-3", "aotcheck init writes nothing: --topologies: 'h100-3' is not a target aotcheck compiles for. "
+     "Unknown topology 'h100-3': h100 targets are h100-1, h100-2, h100-4, h100-8"),
+    ("v5e-17x2", "'v5e-17x2' is not a target aotcheck compiles for. Unknown topology 'v5e-17'. Closest valid names: "
+     "v5e-8, v5e-16, v5e-32."),
+    ("cpu-4096", "'cpu-4096' is not a target aotcheck compiles for. cpu-4096 asks for 4096 host CPU devices; aotcheck "
+     "compiles for at most 2048"),
 ])
 def test_init_refuses_an_unknown_topology_and_writes_nothing(tmp_path, topologies, words):
     out = aotcheck("init", "--model", "jax", "--topologies", topologies, cwd=tmp_path)

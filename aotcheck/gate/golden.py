@@ -101,6 +101,10 @@ def version_step(before: str | None, now: str | None) -> str:
     return "newer" if new > old else "older" if new < old else "the same version, written differently"
 
 
+NEWER_GOLDEN = "golden made with a newer toolchain than this one"
+"""How a toolchain note on a golden of a newer toolchain begins (such a golden is never accepted over)."""
+
+
 def toolchain_note(golden_toolchain: dict[str, Any], *, platform: str) -> str | None:
     """Says how a golden's toolchain differs from this process's for ``platform``'s targets, or None.
 
@@ -118,7 +122,7 @@ def toolchain_note(golden_toolchain: dict[str, Any], *, platform: str) -> str | 
         return None
     diffs = ", ".join(f"{k} {golden_toolchain.get(k)} -> {now[k]}" for k in differ)
     if all(version_step(golden_toolchain.get(k), now[k]) == "older" for k in differ):
-        return (f"golden made with a newer toolchain than this one ({diffs}); figures may differ for that reason "
+        return (f"{NEWER_GOLDEN} ({diffs}); figures may differ for that reason "
                 "alone, and are not to be accepted over it: install the golden's toolchain to check against it")
     return "golden made with another toolchain (" + diffs + "); figures may differ for that reason alone"
 

@@ -45,8 +45,7 @@ from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import (LoaderError, import_main_script, import_sources, imported, loaded_sources,
                                       main_has_no_file, main_script)
 from aotcheck.programs.lowering import lower_config
-from aotcheck.programs.options import (OptionsError, probe_notes, recheck_presets, unknown_xla_flags,
-                                       xla_flags_problem)
+from aotcheck.programs.options import OptionsError, probe_notes, recheck_presets, unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
 from aotcheck.targets.families import family_of, worker_environment
 
@@ -256,7 +255,9 @@ class Measurer:
         self._workers: dict[str, FamilyWorker] = {}
         # Why no worker can start in this environment (a TPU flag in XLA_FLAGS), once known: every case
         # is that error, and no worker is started to die of it.
-        self._doomed: str | None = xla_flags_problem(os.environ.get("XLA_FLAGS"))
+        # XLA_FLAGS is judged by what XLA does with it (some --xla_tpu_* flags it knows): a worker that
+        # aborts on an unknown flag dooms the run with that flag named (see _crash_cause).
+        self._doomed: str | None = None
         _runtime.remove_dumps()  # What killed workers (kill -9, the OOM killer) left behind.
 
     def locate(self) -> tuple[str, str] | None:

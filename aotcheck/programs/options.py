@@ -330,10 +330,11 @@ def parse_libtpu_init_args(text: str | None, *, what: str = "LIBTPU_INIT_ARGS") 
 
 
 def xla_flags_problem(text: str | None) -> str | None:
-    """Why ``XLA_FLAGS`` (its value, ``text``) would abort every compile process, or None: it holds TPU
-    compiler flags (``--xla_tpu_*``), which only libtpu knows, and only from ``LIBTPU_INIT_ARGS``. XLA
-    reads ``XLA_FLAGS`` in every process that starts jax's CPU backend or the CUDA plugin and aborts
-    on a flag it does not know, for TPU and GPU targets alike.
+    """What to say of TPU compiler flags (``--xla_tpu_*``) in ``XLA_FLAGS`` (its value, ``text``) that
+    XLA aborted on as unknown, or None: libtpu takes them from ``LIBTPU_INIT_ARGS`` only. XLA reads
+    ``XLA_FLAGS`` in every process that starts jax's CPU backend or the CUDA plugin and aborts on a
+    flag it does not know, for TPU and GPU targets alike (a few ``--xla_tpu_*`` flags it knows,
+    such as ``--xla_tpu_detect_nan``: those never reach here).
 
     Example:
         >>> xla_flags_problem("--xla_dump_to=/tmp/x --xla_gpu_enable_triton_gemm=false") is None
@@ -347,8 +348,8 @@ def xla_flags_problem(text: str | None) -> str | None:
         return None
     one = len(flags) == 1
     return (f"XLA_FLAGS holds {' '.join(flags)}, {'a TPU compiler flag' if one else 'TPU compiler flags'}: "
-            "XLA reads XLA_FLAGS in every compile process (jax's CPU backend, the CUDA plugin), knows no TPU "
-            "flag there, and would abort the process, for TPU and GPU targets alike. libtpu takes TPU flags from "
+            "XLA reads XLA_FLAGS in every compile process (jax's CPU backend, the CUDA plugin), does not know "
+            f"{'it' if one else 'them'} there, and aborted the process, for TPU and GPU targets alike. libtpu takes TPU flags from "
             f"LIBTPU_INIT_ARGS: give {'it' if one else 'them'} to aotcheck in aot_libtpu_init_args (the [pytest] "
             "ini; or --aot-libtpu-init-args=..., --libtpu-init-args=..., a config's libtpu_init_args), and "
             f"remove {'it' if one else 'them'} from XLA_FLAGS.")

@@ -231,6 +231,13 @@ def _code_digest(code: types.CodeType) -> str:
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
 
 
+def _module(thing: Any) -> str:
+    """The module that defines ``thing``, named alike in the session and a worker: a script runs as
+    ``__main__`` in one and is imported as ``__aotcheck_main__`` in the other (programs.loader)."""
+    module = getattr(thing, "__module__", None) or ""
+    return "__main__" if module == "__aotcheck_main__" else module
+
+
 def fingerprint(obj: Any) -> Fingerprint:
     """A :class:`Fingerprint` of a built config (or anything): dataclass fields, containers, functions
     by their code, defaults and closure cells, arrays by dtype, shape and bytes, other objects by their
@@ -258,7 +265,7 @@ def fingerprint(obj: Any) -> Fingerprint:
         if isinstance(value, enum.Enum):
             return leaf(path, f"{type(value).__qualname__}.{value.name}")
         if isinstance(value, type):
-            return leaf(path, f"<class {value.__module__}.{value.__qualname__}>")
+            return leaf(path, f"<class {_module(value)}.{value.__qualname__}>")
         if isinstance(value, types.ModuleType):
             return leaf(path, f"<module {value.__name__}>")
         if isinstance(value, re.Pattern):
@@ -270,7 +277,7 @@ def fingerprint(obj: Any) -> Fingerprint:
         seen[id(value)] = path
         keep.append(value)
         kind = type(value)
-        name = f"{kind.__module__}.{kind.__qualname__}"
+        name = f"{_module(kind)}.{kind.__qualname__}"
         if depth > _MAX_DEPTH:
             return leaf(path, f"<{name}>")
         try:
@@ -283,7 +290,7 @@ def fingerprint(obj: Any) -> Fingerprint:
         if isinstance(value, types.CodeType):
             return leaf(path, f"code {_code_digest(value)}")
         if isinstance(value, (types.FunctionType, types.LambdaType)):
-            leaf(path, f"function {value.__module__}.{value.__qualname__} code {_code_digest(value.__code__)}")
+            leaf(path, f"function {_module(value)}.{value.__qualname__} code {_code_digest(value.__code__)}")
             if value.__defaults__:
                 walk(value.__defaults__, f"{path}.__defaults__", down)
             if value.__kwdefaults__:
@@ -361,6 +368,9 @@ def _array_text(value: Any) -> str:
     try:
         import numpy as np  # noqa: PLC0415
 
+        size = int(np.prod(value.shape)) * np.dtype(value.dtype).itemsize
+        if size > _MAX_ARRAY_BYTES:  # Never copied to the host only to be skipped.
+            return head
         data = np.asarray(value)
         if data.nbytes <= _MAX_ARRAY_BYTES:
             return f"{head} sha {hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()[:16]}"

@@ -29,6 +29,7 @@ from aotcheck.gate.compare import Change, Row
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
+from aotcheck.gate.golden import NEWER_GOLDEN
 from aotcheck.gate.upgrade import Upgrade, accept_all_command, find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.targets.topology import Topology
@@ -155,7 +156,8 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         lines += [line for found in unsharded_lines(outcome) for line in (found, "")]
         if outcome.toolchain_note:
             lines.append(f"Note: {outcome.toolchain_note}.")
-        lines.append(f"To accept the new figures: {accept}")
+        if not (outcome.toolchain_note or "").startswith(NEWER_GOLDEN):  # A downgrade is never accepted.
+            lines.append(f"To accept the new figures: {accept}")
         return "\n".join(lines)
     return outcome.message
 
