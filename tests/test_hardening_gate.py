@@ -127,6 +127,7 @@ def test_merging_reports_keeps_the_failing_copy_of_a_case(tmp_path):
     ("improvement", True, 1),
     ("pass", False, 0),
 ])
+@pytest.mark.heavy
 def test_a_report_fails_by_its_verdict_whatever_its_failed_field_says(tmp_path, verdict, failed, status):
     write_report(tmp_path / "r.json", Report([outcome("lm/prefill@v4-8x1", "pass", False)]))
     doc = json.loads((tmp_path / "r.json").read_text())

@@ -119,6 +119,7 @@ def test_a_misspelt_figure_names_the_closest(toy_project):
     assert "the closest is peak_params_bytes: did you mean 'peak_params_bytes = 1%'?" in err, err
 
 
+@pytest.mark.heavy
 def test_fit_max_lines_for_knobs_the_configs_offer_are_accepted(toy_project):
     accepted(toy_project, "aot_tolerances =\n    fit_max_batch = 5%\n    fit_max_seq = 10%\n    fit_max_* = 3%",
              "--aot-topologies=cpu-2")
@@ -227,6 +228,7 @@ def test_init_refuses_an_unknown_topology_and_writes_nothing(tmp_path, topologie
 
 # --- 7. cpu-N past what XLA's CPU backend compiles for ----------------------------------------------------
 
+@pytest.mark.heavy
 def test_cpu_topologies_are_capped_at_what_xla_compiles_for(toy_project, tmp_path):
     err = usage_error(toy_project, "", "--aot-topologies=cpu-4096")
     assert "--aot-topologies: cpu-4096 asks for 4096 host CPU devices; aotcheck compiles for at most 2048 " \

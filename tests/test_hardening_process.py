@@ -189,6 +189,7 @@ def test_the_accept_command_repeats_the_settings_pytest_has_no_option_for(tmp_pa
         "pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -o aot_default_options=none -k step")
 
 
+@pytest.mark.heavy
 def test_accepting_a_run_without_presets_writes_the_figures_that_run_measured(tmp_path):
     project = make_project(tmp_path, **{"cfg.py": COMMON + '\naotcheck.register("toy", cfg())\n'})
     first = cli(project, "check", "--module", "cfg.py", "--topologies", "v4-8", "--default-options", "none")
@@ -207,6 +208,7 @@ def test_accepting_a_run_without_presets_writes_the_figures_that_run_measured(tm
 
 # --- 3. A script registering a config built by a helper module ------------------------------------------
 
+@pytest.mark.heavy
 def test_a_config_a_script_registers_from_a_helper_module_is_found_by_the_workers(tmp_path):
     project = make_project(tmp_path, **{"common.py": COMMON, "script.py": SCRIPT})
     for command in ([sys.executable, "script.py"],
@@ -228,6 +230,7 @@ def test_a_config_a_script_registers_from_a_helper_module_is_found_by_the_worker
 
 # --- 4. XLA_FLAGS: a TPU flag, or one XLA does not know, is named --------------------------------------
 
+@pytest.mark.heavy
 def test_a_tpu_flag_in_xla_flags_is_named_with_where_it_belongs(tmp_path):
     project = make_project(tmp_path, **{"cfg.py": COMMON + '\naotcheck.register("toy", cfg())\n'})
     start = time.monotonic()
@@ -282,6 +285,7 @@ def hangups_not_ignored():
     signal.signal(signal.SIGHUP, signal.SIG_IGN if was_ignored else signal.SIG_DFL)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("front,group,status", [("cli", False, 129), ("pytest", True, pytest.ExitCode.INTERRUPTED)])
 def test_sighup_ends_a_run_with_its_summary_and_report(project, hangups_not_ignored, front, group, status):
     project.makeconftest(CONFTEST + SLOW)
@@ -310,6 +314,7 @@ def test_sighup_ends_a_run_with_its_summary_and_report(project, hangups_not_igno
 
 # --- 6. JAX_PLATFORMS=cuda on a host without CUDA ---------------------------------------------------------
 
+@pytest.mark.heavy
 @pytest.mark.skipif(bool(glob.glob("/dev/nvidia[0-9]*")), reason="a host with an NVIDIA GPU has CUDA to start")
 def test_a_cuda_jax_platforms_on_a_cpu_host_keeps_the_plugins_tracebacks_off_the_terminal(tmp_path):
     project = make_project(tmp_path, **{"cfg.py": COMMON + '\naotcheck.register("toy", cfg())\n'})
@@ -340,6 +345,7 @@ def scratch():  # Another scratch path on every call, which the program never re
 '''
 
 
+@pytest.mark.heavy
 def test_a_builder_that_returns_another_program_on_each_call_is_an_error_on_its_case(tmp_path):
     project = make_project(tmp_path, **{"counter.py": COUNTER})
     out = cli(project, "check", "--module", "counter.py", "--topologies", "v4-8", "--no-cache")
@@ -364,6 +370,7 @@ def noisy():
 '''
 
 
+@pytest.mark.heavy
 def test_compile_json_keeps_a_config_modules_prints_off_stdout(tmp_path):
     project = make_project(tmp_path, **{"noisy.py": NOISY})
     out = cli(project, "compile", "noisy", "--topology", "v4-8", "--json", "--module", "noisy.py")
@@ -375,6 +382,7 @@ def test_compile_json_keeps_a_config_modules_prints_off_stdout(tmp_path):
 
 # --- 9. A memory cap that stops libtpu mapping its library --------------------------------------------
 
+@pytest.mark.heavy
 def test_a_memory_cap_that_stops_libtpu_loading_is_said_as_the_hosts_limit(tmp_path):
     project = make_project(tmp_path, **{"cfg.py": COMMON + '\naotcheck.register("toy", cfg())\n'})
     # About 1 GB of address space: enough for the session (jax imported), too little to map libtpu (0.6 GB).

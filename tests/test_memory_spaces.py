@@ -234,6 +234,7 @@ aotcheck.register("kernel", aotcheck.FunctionConfig(fn=step, make_args=make_args
 '''
 
 
+@pytest.mark.heavy
 def test_aotcheck_check_says_vmem_end_to_end(tmp_path):
     """One real run of the gate's command line: worker process, pipe, check, words."""
     (tmp_path / "kernels.py").write_text(textwrap.dedent(KERNELS))

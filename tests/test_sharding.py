@@ -150,6 +150,7 @@ def small_llama():
     return measure
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mesh", [(4, 4), (2, 8)], ids=["fsdp4-tp4", "fsdp2-tp8"])
 def test_activations_replicated_over_the_batch_axes_are_flagged_however_many_ways_they_are_split(small_llama, mesh):
     """The shard helper skips its constraints on a CPU host: the activations keep all 16 rows, split
@@ -172,6 +173,7 @@ def test_activations_replicated_over_the_batch_axes_are_flagged_however_many_way
     assert constrained.figures["peak_bytes"] < measured.figures["peak_bytes"]
 
 
+@pytest.mark.heavy
 def test_a_buffer_split_over_the_batch_axis_on_another_dimension_is_not_flagged(small_llama):
     """The scores constrained to keep the whole batch with their kv heads split over ``fsdp`` (the
     batch's axis): as small per device as with the batch split, so not an unsharded activation."""
@@ -183,6 +185,7 @@ def test_a_buffer_split_over_the_batch_axis_on_another_dimension_is_not_flagged(
     assert measured.details.unsharded == []  # ...and is split over fsdp on another dimension.
 
 
+@pytest.mark.heavy
 def test_a_nested_jit_is_seen_through(small_llama):
     """The model called inside a nested ``jax.jit``: the compiled program names its ops
     ``jit(train_step)/jvp(jit(forward))/...``; the propagated module, dumped by the same compile, names
@@ -195,6 +198,7 @@ def test_a_nested_jit_is_seen_through(small_llama):
     assert {(u.shape, u.source) for u in direct} <= {(u.shape, u.source) for u in nested}
 
 
+@pytest.mark.heavy
 def test_a_tile_assignment_names_the_same_mesh_axes_as_the_named_form(small_llama):
     """jax 0.12's libtpu dumps shardings by mesh axis name; an older one (0.0.42.1) as a tile assignment
     of device ids (``xla_enable_hlo_sharding_v3`` switches between them, on both). Read against the
