@@ -87,6 +87,7 @@ EXPLICIT = aotcheck.FunctionConfig(fn=train_step, make_args=mlp_args, donate_arg
 INFERRED = aotcheck.FunctionConfig(fn=state_step, make_args=state_args, donate_argnums=(0,))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("config", [EXPLICIT, INFERRED], ids=["arg_kinds", "inferred-train-state"])
 def test_a_train_step_as_a_function_splits_its_peak_like_a_trainer(config):
     """Compiled for real: the parameters' class is their bytes per device, the optimizer state's is
@@ -115,6 +116,7 @@ def table_args(mesh):
             jax.ShapeDtypeStruct((HIDDEN, WIDTH), jnp.float32, sharding=rows))  # Rows split: not a batch.
 
 
+@pytest.mark.heavy
 def test_an_other_input_counts_with_the_batch_and_is_not_linted_as_one():
     """``other``: at the peak in ``peak_batch_bytes`` (``peak_other_bytes`` stays XLA's padding and
     fragmentation), kept out of the sharding lint's batch inputs (its split leading dimension is no batch)."""
@@ -207,6 +209,7 @@ def test_kinds_that_do_not_fit_the_arguments_fail_at_lowering():
         lower_config(wrong, Target.of("cpu-4"))
 
 
+@pytest.mark.heavy
 def test_the_figures_cache_keys_on_the_kinds():
     """Kinds split the same program differently, so they key the cache; all batch (as before kinds
     existed) keeps the key a config had."""

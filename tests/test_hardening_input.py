@@ -86,6 +86,7 @@ aotcheck.register("capped", lambda: lm.trainer_config(lm.TINY, fit="batch", fit_
     ("8", "TrainerConfig.fit_upper=8 is below the configured batch (32): the search would stop at once and report "
           "32 as the largest that fits. Give a cap >= 32, e.g. fit_upper=256"),
 ])
+@pytest.mark.heavy
 def test_fit_upper_out_of_bounds_is_refused_by_aotcheck_fit(tmp_path, cap, words):
     """Without the check, 0 ran a search of minutes (the timeout fails it) and -4 or 8 reported the
     configured batch as the largest that fits (exit 0)."""
@@ -105,6 +106,7 @@ def test_a_fit_upper_at_or_above_the_batch_is_kept():
 
 # --- 2. a tolerance glob that matches no figure: fit_max_<typo> too ------------------------------------
 
+@pytest.mark.heavy
 def test_a_fit_max_typo_is_a_usage_error_naming_the_line_and_the_closest_figure(toy_project):
     err = usage_error(toy_project, "aot_tolerances = fit_max_batchh = 5%", "--aot-topologies=cpu-2")
     assert "aot_tolerances: 'fit_max_batchh' in 'fit_max_batchh = 5%' matches no figure, so it would tolerate " \
@@ -113,6 +115,7 @@ def test_a_fit_max_typo_is_a_usage_error_naming_the_line_and_the_closest_figure(
     assert "fit_max_seq" in err  # The knobs the registered configs offer are figures too.
 
 
+@pytest.mark.heavy
 def test_a_misspelt_figure_names_the_closest(toy_project):
     err = usage_error(toy_project, "aot_tolerances = peak_params_byte = 1%", "--aot-topologies=cpu-2")
     assert "'peak_params_byte' in 'peak_params_byte = 1%' matches no figure" in err
@@ -125,6 +128,7 @@ def test_fit_max_lines_for_knobs_the_configs_offer_are_accepted(toy_project):
              "--aot-topologies=cpu-2")
 
 
+@pytest.mark.heavy
 def test_the_cli_refuses_a_fit_max_typo_too(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "pytest.ini").write_text("[pytest]\naot_tolerances = fit_max_batchh = 5%\n")
@@ -155,6 +159,7 @@ def test_time_units_floor_seconds_figures(toy_project):
     ("*_cpu_seconds = 400% + 1m", "'m' in '*_cpu_seconds = 400% + 1m' is a multiplier (a power of 1000), not a "
      "unit of time"),
 ])
+@pytest.mark.heavy
 def test_a_unit_of_the_wrong_kind_is_a_usage_error(toy_project, line, words):
     err = usage_error(toy_project, f"aot_tolerances = {line}", "--aot-topologies=cpu-2")
     assert f"aot_tolerances: {words}" in err, err
@@ -171,6 +176,7 @@ def test_a_unit_of_the_wrong_kind_is_a_usage_error(toy_project, line, words):
     ("aot_libtpu_init_args = --xla_a=1 ,--xla_b=2", [], "aot_libtpu_init_args: ',--xla_b=2' is not a flag"),
     ("aot_topologies = v9-8", [], "aot_topologies: Unknown topology 'v9-8'"),
 ])
+@pytest.mark.heavy
 def test_the_plugin_names_an_ini_value_by_its_ini_key(toy_project, ini, args, words):
     """Before, each was said under the plugin's flag (--aot-slices: 'x' ...), which the user never wrote."""
     err = usage_error(toy_project, ini, *args, *([] if "aot_topologies" in ini else ["--aot-topologies=cpu-2"]))
@@ -185,6 +191,7 @@ def test_the_plugin_names_an_ini_value_by_its_ini_key(toy_project, ini, args, wo
     ("aot_default_options = off", ["--topologies", "cpu-2"], "aotcheck: error: aot_default_options: 'off' must be "
      "'aotcheck'"),
 ])
+@pytest.mark.heavy
 def test_the_cli_names_an_ini_value_by_its_ini_key(tmp_path, ini, args, words):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "pytest.ini").write_text(f"[pytest]\n{ini}\n")
@@ -197,6 +204,7 @@ def test_the_cli_names_an_ini_value_by_its_ini_key(tmp_path, ini, args, words):
 
 @pytest.mark.parametrize("command", [["compile", "lm-tiny", "--topology", "v4-8"], ["fit", "lm-tiny", "--topology", "v4-8"],
                                      ["check", "--topologies", "v4-8"]])
+@pytest.mark.heavy
 def test_launch_flags_after_a_space_get_the_spelling_that_works(tmp_path, command):
     out = aotcheck(*command, "--libtpu-init-args", "--xla_tpu_scoped_vmem_limit_kib=98304",
                    "--xla_tpu_enable_latency_hiding_scheduler=true", cwd=tmp_path)
@@ -218,6 +226,7 @@ def test_launch_flags_after_a_space_get_the_spelling_that_works(tmp_path, comman
     ("cpu-4096", "'cpu-4096' is not a target aotcheck compiles for. cpu-4096 asks for 4096 host CPU devices; aotcheck "
      "compiles for at most 2048"),
 ])
+@pytest.mark.heavy
 def test_init_refuses_an_unknown_topology_and_writes_nothing(tmp_path, topologies, words):
     out = aotcheck("init", "--model", "jax", "--topologies", topologies, cwd=tmp_path)
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
@@ -244,6 +253,7 @@ def test_cpu_topologies_are_capped_at_what_xla_compiles_for(toy_project, tmp_pat
 
 # --- 8. a GPU size past one domain, with slices: the one spelling every front end takes ------------------
 
+@pytest.mark.heavy
 def test_a_gpu_domain_multiple_with_slices_names_the_spelling_each_front_end_takes(toy_project, tmp_path):
     err = usage_error(toy_project, "", "--aot-topologies=a100-16x2")
     assert "--aot-topologies: a100-16x2 asks for 2 x a100-16, and a100-16 is already 2 x a100-8" in err, err

@@ -59,9 +59,12 @@ def splash():
     # Compiled once for the module, outside any test's books of chip families (tests/conftest.py):
     # leave the process's books as they were, so a later module's own fixture is not told it mixes.
     before = set(families._compiled)
-    compiled = _attention_in_scan("splash")
-    families._compiled.intersection_update(before)
-    return compiled
+    families._compiled.clear()  # Its own books, as tests/conftest.py gives each test.
+    try:
+        return _attention_in_scan("splash")
+    finally:
+        families._compiled.clear()
+        families._compiled.update(before)
 
 
 def test_a_kernel_config_with_raw_newlines_is_read_whole(splash):

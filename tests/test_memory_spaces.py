@@ -92,6 +92,7 @@ def test_vmem_over_the_scoped_limit_is_vmem_with_its_size_limit_op_line_and_flag
     assert "HBM on" not in text and "buffers" not in text, text
 
 
+@pytest.mark.heavy
 def test_the_flag_it_names_lets_the_same_kernel_compile():
     """libtpu takes the scoped limit as a compiler option deviceless: the value the verdict names is
     the least that compiles (one KiB less is refused again), and the kernel's own limit works too."""
@@ -117,6 +118,7 @@ def function_config(**fields):
     return aotcheck.FunctionConfig(fn=vmem_blocks, make_args=lambda mesh: v5e_1_args(mesh=mesh), **fields)
 
 
+@pytest.mark.heavy
 def test_the_gate_says_vmem_with_the_line_and_never_an_hbm_table(tmp_path):
     case = Case.of("kernel", "step", "v5e-1")
     store = GoldenStore(str(tmp_path))
@@ -146,6 +148,7 @@ def test_the_gate_says_vmem_with_the_line_and_never_an_hbm_table(tmp_path):
     (pltpu.VMEM((524288, 128), jnp.float32), "vmem", 256 * MiB, 128 * MiB, "needs 256.00 MiB of VMEM (its scratch "
      "operand f32[524288,128]); the chip's VMEM holds 128.00 MiB (over by 128.00 MiB)"),
 ], ids=["smem-listed", "smem-allocation", "vmem-scratch"])
+@pytest.mark.heavy
 def test_scratch_over_the_chip_is_said_in_its_space_with_no_flag(scratch, space, size, limit, words):
     x, = v5e_1_args(rows=8)
 
@@ -175,6 +178,7 @@ def serving_config():
     )
 
 
+@pytest.mark.heavy
 def test_an_overflow_that_does_not_depend_on_the_batch_ends_the_fit_search_with_it(tmp_path):
     case = Case.of("served", "serve", "v5e-1")
     outcome = check_case(case, measure=lambda c: measure(c, config=serving_config(), fit="batch"),
