@@ -104,6 +104,7 @@ def attribution_cost(configs: str, topologies: str, slices: str) -> None:
     """Per case, alternating: lower+compile, and lower+compile with the dump plus attribution.
     Prints the two sums."""
     from aotcheck.figures.attribution import dump_options, read_dump
+    from aotcheck.figures.sharding import dump_options as sharding_dump_options
     from aotcheck.programs.lowering import arguments, lower_config
 
     plain = attributed = 0.0
@@ -114,7 +115,9 @@ def attribution_cost(configs: str, topologies: str, slices: str) -> None:
         start = time.perf_counter()
         lowered = lower_config(config, target, program=program)[program]
         with tempfile.TemporaryDirectory() as dump:
-            compiled = lowered.compile(compiler_options={**options, **dump_options(dump)})
+            # The dumps the gate asks for: the optimized program's and, for the lint, the module after
+            # sharding propagation (pipeline/stages.py), so both sides compare what a gate compile does.
+            compiled = lowered.compile(compiler_options={**options, **dump_options(dump), **sharding_dump_options()})
             read_dump(dump, hlo_text=compiled.as_text(), arguments=arguments(lowered, config),
                       peak_bytes=compiled.memory_analysis().peak_memory_in_bytes)
         attributed += time.perf_counter() - start
