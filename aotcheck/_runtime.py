@@ -78,6 +78,21 @@ def is_compiler_noise(line: str) -> bool:
 
 
 @contextlib.contextmanager
+def no_persistent_cache() -> Iterator[None]:
+    """JAX's persistent compilation cache off for one of aotcheck's compiles, whatever a user's library
+    turned on (MaxText's config setup sets ``jax_compilation_cache_dir``): a deviceless executable written
+    there cannot be read back (later runs warn), and a cache on adds XLA cache options to the compile."""
+    import jax  # Here: this module is imported where jax is not yet wanted.
+
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
+
+
+@contextlib.contextmanager
 def quiet_compiler_stderr() -> Iterator[None]:
     """Captures file descriptor 2 and re-emits what is not libtpu start-up noise.
 

@@ -120,7 +120,7 @@ def test_a_pytest_free_run_finishes_with_a_report_and_stale_goldens(tmp_path):
     from aotcheck.programs.registry import Registry
 
     registry = Registry()
-    registry.register("toy", lambda: __import__("aotcheck").FunctionConfig(fn=None, make_args=None))
+    registry.register("toy", lambda: __import__("aotcheck").FunctionConfig(fn=abs, make_args=abs))
     settings = GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4"], cache_dir=None, report=str(tmp_path / "r.json"))
     with GateSession(settings, registry=registry, measure=fake_measure({**FIGURES, "flops": 3e9})) as gate:
         report = gate.run()

@@ -147,7 +147,7 @@ def test_kinds_are_inferred_only_where_it_is_safe():
     sgd = jax.eval_shape(optax.sgd(0.1).init, params)  # (EmptyState(), EmptyState()): no leaves at all.
     schedule = jax.eval_shape(optax.inject_hyperparams(optax.adam)(learning_rate=0.1).init, params)
     state = {"params": params, "opt_state": sgd, "step": jax.ShapeDtypeStruct((), jnp.int32)}
-    plain = aotcheck.FunctionConfig(fn=None, make_args=None)
+    plain = aotcheck.FunctionConfig(fn=abs, make_args=abs)
     got = argument_kinds(plain, (adam, sgd, schedule, state, params, {"params": params, "rng": params},
                                  Moments(params["w"]), [adam, adam]))
     assert got == [["opt_state"] * 3, [], ["opt_state"] * len(jax.tree_util.tree_leaves(schedule)),
@@ -166,7 +166,7 @@ def test_a_prefix_of_kinds_splits_one_argument():
     params = {"w": jax.ShapeDtypeStruct((8, 8), jnp.float32)}
     state = {"params": params, "opt_state": jax.eval_shape(optax.adam(1e-3).init, params),
              "rng": jax.ShapeDtypeStruct((2,), jnp.uint32)}
-    config = aotcheck.FunctionConfig(fn=None, make_args=None, arg_kinds=(
+    config = aotcheck.FunctionConfig(fn=abs, make_args=abs, arg_kinds=(
         {"params": "params", "opt_state": "opt_state", "rng": "other"}, "batch"))
     assert argument_kinds(config, (state, params)) == [["opt_state"] * 3 + ["params", "other"], ["batch"]]
 

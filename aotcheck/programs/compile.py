@@ -60,7 +60,7 @@ def compile_lowered(
     """Runs XLA on ``lowered`` for ``topology``; a rejected option or a compile failure names ``what``."""
     note_family(topology)  # libtpu state crosses chip families: see aotcheck.targets.families.
     try:
-        with _runtime.quiet_compiler_stderr():
+        with _runtime.quiet_compiler_stderr(), _runtime.no_persistent_cache():
             return lowered.compile(compiler_options=dict(options))
     except Exception as e:  # jax raises JaxRuntimeError; its message is what matters.
         message = str(e)
@@ -224,7 +224,8 @@ def warm_up(family: str) -> None:
     smallest = next((t for t in [*all_topologies(), *gpu_topologies()] if t.chip.family == family), None)
     if smallest is None:
         return
-    with contextlib.suppress(Exception), _runtime.quiet_compiler_stderr():  # The real case says what is wrong.
+    with contextlib.suppress(Exception), _runtime.quiet_compiler_stderr(), _runtime.no_persistent_cache():
+        # The real case says what is wrong.
         tiny_lowered(smallest).compile()
 
 

@@ -95,21 +95,15 @@ class _Common:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Model(_Common):
-    """A model with abstract parameters sharded by partition rules.
+class _Searchable(_Common):
+    """The sizes a fit search may move on a config, and where it runs (fields every config kind shares).
 
     Attributes:
-        init_fn: ``rng -> params``; only traced (``jax.eval_shape``), never run.
-        partition_rules: ``(regex over parameter paths, PartitionSpec)`` pairs or callables
-            ``(path, shape, axis_sizes) -> PartitionSpec | None`` such as :func:`aotcheck.fsdp`;
-            the first that decides a parameter wins (see :mod:`aotcheck.targets.partition`).
-        batch_partition: PartitionSpec of every batch input; by default the
-            leading dimension over the first mesh axis.
         fit: Search the largest size of this knob that fits HBM (``"batch"``, or a
-            name in ``knobs``) on every case, as the gated figure ``fit_max_batch``
+            name in ``knobs``) on every case, as the gated figure ``fit_max_<knob>``
             (a few compiles each; see :mod:`aotcheck.figures.fit`); over the gate's ``--aot-fit``. None: no search.
         knobs: Other sizes a fit search may move, by name (sequence length, KV-cache
-            length, ...): each a :class:`Knob` that rebuilds the config at a size.
+            length, a per-device batch, ...): each a :class:`Knob` that rebuilds the config at a size.
         fit_upper: The largest size the fit search tries (None: 4096 x the configured
             size). A small model's real limit can be far away, where compiles are slow.
         fit_targets: Globs over the targets (``v5e-16x1``, ``v4-8x*``; one glob alone is
@@ -118,9 +112,6 @@ class _Model(_Common):
             enough. ``aotcheck fit`` runs anywhere.
     """
 
-    init_fn: Callable[[jax.Array], Any]
-    partition_rules: Rules
-    batch_partition: PartitionSpec | None = None
     fit: str | None = None
     knobs: Mapping[str, "Knob"] = dataclasses.field(default_factory=dict)
     fit_upper: int | None = None
@@ -169,6 +160,26 @@ class _Model(_Common):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class _Model(_Searchable):
+    """A model with abstract parameters sharded by partition rules.
+
+    Attributes:
+        init_fn: ``rng -> params``; only traced (``jax.eval_shape``), never run.
+        partition_rules: ``(regex over parameter paths, PartitionSpec)`` pairs or callables
+            ``(path, shape, axis_sizes) -> PartitionSpec | None`` such as :func:`aotcheck.fsdp`;
+            the first that decides a parameter wins (see :mod:`aotcheck.targets.partition`).
+        batch_partition: PartitionSpec of every batch input; by default the
+            leading dimension over the first mesh axis.
+
+    and the fit search's fields (``fit``, ``knobs``, ``fit_upper``, ``fit_targets``).
+    """
+
+    init_fn: Callable[[jax.Array], Any]
+    partition_rules: Rules
+    batch_partition: PartitionSpec | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainerConfig(_Model):
     """A training step: ``(state, batch) -> (state, metrics)`` with an optax optimizer.
 
@@ -209,17 +220,31 @@ class InferenceConfig(_Model):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FunctionConfig(_Common):
+class FunctionConfig(_Searchable):
     """The escape hatch: any function and the abstract, sharded arguments it takes.
 
-    Besides ``mesh``, ``compiler_options`` and ``min_devices``:
+    Give either ``fn`` and ``make_args`` (a function fixed up front, its arguments made per target),
+    or ``make_program``, for a step that owns its mesh: its jit's shardings and donation depend on
+    the target, so the function itself is made per target (MaxText's train step, built by
+    :mod:`aotcheck.adapters.maxtext`, is one).
+
+    Besides ``mesh``, ``compiler_options``, ``min_devices`` and the fit search's fields (``fit``,
+    ``knobs``, ``fit_upper``, ``fit_targets``: a function has no batch aotcheck can move, so a search
+    names a knob of ``knobs``):
 
     Attributes:
         fn: The function (jitted or not) to compile.
-        make_args: ``mesh -> args``: ShapeDtypeStructs carrying NamedShardings on
-            that mesh (or any pytree of them).
+        make_args: ``mesh -> args`` or ``(mesh, target) -> args``: ShapeDtypeStructs carrying
+            NamedShardings on that mesh (or any pytree of them). ``target`` is the
+            :class:`~aotcheck.targets.topology.Target` compiled for (its ``topology.name``,
+            ``num_slices``, ``num_devices``).
+        make_program: ``(mesh, target) -> (fn, args)``: the function to compile (jitted with its
+            own shardings and donation, or anything with a ``.lower(*args)``) and its abstract
+            arguments, made for ``target``. ``mesh`` is aotcheck's mesh over the target's devices
+            (``mesh.devices``), which the step may rearrange into its own; such a step usually
+            wants ``trace_in_mesh=False``, so it traces under its own mesh, not aotcheck's.
         program: The program's name in reports and golden files.
-        donate_argnums: Arguments whose buffers the program may reuse.
+        donate_argnums: Arguments whose buffers the program may reuse (``fn`` not jitted).
         arg_kinds: What each positional argument of ``fn`` holds, in order: one of
             ``ARGUMENT_KINDS`` per argument, or for an argument that mixes them a pytree
             prefix of it whose leaves are kinds (``{"params": "params", "opt_state":
@@ -236,6 +261,17 @@ class FunctionConfig(_Common):
             ``params`` as ``params`` and the rest (``opt_state``, the step) as ``opt_state``,
             as a ``TrainerConfig``'s state; every other argument is ``batch``.
 
+    Example (a step made per target; the number of devices sizes its batch):
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> def make_program(mesh, target):
+        ...     x = jax.ShapeDtypeStruct((2 * target.num_devices, 8), "float32", sharding=NamedSharding(mesh, P("data")))
+        ...     return jax.jit(lambda x: x * 2, donate_argnums=0), (x,)
+        >>> from aotcheck.programs.lowering import lower_config
+        >>> from aotcheck.targets.topology import Target
+        >>> lowered = lower_config(FunctionConfig(make_program=make_program), Target.of("cpu-4"))
+        >>> lowered["step"].args_info[0][0].shape
+        (8, 8)
+
     Example (a train step ``(params, opt_state, batch)``; a kind is checked when the config is built):
         >>> step = FunctionConfig(fn=lambda p, o, b: p, make_args=lambda mesh: (),
         ...                       arg_kinds=("params", "opt_state", "batch"))
@@ -245,14 +281,16 @@ class FunctionConfig(_Common):
         aotcheck.errors.ConfigError: FunctionConfig.arg_kinds[1]: 'optimizer' is not an argument kind; ...
     """
 
-    fn: Callable[..., Any]
-    make_args: Callable[[jax.sharding.Mesh], Sequence[Any]]
+    fn: Callable[..., Any] | None = None
+    make_args: Callable[..., Sequence[Any]] | None = None
+    make_program: Callable[[jax.sharding.Mesh, Any], tuple[Callable[..., Any], Sequence[Any]]] | None = None
     program: str = "step"
     donate_argnums: tuple[int, ...] = ()
     arg_kinds: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_program()
         if self.arg_kinds is None:
             return
         if isinstance(self.arg_kinds, str) or not isinstance(self.arg_kinds, Sequence):
@@ -273,6 +311,18 @@ class FunctionConfig(_Common):
                     raise ConfigError(
                         f"FunctionConfig.arg_kinds[{position}]: {leaf!r} is not an argument kind; use one of "
                         f"{', '.join(ARGUMENT_KINDS)}" + (f" (did you mean {close[0]!r}?)" if close else "") + ".")
+
+    def _check_program(self) -> None:
+        """ConfigError unless the program is given one way: ``make_program``, or ``fn`` with ``make_args``."""
+        given = [name for name in ("fn", "make_args", "make_program") if getattr(self, name) is not None]
+        if given in (["fn", "make_args"], ["make_program"]):
+            return
+        how = ("give fn=<the function> and make_args=<mesh -> its abstract arguments>, or make_program="
+               "<(mesh, target) -> (fn, args)> for a step whose jit is built per target")
+        if "make_program" in given:
+            raise ConfigError(f"FunctionConfig got make_program and {' and '.join(given[:-1])}: make_program makes "
+                              f"the function and its arguments itself; {how}.")
+        raise ConfigError(f"FunctionConfig got {' and '.join(given) or 'neither fn nor make_program'}: {how}.")
 
     @property
     def programs(self) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ def knobs_offered(config: Config) -> list[str]:
     """The knob names ``config`` offers a fit search: ``batch`` for models, then its own."""
     if isinstance(config, (TrainerConfig, InferenceConfig)):
         return ["batch", *config.knobs]
-    return []
+    return list(config.knobs)  # A function's batch is its own: only the knobs it gives.
 
 
 def check_knob(config: Config, name: str) -> None:
@@ -38,14 +38,14 @@ def check_knob(config: Config, name: str) -> None:
     offered = knobs_offered(config)
     if name not in offered:
         raise KnobError(f"This config offers no knob {name!r}; it offers: {', '.join(offered) or 'none'} "
-                        "(a FunctionConfig has no batch to move; give a model config a Knob in knobs=).")
+                        "(a FunctionConfig has no batch aotcheck can move: give it a Knob in knobs=, e.g. "
+                        "knobs={'batch': Knob(size, rebuild=lambda n: <the config at n>)}).")
 
 
 def knob_of(config: Config, name: str, target: Target) -> Knob:
     """The knob ``name`` of ``config`` on ``target``: its size, how to rebuild the config, its step."""
     check_knob(config, name)
-    assert isinstance(config, (TrainerConfig, InferenceConfig))
-    if name != "batch":
+    if name != "batch" or not isinstance(config, (TrainerConfig, InferenceConfig)):
         return config.knobs[name]
     field = "batch_spec" if isinstance(config, TrainerConfig) else "input_batch_spec"
     spec = getattr(config, field)

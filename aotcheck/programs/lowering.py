@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import re
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -81,10 +82,10 @@ def argument_kinds(config: FunctionConfig, args: Sequence[Any]) -> list[list[str
         >>> params = {"w": jax.ShapeDtypeStruct((4, 4), "float32")}
         >>> sgd = jax.eval_shape(optax.sgd(0.1, momentum=0.9).init, params)  # (TraceState(trace), EmptyState())
         >>> state = {"params": params, "opt_state": sgd, "step": jax.ShapeDtypeStruct((), "int32")}
-        >>> config = FunctionConfig(fn=None, make_args=None)  # Inferred: leaves opt_state/0/trace/w, params/w, step
+        >>> config = FunctionConfig(fn=abs, make_args=abs)  # Inferred: leaves opt_state/0/trace/w, params/w, step
         >>> argument_kinds(config, (state, sgd, params))
         [['opt_state', 'params', 'opt_state'], ['opt_state'], ['batch']]
-        >>> config = FunctionConfig(fn=None, make_args=None, arg_kinds=({"params": "params", "opt_state": "other"},))
+        >>> config = FunctionConfig(fn=abs, make_args=abs, arg_kinds=({"params": "params", "opt_state": "other"},))
         >>> argument_kinds(config, (params,))
         Traceback (most recent call last):
         ...
@@ -107,6 +108,10 @@ def argument_kinds(config: FunctionConfig, args: Sequence[Any]) -> list[list[str
         try:
             out.append(jax.tree_util.tree_leaves(jax.tree.broadcast(entry, arg)))
         except (ValueError, TypeError, KeyError) as e:
+            by_name = _kinds_by_top_name(entry, arg)
+            if by_name is not None:  # A dict of kinds over another mapping-like node (flax's nnx.State).
+                out.append(by_name)
+                continue
             raise LoweringError(
                 f"FunctionConfig.arg_kinds[{position}] ({entry!r}) is not a pytree prefix of argument {position} "
                 f"(a {type(arg).__name__} of {', '.join(map(str, _top_names(arg))) or 'no entries'}); give one kind "
@@ -132,6 +137,19 @@ def _top_names(arg: Any) -> list[Any]:
     """The names of an argument's top-level entries (dict keys, attributes, indices), empty ones too."""
     entries = jax.tree_util.tree_flatten_with_path(arg, is_leaf=lambda x: x is not arg)[0]
     return [_key_name(path[0]) for path, _ in entries if path]
+
+
+def _kinds_by_top_name(entry: Any, arg: Any) -> list[str] | None:
+    """The kind of each leaf of ``arg`` by the name of its top-level entry, for a dict ``entry`` of kinds
+    naming every top-level entry of ``arg`` (a node of another type than dict, such as flax's
+    ``nnx.State``, whose entries have names); None otherwise."""
+    if not isinstance(entry, Mapping) or not all(isinstance(kind, str) for kind in entry.values()):
+        return None
+    leaves = jax.tree_util.tree_flatten_with_path(arg)[0]
+    names = [_key_name(path[0]) if path else None for path, _ in leaves]
+    if not names or any(name not in entry for name in names) or set(_top_names(arg)) != set(entry):
+        return None
+    return [entry[name] for name in names]
 
 
 def _is_optax_state(tree: Any) -> bool:
@@ -364,13 +382,66 @@ def lower_inference(
 
 
 def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stages.Lowered]:
-    """``{config.program: Lowered}`` for the escape hatch, its arguments made on the target's mesh."""
+    """``{config.program: Lowered}`` for the escape hatch: its arguments (``make_args``), or its function
+    and arguments (``make_program``), made for the target on the target's mesh."""
     placement = place(config, target)
-    fn = config.fn if hasattr(config.fn, "lower") else jax.jit(config.fn, donate_argnums=config.donate_argnums)
-    with lowering_context(config, placement.mesh):
-        lowered = fn.lower(*config.make_args(placement.mesh))
+    with lowering_context(config, placement.mesh), _mesh_clash(config, placement.mesh):
+        if config.make_program is not None:
+            fn, args = _made_program(config, placement)
+        else:
+            fn = config.fn if hasattr(config.fn, "lower") else jax.jit(config.fn, donate_argnums=config.donate_argnums)
+            args = config.make_args(*_mesh_and_target(config.make_args, placement))
+        lowered = fn.lower(*args)
     argument_kinds(config, lowered.args_info[0])  # arg_kinds that do not fit fail here, before any compile.
     return {config.program: lowered}
+
+
+def _mesh_and_target(make_args: Callable[..., Any], placement: Placement) -> tuple[Any, ...]:
+    """``(mesh, target)`` for a ``make_args`` that takes two positional arguments, ``(mesh,)`` otherwise."""
+    try:
+        inspect.signature(make_args).bind(placement.mesh, placement.target)
+    except TypeError:
+        return (placement.mesh,)
+    except ValueError:  # No signature to read (a builtin): the documented one-argument form.
+        return (placement.mesh,)
+    return (placement.mesh, placement.target)
+
+
+def _made_program(config: FunctionConfig, placement: Placement) -> tuple[Any, Sequence[Any]]:
+    """``make_program(mesh, target)``, checked: a LoweringError naming the field for anything but
+    ``(function, arguments)``. A plain function is jitted with the config's ``donate_argnums``."""
+    assert config.make_program is not None
+    made = config.make_program(placement.mesh, placement.target)
+    fits = isinstance(made, tuple) and len(made) == 2 and (callable(made[0]) or hasattr(made[0], "lower")) \
+        and isinstance(made[1], Sequence) and not isinstance(made[1], (str, bytes))
+    if not fits:
+        raise LoweringError(
+            f"FunctionConfig.make_program returned a {type(made).__name__} for {placement.target}; it must return "
+            "(fn, args): the function to compile (jitted with its shardings and donation, or anything with a "
+            ".lower(*args)) and the tuple of its abstract arguments.")
+    fn, args = made
+    return (fn if hasattr(fn, "lower") else jax.jit(fn, donate_argnums=config.donate_argnums)), tuple(args)
+
+
+_MISSING_AXIS = re.compile(r"Resource axis: (?P<axis>\S+) of .* is not found in mesh")
+
+
+@contextlib.contextmanager
+def _mesh_clash(config: Config, mesh: jax.sharding.Mesh) -> Iterator[None]:
+    """A program that names a mesh axis aotcheck's context mesh lacks (a step that owns its own mesh,
+    traced under aotcheck's ``{data: N}``) fails as a LoweringError that names the cure."""
+    try:
+        yield
+    except ValueError as e:
+        found = _MISSING_AXIS.search(str(e))
+        if not config.trace_in_mesh or found is None:
+            raise
+        raise LoweringError(
+            f"Tracing {'/'.join(config.programs)} under aotcheck's mesh (axes {', '.join(mesh.axis_names)}) "
+            f"failed: {e} The program names a mesh axis of its own ({found['axis']}). If it builds its own mesh "
+            f"(MaxText and other trainers that own their mesh do), give its config trace_in_mesh=False so that it "
+            f"traces under its own mesh only; otherwise give the config a mesh=MeshSpec(...) with that axis."
+        ) from e
 
 
 def lower_config(config: Config, target: Target, *, program: str | None = None) -> dict[str, jax.stages.Lowered]:

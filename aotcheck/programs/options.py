@@ -261,7 +261,7 @@ def probe_refused_presets(topology: str | Topology, num_slices: int = 1) -> froz
 
     def refusal(options: Mapping[str, str]) -> str | None:
         try:
-            with _runtime.quiet_compiler_stderr():
+            with _runtime.quiet_compiler_stderr(), _runtime.no_persistent_cache():
                 lowered.compile(compiler_options=dict(options))
             return None
         except Exception as e:  # jax's JaxRuntimeError: its message names the option.

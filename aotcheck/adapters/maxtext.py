@@ -1,0 +1,193 @@
+"""MaxText's own train step, built as its ``train_compile`` builds it, for every target aotcheck asks for.
+
+MaxText (``pip install 'aotcheck[maxtext]'``) owns its mesh, its logical axis rules, its parameter
+and zero-1 optimizer shardings, its donation, its PRNG and its launch flags; this adapter asks
+MaxText for each of them, target by target, and hands aotcheck the jitted step and its abstract
+arguments through :attr:`FunctionConfig.make_program <aotcheck.programs.config.FunctionConfig>`::
+
+    from aotcheck.adapters import maxtext
+    aotcheck.register("llama-small", lambda: maxtext.adapt("configs/base.yml", per_device_batch_size=2,
+                                                           base_num_decoder_layers=4).trainer())
+
+What ``train_compile`` does and this adapter does the same way, per target (MaxText 0.2.5):
+
+- its config from ``pyconfig.initialize`` with ``compile_topology`` and ``compile_topology_num_slices``
+  set from the target (a topology MaxText does not know is refused by MaxText, by name);
+- its mesh (``maxtext_utils.create_device_mesh`` over the target's devices, its axis names and
+  types, ``jax_remove_size_one_mesh_axis_from_type`` as its config says);
+- its shaped state and batch (``get_shaped_inputs``), zero-1 shardings, data sharding and the
+  functional train step with its in/out shardings and donation, lowered under its mesh and logical
+  axis rules;
+- its PRNG (``jax_default_prng_impl=unsafe_rbg``) and launch flag
+  (``--xla_tpu_spmd_rng_bit_generator_unsafe=true``, with the config's ``compile_xla_flags``) as the
+  case's compiler options.
+
+The jax flags MaxText sets are set only while the step is made and lowered, then put back, so no
+other case (and no later target of this one) sees them. MaxText's config setup turns on JAX's
+persistent compilation cache: aotcheck never compiles with it (see ``no_persistent_cache``). MaxText
+prints on stdout while its config is read: sent to stderr here, so ``aotcheck compile --json``
+keeps stdout for its JSON.
+
+The state's ``model`` is classed as parameters and its ``optimizer`` (moments and step) as optimizer
+state in the peak's split; the batch as batch. Any integer override can be a knob of the fit search
+(``knobs=("per_device_batch_size",)``, the default), so ``aotcheck fit`` and ``fit_max_batch`` search
+MaxText's per-device batch.
+
+Example (no MaxText needed to describe a config; it is imported when a program is made):
+    >>> adapted = adapt("base.yml", per_device_batch_size=2, base_num_decoder_layers=2)
+    >>> adapted.argv("v5e-16", 1)[1:]
+    ['base.yml', 'compile_topology=v5e-16', 'compile_topology_num_slices=1', 'per_device_batch_size=2', \
+'base_num_decoder_layers=2']
+    >>> config = adapted.trainer(fit="per_device_batch_size")
+    >>> config.program, config.fit, config.knobs["per_device_batch_size"].size
+    ('train_step', 'per_device_batch_size', 2)
+    >>> config.knobs["per_device_batch_size"].rebuild(8).make_program.__self__.overrides
+    (('per_device_batch_size', 8), ('base_num_decoder_layers', 2))
+    >>> adapted.trainer(knobs=("base_emb_dim",))
+    Traceback (most recent call last):
+    ...
+    aotcheck.adapters.base.AdapterError: MaxText knob 'base_emb_dim' is not an integer override of this config; ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from aotcheck.adapters.base import AdapterError, require
+from aotcheck.programs.config import FunctionConfig, Knob
+
+RNG_FLAG = "--xla_tpu_spmd_rng_bit_generator_unsafe=true"
+"""The launch flag MaxText's ``train_compile`` adds to ``LIBTPU_INIT_ARGS`` for its unsafe RBG PRNG."""
+
+STATE_KINDS = {"model": "params", "optimizer": "opt_state"}
+"""How the train state's top entries count in the peak's split (an NNX ``TrainStateNNX``)."""
+
+
+def adapt(config_file: str | os.PathLike[str], /, **overrides: Any) -> "MaxText":
+    """MaxText's config file (``base.yml`` or one of its model configs) with ``key=value`` overrides,
+    as ``train_compile <config_file> key=value ...`` takes them (``compile_topology`` and
+    ``compile_topology_num_slices`` come from each target)."""
+    for key in ("compile_topology", "compile_topology_num_slices"):
+        if key in overrides:
+            raise AdapterError(f"maxtext.adapt({key}=...): aotcheck sets {key} from each target it compiles for; "
+                               "leave it out and choose targets with --aot-topologies/--aot-slices.")
+    return MaxText(os.fspath(config_file), tuple(overrides.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxText:
+    """A MaxText config: its file and overrides; :meth:`trainer` makes aotcheck's config of its train step."""
+
+    config_file: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    def argv(self, topology: str, num_slices: int) -> list[str]:
+        """The command line ``pyconfig.initialize`` reads for one target (``argv[0]`` is a placeholder)."""
+        return ["aotcheck", self.config_file, f"compile_topology={topology}",
+                f"compile_topology_num_slices={num_slices}", *(f"{k}={v}" for k, v in self.overrides)]
+
+    def trainer(self, *, knobs: Sequence[str] | None = None, fit: str | None = None,
+                fit_upper: int | None = None, fit_targets: tuple[str, ...] = ("*",),
+                compiler_options: Mapping[str, Any] | None = None) -> FunctionConfig:
+        """aotcheck's config of MaxText's train step (program ``train_step``), made per target.
+
+        ``knobs``: integer overrides a fit search may move, each given to :func:`adapt` (None: the
+        per-device batch, where it is an int); ``fit``, ``fit_upper``,
+        ``fit_targets``: as on every config. ``compiler_options`` go over MaxText's own flags.
+        """
+        given = dict(self.overrides)
+        sizes: dict[str, int] = {}
+        for name in knobs if knobs is not None else ("per_device_batch_size",):
+            value = given.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                sizes[name] = value
+            elif knobs is not None:
+                raise AdapterError(
+                    f"MaxText knob {name!r} is not an integer override of this config; give it to maxtext.adapt "
+                    f"({name}=<int>) to let a fit search move it, or leave it out of knobs=.")
+        options = dict(compiler_options or {})
+
+        def rebuild(name: str) -> Any:
+            return lambda size: dataclasses.replace(self, overrides=tuple(
+                (k, size if k == name else v) for k, v in self.overrides)).trainer(
+                    knobs=knobs, fit=fit, fit_upper=fit_upper, fit_targets=fit_targets, compiler_options=options)
+
+        return FunctionConfig(
+            make_program=self.train_program, program="train_step", platforms=("tpu",),
+            arg_kinds=(STATE_KINDS, "batch"), trace_in_mesh=False,  # MaxText traces under its own mesh.
+            libtpu_init_args=f"{given.get('compile_xla_flags', '')} {RNG_FLAG}".strip(),
+            compiler_options=options,
+            knobs={name: Knob(size, rebuild(name)) for name, size in sizes.items()},
+            fit=fit, fit_upper=fit_upper, fit_targets=fit_targets)
+
+    def train_program(self, mesh: jax.sharding.Mesh, target: Any) -> tuple["_Step", tuple[Any, Any]]:
+        """``(step, (state, batch))`` for ``target``, as ``train_compile`` makes them, on ``mesh``'s devices."""
+        require("maxtext", extra="maxtext", library="MaxText")
+        from flax.core.spmd import logical_axis_rules  # noqa: PLC0415 (MaxText's extra brings flax)
+        from jax.sharding import AxisType, Mesh  # noqa: PLC0415
+        from maxtext.common.common_types import ShardMode  # noqa: PLC0415
+        from maxtext.configs import pyconfig  # noqa: PLC0415
+        from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
+        from maxtext.utils import maxtext_utils, sharding  # noqa: PLC0415
+
+        with _maxtext_flags() as flags, contextlib.redirect_stdout(sys.stderr):
+            config = pyconfig.initialize(self.argv(target.topology.name, target.num_slices))
+            train_compile.validate_config(config)
+            flags["jax_remove_size_one_mesh_axis_from_type"] = config.remove_size_one_mesh_axis_from_type
+            jax.config.update("jax_remove_size_one_mesh_axis_from_type", config.remove_size_one_mesh_axis_from_type)
+            # MaxText's mesh over the target's devices (train_compile.get_topology_mesh, from aotcheck's devices).
+            devices = sorted(mesh.devices.flat, key=lambda d: d.id)
+            axis_type = AxisType.Explicit if config.shard_mode == ShardMode.EXPLICIT else AxisType.Auto
+            own = Mesh(maxtext_utils.create_device_mesh(config, devices), config.mesh_axes,
+                       axis_types=(axis_type,) * len(config.mesh_axes))
+            args, _, state_shardings, _, model = train_compile.get_shaped_inputs(own, config)
+            params_shardings, state_shardings = sharding.maybe_update_params_sharding_with_opt(config, state_shardings)
+            input_shardings = sharding.build_zero1_input_state_mesh_shardings(config, state_shardings,
+                                                                              params_shardings)
+            data_sharding = sharding.get_input_data_sharding(config, own)
+            fn, in_shardings, out_shardings, static, donate = maxtext_utils.get_functional_train_with_signature(
+                train.train_step, data_sharding, input_shardings, model, config, params_shardings)
+        jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static,
+                         donate_argnums=donate)
+        return _Step(jitted, own, logical_axis_rules(config.logical_axis_rules), dict(flags)), tuple(args)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """MaxText's jitted train step, lowered as ``train_compile.jit_and_compile`` lowers it: under its mesh,
+    its logical axis rules and its jax flags (put back afterwards)."""
+
+    jitted: Any
+    mesh: jax.sharding.Mesh
+    rules: Any
+    flags: Mapping[str, Any]
+
+    def lower(self, *args: Any) -> jax.stages.Lowered:
+        with _maxtext_flags(**self.flags), jax.set_mesh(self.mesh), self.rules:
+            return self.jitted.lower(*args)
+
+
+@contextlib.contextmanager
+def _maxtext_flags(**flags: Any) -> Iterator[dict[str, Any]]:
+    """MaxText's PRNG (and ``flags``) set for a block; every jax flag the block changed (MaxText's own
+    setup sets more) put back after it, so nothing leaks into other cases."""
+    saved = dict(jax.config.values)
+    wanted = {"jax_default_prng_impl": "unsafe_rbg", **flags}
+    try:
+        for name, value in wanted.items():
+            jax.config.update(name, value)
+        yield wanted
+    finally:
+        for name, value in saved.items():
+            if jax.config.values.get(name) != value:
+                jax.config.update(name, value)
+
+
+__all__ = ["MaxText", "RNG_FLAG", "STATE_KINDS", "adapt"]
