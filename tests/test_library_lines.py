@@ -40,10 +40,12 @@ FILES = [
     f"{SITE}/optax/_src/transform.py",       # 10
     f"{SITE}/_pytest/python.py",             # 11
     f"{SITE}/aotcheck/programs/lowering.py",  # 12
+    "/src/aotcheck/aotcheck/adapters/maxtext.py",  # 13: aotcheck as a checkout (pip install -e)
+    f"{SITE}/maxtext/layers/linears.py",     # 14
 ]
 # location id -> (file id, line)
 LOCATIONS = {1: (1, 5), 2: (2, 9), 3: (3, 67), 4: (4, 123), 5: (5, 30), 6: (6, 4), 7: (7, 250), 8: (8, 40),
-             9: (9, 12), 10: (10, 77), 11: (11, 1), 12: (12, 300)}
+             9: (9, 12), 10: (10, 77), 11: (11, 1), 12: (12, 300), 13: (13, 190), 14: (14, 162)}
 # frame id -> (location id, parent frame id or 0); parents have smaller ids here.
 FRAMES = {
     1: (11, 0),   # pytest
@@ -59,6 +61,9 @@ FRAMES = {
     11: (9, 10),  # flax under it
     12: (10, 3),  # optax, called from train.py:250
     13: (1, 1),   # jax called straight from pytest: no frame of the user's at all
+    14: (13, 1),  # aotcheck's MaxText adapter lowering MaxText's step (a checkout: not site-packages)
+    15: (14, 14),  # maxtext/layers/linears.py:162
+    16: (1, 15),  # jax: the innermost frame of the MaxText op
 }
 
 
@@ -86,6 +91,9 @@ def test_frames_name_the_users_line_and_the_packaged_models_line():
     assert frames[12] == Lines("train.py:250", None)
     # No frame outside installed packages: the innermost names the op, as before; the runner's is not a model's.
     assert frames[13] == Lines("jax/_src/numpy/lax_numpy.py:5", None)
+    # A packaged model's step lowered by aotcheck's own adapter: no user's line, the library's is the source.
+    assert frames[16] == Lines("maxtext/layers/linears.py:162", None) == frames[15]
+    assert frames[14].source.endswith("maxtext.py:190") and frames[14].library is None  # No library inside: as was.
     assert {"jax", "flax", "optax", "equinox", "aotcheck", "numpy"} <= FRAMEWORKS and "esm2quinox" not in FRAMEWORKS
     assert is_framework("/usr/lib/python3.12/contextlib.py") and is_framework("<frozen runpy>")
     assert not is_framework(f"{SITE}/gemma/gm/nn/_modules.py") and not is_framework("/home/me/proj/model.py")

@@ -34,10 +34,12 @@ state in the peak's split; the batch as batch. Any integer override can be a kno
 MaxText's per-device batch.
 
 Example (no MaxText needed to describe a config; it is imported when a program is made):
-    >>> adapted = adapt("base.yml", per_device_batch_size=2, base_num_decoder_layers=2)
-    >>> adapted.argv("v5e-16", 1)[1:]
-    ['base.yml', 'compile_topology=v5e-16', 'compile_topology_num_slices=1', 'per_device_batch_size=2', \
-'base_num_decoder_layers=2']
+    >>> import pathlib, tempfile
+    >>> base = pathlib.Path(tempfile.mkdtemp(), "base.yml")
+    >>> _ = base.write_text("per_device_batch_size: 12.0")
+    >>> adapted = adapt(base, per_device_batch_size=2, base_num_decoder_layers=2)
+    >>> adapted.argv("v5e-16", 1)[2:4]
+    ['compile_topology=v5e-16', 'compile_topology_num_slices=1']
     >>> config = adapted.trainer(fit="per_device_batch_size")
     >>> config.program, config.fit, config.knobs["per_device_batch_size"].size
     ('train_step', 'per_device_batch_size', 2)
@@ -74,11 +76,25 @@ def adapt(config_file: str | os.PathLike[str], /, **overrides: Any) -> "MaxText"
     """MaxText's config file (``base.yml`` or one of its model configs) with ``key=value`` overrides,
     as ``train_compile <config_file> key=value ...`` takes them (``compile_topology`` and
     ``compile_topology_num_slices`` come from each target)."""
+    if not os.path.isfile(config_file):
+        raise AdapterError(f"MaxText config file {os.fspath(config_file)!r} not found (from {os.getcwd()}); give its "
+                           "path, or maxtext.packaged('base.yml') for a config MaxText ships.")
     for key in ("compile_topology", "compile_topology_num_slices"):
         if key in overrides:
             raise AdapterError(f"maxtext.adapt({key}=...): aotcheck sets {key} from each target it compiles for; "
                                "leave it out and choose targets with --aot-topologies/--aot-slices.")
-    return MaxText(os.fspath(config_file), tuple(overrides.items()))
+    return MaxText(os.path.abspath(config_file), tuple(overrides.items()))
+
+
+def packaged(name: str = "base.yml") -> str:
+    """The path of a config file MaxText ships (``base.yml``, ``models/llama2-7b.yml``, ...)."""
+    require("maxtext", extra="maxtext", library="MaxText")
+    import maxtext  # noqa: PLC0415
+
+    path = os.path.join(os.path.dirname(maxtext.__file__), "configs", name)
+    if not os.path.isfile(path):
+        raise AdapterError(f"MaxText ships no config {name!r} (looked in {os.path.dirname(path)}).")
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,4 +206,4 @@ def _maxtext_flags(**flags: Any) -> Iterator[dict[str, Any]]:
                 jax.config.update(name, value)
 
 
-__all__ = ["MaxText", "RNG_FLAG", "STATE_KINDS", "adapt"]
+__all__ = ["MaxText", "RNG_FLAG", "STATE_KINDS", "adapt", "packaged"]

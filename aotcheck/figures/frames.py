@@ -77,6 +77,8 @@ def short_source(path: str, line: str | int) -> str:
 
 _TABLE_ROW = re.compile(r"^(\d+) (.*)$")
 _INSTALLED = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
+# aotcheck's own machinery (its train step, its adapters' calls into a library): never a user's line.
+_MACHINERY = re.compile(r"[\\/]aotcheck[\\/](?:adapters|programs)[\\/]")
 _STDLIB = re.compile(r"[\\/]lib[\\/]python\d+(?:\.\d+)?[\\/](?!(?:site|dist)-packages[\\/])")
 
 
@@ -134,6 +136,10 @@ def _lines(chain: list[tuple[str, int]]) -> Lines | None:
     # that called the user's code) name no line of the model.
     inside = chain[:user + 1] if user is not None else chain
     library = next((short_source(*loc) for loc in inside if not is_framework(loc[0])), None)
+    if library is not None and user is not None and _MACHINERY.search(chain[user][0]):
+        # A packaged model's step called by one of aotcheck's adapters (MaxText's): no line of the
+        # user's made it, so the library's line is the source.
+        return Lines(library, None)
     return Lines(source, library if library != source else None)
 
 

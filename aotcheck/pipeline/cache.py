@@ -50,7 +50,8 @@ from aotcheck._files import atomic_write_text, probe_writable
 # 12: the HLO reader reads a statement whole (a Pallas kernel's config holds raw newlines); kernels'
 #     declared costs and ragged dots in flops; details carry what flops may miss (uncounted), a model
 #     library's own line, the lint in mesh axes; FunctionConfig argument kinds.
-FIGURES_VERSION = 12
+# 13: a packaged model's step called by aotcheck's adapter (MaxText's) is sourced at the library's line.
+FIGURES_VERSION = 13
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 
