@@ -50,7 +50,7 @@ from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
 from aotcheck.scaffold import InitError, plan_init, write_init
 from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
-from aotcheck.programs.knobs import check_knob
+from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
 from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, Interruption, SettingsError, exit_status
 from aotcheck.settings import Setting, add_cli_arguments, read_settings
@@ -245,12 +245,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
     entry = REGISTRY.get(args.config)
     program = args.program or next(iter(entry.programs()))
     # Bad input before any compile, and without libtpu in this process (compiles run in workers).
-    check_knob(entry.program(program), args.knob)
+    config = entry.program(program)
+    knob = args.knob or default_knob(config)
+    check_knob(config, knob)
     if not 0 < args.headroom <= 1:
         raise SettingsError(f"--headroom: {args.headroom} must be a number in (0, 1], e.g. 0.95")
     options = _compile_options(args)
     del options["hbm_headroom"]  # --headroom, not the ini's, as documented.
-    measurer = Measurer(fit=args.knob, hbm_headroom=args.headroom, **options)
+    measurer = Measurer(fit=knob, hbm_headroom=args.headroom, **options)
     case = Case(entry.name, program, target)
     try:
         with _stdout_to_stderr() if args.json else contextlib.nullcontext():  # A config's prints are not the JSON.
@@ -430,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", required=True, help="e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)")
     p.add_argument("--slices", type=int, default=None, help="number of slices (GPU: hosts; default 1)")
     p.add_argument("--program", help="train_step, prefill, sample_decode, ...; default the config's first")
-    p.add_argument("--knob", default="batch", help="what to search (default batch; a config may offer more)")
+    p.add_argument("--knob", default=None, help="what to search (default: the config's fit, else batch, else the "
+                                                "one knob a config offers, e.g. MaxText's per_device_batch_size)")
     p.add_argument("--headroom", type=float, default=1.0, help="share of HBM the max may fill (default 1.0)")
     p.add_argument("--json", action="store_true", help="print the search as JSON")
     add_cli_arguments(p, COMPILE_SETTINGS)

@@ -26,7 +26,7 @@ The jax flags MaxText sets are set only while the step is made and lowered, then
 other case (and no later target of this one) sees them. MaxText's config setup turns on JAX's
 persistent compilation cache: aotcheck never compiles with it (see ``no_persistent_cache``). MaxText
 prints on stdout while its config is read: sent to stderr here, so ``aotcheck compile --json``
-keeps stdout for its JSON.
+keeps stdout for its JSON; its log warnings there (about running a job: no output directory) are off.
 
 The state's ``model`` is classed as parameters and its ``optimizer`` (moments and step) as optimizer
 state in the peak's split; the batch as batch. Any integer override can be a knob of the fit search
@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -153,7 +154,7 @@ class MaxText:
         from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
         from maxtext.utils import maxtext_utils, sharding  # noqa: PLC0415
 
-        with _maxtext_flags() as flags, contextlib.redirect_stdout(sys.stderr):
+        with _maxtext_flags() as flags, contextlib.redirect_stdout(sys.stderr), _quiet_logs():
             config = pyconfig.initialize(self.argv(target.topology.name, target.num_slices))
             train_compile.validate_config(config)
             flags["jax_remove_size_one_mesh_axis_from_type"] = config.remove_size_one_mesh_axis_from_type
@@ -188,6 +189,19 @@ class _Step:
     def lower(self, *args: Any) -> jax.stages.Lowered:
         with _maxtext_flags(**self.flags), jax.set_mesh(self.mesh), self.rules:
             return self.jitted.lower(*args)
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """MaxText's own warnings while its config is read and its step made (``base_output_directory is not
+    provided``, for every probe of a fit search) are about running a job, not compiling one: below errors,
+    logging is off for the block."""
+    was = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(was)
 
 
 @contextlib.contextmanager

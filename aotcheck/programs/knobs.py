@@ -33,6 +33,21 @@ def knobs_offered(config: Config) -> list[str]:
     return list(config.knobs)  # A function's batch is its own: only the knobs it gives.
 
 
+def default_knob(config: Config) -> str:
+    """The knob a search moves when none is named: the config's own ``fit``, else ``batch`` where it
+    offers one, else its only knob (``batch`` when it has none or several, for :func:`check_knob` to name).
+
+    Example:
+        >>> from aotcheck.models import lm
+        >>> default_knob(lm.trainer_config(lm.TINY))
+        'batch'
+    """
+    offered = knobs_offered(config)
+    if config.fit is not None:
+        return config.fit
+    return "batch" if "batch" in offered or len(offered) != 1 else offered[0]
+
+
 def check_knob(config: Config, name: str) -> None:
     """KnobError unless ``config`` offers the knob ``name`` (no devices, no mesh: safe anywhere)."""
     offered = knobs_offered(config)

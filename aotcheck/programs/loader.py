@@ -69,6 +69,8 @@ def load_config_modules(specs: Iterable[str], *, rootdir: Path | None = None) ->
                 path = (rootdir / spec).resolve()
                 if not path.is_file():
                     raise LoaderError(f"Config module file {path} does not exist.")
+                if _already_imported(path):  # The rootdir's conftest.py, loaded first: once is enough.
+                    continue
                 name = f"aotcheck_configs_{path.stem}_{abs(hash(str(path)))}"
                 _exec_file(name, path)
                 if registrations() != before:
@@ -83,6 +85,15 @@ def load_config_modules(specs: Iterable[str], *, rootdir: Path | None = None) ->
             raise
         except Exception as e:
             raise LoaderError(f"Importing config module {spec!r} failed: {type(e).__name__}: {e}") from e
+
+
+def _already_imported(path: Path) -> bool:
+    """Whether a module of this process was imported from ``path`` (a conftest.py pytest or the CLI loaded)."""
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and file.endswith(path.name) and Path(file).resolve() == path:
+            return True
+    return False
 
 
 def _exec_file(name: str, path: Path) -> None:

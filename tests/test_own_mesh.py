@@ -1,0 +1,153 @@
+"""A step that owns its mesh: ``FunctionConfig.make_program(mesh, target)``, ``make_args(mesh, target)``,
+knobs a fit search moves on a function, the context-mesh clash, and JAX's persistent compilation cache.
+
+What each test shows, on real lowerings and (where said) real TPU compiles of tiny programs:
+- a program made per target: its batch sized from the target, its own jit's donation and shardings
+  kept, its own mesh (other axis names than aotcheck's) traced under its own context;
+- ``make_args`` told the target when it takes two arguments;
+- a config given both ways, neither way, or a ``make_program`` returning something else: a
+  ConfigError or LoweringError naming the field and the fix;
+- a step naming a mesh axis aotcheck's context mesh lacks: an error naming ``trace_in_mesh=False``;
+- a knob on a FunctionConfig: ``aotcheck fit``'s default knob, and a real search whose answer
+  matches the analytic limit of the chip's HBM;
+- no compile of aotcheck's writes JAX's persistent compilation cache, whatever turned it on.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import aotcheck
+from aotcheck.errors import ConfigError
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measure import measure
+from aotcheck.programs.compile import compile_lowered
+from aotcheck.programs.knobs import default_knob, knobs_offered
+from aotcheck.programs.lowering import LoweringError, lower_config
+from aotcheck.targets.topology import Target
+
+MiB = 2**20
+
+
+def per_target(mesh, target):
+    """A step whose batch is 2 rows per device and whose own jit donates its input."""
+    x = jax.ShapeDtypeStruct((2 * target.num_devices, 128), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    return jax.jit(lambda x: x * 2, donate_argnums=0), (x,)
+
+
+def test_a_program_is_made_per_target_with_its_own_jit():
+    config = aotcheck.FunctionConfig(make_program=per_target, program="double")
+    for name, devices in (("cpu-4", 4), ("cpu-8", 8)):
+        lowered = lower_config(config, Target.of(name))["double"]
+        (x,), _ = lowered.args_info
+        assert x.shape == (2 * devices, 128) and x.donated  # The step's own donation, not aotcheck's.
+
+
+def test_a_step_traces_under_its_own_mesh_with_other_axis_names():
+    """MaxText's way: a mesh of its own axes over aotcheck's devices, entered by the step's own lower()."""
+
+    class OwnMesh:
+        def __init__(self, mesh):
+            devices = np.asarray(sorted(mesh.devices.flat, key=lambda d: d.id)).reshape(2, -1)
+            self.mesh = Mesh(devices, ("fsdp", "tensor"))
+
+        def lower(self, x):
+            with jax.set_mesh(self.mesh):
+                return jax.jit(lambda x: jax.lax.with_sharding_constraint(x * 2, P("fsdp", "tensor"))).lower(x)
+
+    def make_program(mesh, target):
+        own = OwnMesh(mesh)
+        return own, (jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(own.mesh, P("fsdp"))),)
+
+    lowered = lower_config(aotcheck.FunctionConfig(make_program=make_program, trace_in_mesh=False),
+                           Target.of("cpu-4"))["step"]
+    text = lowered.as_text()
+    assert 'sdy.mesh @mesh = <["fsdp"=2, "tensor"=2]>' in text and '<@mesh, [{"fsdp"}, {"tensor"}]>' in text
+
+
+def test_make_args_is_told_the_target_when_it_takes_it():
+    seen = []
+
+    def make_args(mesh, target):
+        seen.append(target.name)
+        return (jax.ShapeDtypeStruct((target.num_devices, 4), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+
+    lowered = lower_config(aotcheck.FunctionConfig(fn=lambda x: x + 1, make_args=make_args), Target.of("cpu-2"))
+    assert seen == ["cpu-2x1"] and lowered["step"].args_info[0][0].shape == (2, 4)
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(fn=abs, make_args=abs, make_program=per_target), "got make_program and fn and make_args"),
+    (dict(), "got neither fn nor make_program"),
+    (dict(fn=abs), "got fn:"),
+])
+def test_a_program_given_both_ways_or_neither_is_refused(fields, words):
+    with pytest.raises(ConfigError, match=words) as e:
+        aotcheck.FunctionConfig(**fields)
+    assert "make_program=<(mesh, target) -> (fn, args)>" in str(e.value)
+
+
+def test_make_program_must_return_a_function_and_its_arguments():
+    config = aotcheck.FunctionConfig(make_program=lambda mesh, target: jnp.zeros(3))
+    with pytest.raises(LoweringError, match=r"make_program returned a ArrayImpl for cpu-4x1; it must return \(fn, args\)"):
+        lower_config(config, Target.of("cpu-4"))
+
+
+def test_a_step_naming_an_axis_of_its_own_mesh_names_the_cure():
+    def make_args(mesh):
+        return (jax.ShapeDtypeStruct((8, 8), jnp.float32),)
+
+    step = aotcheck.FunctionConfig(fn=lambda x: jax.lax.with_sharding_constraint(x, P("tensor")), make_args=make_args)
+    with pytest.raises(LoweringError) as e:
+        lower_config(step, Target.of("cpu-4"))
+    message = str(e.value)
+    assert "Resource axis: tensor" in message and "trace_in_mesh=False" in message and "axes data" in message
+
+
+def rows_program(rows: int):
+    """``x * 2`` over ``rows`` MiB rows of float32 on one v5e chip: input and output, about 2 x rows MiB."""
+
+    def make_program(mesh, target):
+        x = jax.ShapeDtypeStruct((rows, MiB // 4), jnp.float32, sharding=NamedSharding(mesh, P()))
+        return jax.jit(lambda x: x * 2), (x,)
+
+    return aotcheck.FunctionConfig(make_program=make_program, program="double",
+                                   knobs={"rows": aotcheck.Knob(rows, rows_program, step=1)}, fit_upper=16384)
+
+
+def test_a_functions_knob_is_the_default_search_and_is_offered():
+    config = rows_program(1024)
+    assert knobs_offered(config) == ["rows"] and default_knob(config) == "rows"
+    assert knobs_offered(aotcheck.FunctionConfig(make_program=per_target)) == []
+
+
+def test_a_search_on_a_functions_knob_finds_the_chips_limit():
+    """Real v5e compiles of a tiny program (about 15, 3 s). Analytic truth: input and output of ``rows`` MiB each must fit the 15.75 GiB v5e lets a device use,
+    so the largest ``rows`` is just under 16128 / 2 = 8064 (a little less for XLA's own buffers)."""
+    result = measure(Case("rows", "double", Target.of("v5e-1")), config=rows_program(1024), fit="rows")
+    found = result.figures["fit_max_rows"]
+    assert 8000 <= found <= 8064, found
+    assert result.details.fit.max_size == found
+
+
+def test_no_compile_of_aotchecks_writes_the_persistent_cache(tmp_path):
+    """A library turned JAX's persistent compilation cache on (MaxText's config setup does): aotcheck's
+    deviceless compile leaves the directory empty, and the setting as it found it."""
+    lowered = lower_config(aotcheck.FunctionConfig(make_program=per_target), Target.of("v5e-1"))["step"]
+    was = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    try:
+        compile_lowered(lowered, {}, what="step", topology="v5e-1")
+        assert jax.config.jax_enable_compilation_cache  # Put back as it was.
+    finally:
+        jax.config.update("jax_compilation_cache_dir", was)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    assert os.listdir(tmp_path) == []
