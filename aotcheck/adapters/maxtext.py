@@ -25,8 +25,9 @@ What ``train_compile`` does and this adapter does the same way, per target (MaxT
 The jax flags MaxText sets are set only while the step is made and lowered, then put back, so no
 other case (and no later target of this one) sees them. MaxText's config setup turns on JAX's
 persistent compilation cache: aotcheck never compiles with it (see ``no_persistent_cache``). MaxText
-prints on stdout while its config is read: sent to stderr here, so ``aotcheck compile --json``
-keeps stdout for its JSON; its log warnings there (about running a job: no output directory) are off.
+prints on stdout while it is imported and its config is read: held back here (shown on stderr with an
+error), so ``aotcheck compile --json`` keeps stdout for its JSON; its log warnings there (about running
+a job: no output directory) are off.
 
 The state's ``model`` is classed as parameters and its ``optimizer`` (moments and step) as optimizer
 state in the peak's split; the batch as batch. Any integer override can be a knob of the fit search
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import logging
 import os
 import sys
@@ -146,15 +148,15 @@ class MaxText:
 
     def train_program(self, mesh: jax.sharding.Mesh, target: Any) -> tuple["_Step", tuple[Any, Any]]:
         """``(step, (state, batch))`` for ``target``, as ``train_compile`` makes them, on ``mesh``'s devices."""
-        require("maxtext", extra="maxtext", library="MaxText")
-        from flax.core.spmd import logical_axis_rules  # noqa: PLC0415 (MaxText's extra brings flax)
-        from jax.sharding import AxisType, Mesh  # noqa: PLC0415
-        from maxtext.common.common_types import ShardMode  # noqa: PLC0415
-        from maxtext.configs import pyconfig  # noqa: PLC0415
-        from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
-        from maxtext.utils import maxtext_utils, sharding  # noqa: PLC0415
+        with _maxtext_flags() as flags, _quiet():  # MaxText prints as it is imported.
+            require("maxtext", extra="maxtext", library="MaxText")
+            from flax.core.spmd import logical_axis_rules  # noqa: PLC0415 (MaxText's extra brings flax)
+            from jax.sharding import AxisType, Mesh  # noqa: PLC0415
+            from maxtext.common.common_types import ShardMode  # noqa: PLC0415
+            from maxtext.configs import pyconfig  # noqa: PLC0415
+            from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
+            from maxtext.utils import maxtext_utils, sharding  # noqa: PLC0415
 
-        with _maxtext_flags() as flags, contextlib.redirect_stdout(sys.stderr), _quiet_logs():
             config = pyconfig.initialize(self.argv(target.topology.name, target.num_slices))
             train_compile.validate_config(config)
             flags["jax_remove_size_one_mesh_axis_from_type"] = config.remove_size_one_mesh_axis_from_type
@@ -192,14 +194,20 @@ class _Step:
 
 
 @contextlib.contextmanager
-def _quiet_logs() -> Iterator[None]:
-    """MaxText's own warnings while its config is read and its step made (``base_output_directory is not
-    provided``, for every probe of a fit search) are about running a job, not compiling one: below errors,
-    logging is off for the block."""
+def _quiet() -> Iterator[None]:
+    """MaxText's chatter while it is imported, reads its config and makes its step (``[NO-OP] ...`` prints,
+    ``base_output_directory is not provided`` for every probe of a fit search) is about running a job,
+    not compiling one: its prints are held back (shown on stderr if the block fails, with the error) and
+    its log warnings are off."""
+    printed = io.StringIO()
     was = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
-        yield
+        with contextlib.redirect_stdout(printed):
+            yield
+    except BaseException:
+        sys.stderr.write(printed.getvalue())
+        raise
     finally:
         logging.disable(was)
 

@@ -1,0 +1,155 @@
+"""MaxText's own train step through ``aotcheck[maxtext]``, installed for real in a fresh venv (marker
+``toolchains``: CI's third command, see README).
+
+The venv holds the lock (``requirements.lock``), then ``pip install -e .[maxtext]`` constrained by the lock
+and ``requirements-maxtext.lock``. A user module of five lines registers two small MaxText configs
+(MaxText's packaged ``base.yml`` with smaller sizes), and then:
+
+- on v5e-16 and v4-8, with aotcheck's presets off, the adapter's memory figures equal, to the byte,
+  what MaxText's own ``train_compile`` prints for the same config (argument, output, alias, temp,
+  generated code), and so does XLA's raw FLOP count: the same program;
+- pytest gates them (goldens written, then a second, uncached run passes against them), the summary
+  names MaxText's files as the source lines, and nothing of MaxText's chatter reaches the terminal;
+- ``aotcheck fit`` finds the largest per-device batch, and MaxText's own OOM check
+  (``train_compile.is_oom``) agrees: that batch compiles, one more does not;
+- JAX's persistent compilation cache, which MaxText's config setup turns on, holds nothing after
+  aotcheck's runs (``$HOME/jax_cache``; ``train_compile`` itself writes there).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from test_toolchains import clean_env, find_python
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.toolchains
+
+SMALL = dict(base_emb_dim=256, base_num_query_heads=4, base_num_kv_heads=4, base_mlp_dim=512,
+             base_num_decoder_layers=2, head_dim=64, max_target_length=256, vocab_size=1024)
+LONG = {**SMALL, "max_target_length": 8192}
+
+# The user's module: what README's MaxText section shows.
+CONFTEST = f'''import aotcheck
+from aotcheck.adapters import maxtext
+SMALL, LONG = {SMALL!r}, {LONG!r}
+aotcheck.register("llama-small", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **SMALL).trainer())
+aotcheck.register("llama-long", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **LONG).trainer())
+'''
+INI = "[pytest]\naot_topologies = v5e-16 v4-8\naot_configs = llama-small\naot_default_options = none\n"
+MEMORY = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
+          "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
+          "generated_code_bytes": "generated_code_size_in_bytes"}
+
+
+@pytest.fixture(scope="module")
+def maxtext_env(tmp_path_factory) -> dict[str, str]:
+    """The venv's python, a project holding the user module, and a HOME of its own."""
+    python = find_python("3.12")
+    if python is None:
+        if os.environ.get("CI"):
+            pytest.fail("Python 3.12 is not installed on this CI machine, so the MaxText leg proves nothing")
+        pytest.skip("Python 3.12 is not installed here (MaxText 0.2.5 needs Python >= 3.12)")
+    where = tmp_path_factory.mktemp("maxtext")
+    venv = where / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+
+    def pip(*args: str) -> None:
+        out = subprocess.run([py, "-m", "pip", "install", "-q", *args], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 0, f"pip install {' '.join(args)}:\n{out.stdout[-2000:]}{out.stderr[-2000:]}"
+
+    pip("-r", "requirements.lock")
+    started = time.monotonic()
+    with open(os.path.join(tempfile.gettempdir(), "aotcheck-editable-install.lock"), "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)  # Builds in the repository: one at a time.
+        pip("-e", ".[maxtext]", "-c", "requirements.lock", "-c", "requirements-maxtext.lock")
+    print(f"aotcheck[maxtext] installed over the lock in {time.monotonic() - started:.0f} s")
+    check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    project, home = where / "project", where / "home"
+    project.mkdir()
+    home.mkdir()
+    (project / "conftest.py").write_text(CONFTEST)
+    (project / "pytest.ini").write_text(INI)
+    return {"py": py, "project": str(project), "home": str(home)}
+
+
+def run(env: dict[str, str], *args: str, home: str | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:
+    environment = {**clean_env(), "HOME": home or env["home"]}
+    return subprocess.run([env["py"], *args], cwd=env["project"], capture_output=True, text=True, timeout=timeout,
+                          env=environment)
+
+
+def train_compile_memory(env: dict[str, str], topology: str, overrides: dict, tmp_path: Path) -> dict[str, float]:
+    """What MaxText's own tool prints: its memory analysis and XLA's raw FLOPs (HOME apart: it writes a cache)."""
+    out = run(env, "-c", "import maxtext, os, sys; from absl import app; "
+                         "from maxtext.trainers.pre_train.train_compile import main; "
+                         "sys.argv = ['train_compile', os.path.join(os.path.dirname(maxtext.__file__), 'configs', "
+                         "'base.yml'), *sys.argv[1:]]; app.run(main)",
+              f"compile_topology={topology}", "compile_topology_num_slices=1",
+              "per_device_batch_size=2", *(f"{k}={v}" for k, v in overrides.items()), home=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    memory = re.search(r"Memory analysis: CompiledMemoryStats\((.*)\)", out.stdout)[1]
+    found = {k: float(v) for k, v in re.findall(r"(\w+)=(\d+)", memory)}
+    found["flops"] = float(re.search(r"'flops': ([0-9.e+]+)", out.stdout)[1])
+    return found
+
+
+@pytest.mark.parametrize("topology", ["v5e-16", "v4-8"])
+def test_the_adapters_memory_is_train_compiles_to_the_byte(maxtext_env, topology, tmp_path):
+    theirs = train_compile_memory(maxtext_env, topology, SMALL, tmp_path)
+    out = run(maxtext_env, "-m", "aotcheck", "compile", "llama-small", "--topology", topology,
+              "--default-options", "none", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    ours = json.loads(out.stdout)["train_step"]["figures"]  # stdout is the JSON alone: MaxText's prints held back.
+    for figure, field in MEMORY.items():
+        assert ours[figure] == theirs[field], (topology, figure, ours[figure], theirs[field])
+    assert ours["flops_xla"] == theirs["flops"]
+    assert ours["peak_params_bytes"] > 0 and ours["peak_opt_state_bytes"] > ours["peak_params_bytes"]
+
+
+def test_the_user_module_gates_and_names_maxtexts_lines(maxtext_env):
+    first = run(maxtext_env, "-m", "pytest", "-p", "no:cacheprovider", "--update-golden", "--aot-no-cache")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    golden = Path(maxtext_env["project"], "golden", "llama-small")
+    assert sorted(p.name for p in golden.iterdir()) == ["train_step@v4-8x1.json", "train_step@v5e-16x1.json"]
+    record = json.loads((golden / "train_step@v5e-16x1.json").read_text())
+    assert record["compiler_options"] == {"xla_tpu_spmd_rng_bit_generator_unsafe": "true"}  # MaxText's flag.
+    sources = {b.get("source") for b in record["details"]["peak_buffers"]} - {None}
+    assert sources and all(s.startswith("maxtext/") for s in sources), sources
+    kernels = [u for u in record["details"]["uncounted"] if u["kind"] == "kernel"]
+    assert kernels and all(u["name"].startswith("splash_mha") for u in kernels)  # Splash attention: said.
+    terminal = first.stdout + first.stderr
+    assert "[NO-OP]" not in terminal and "base_output_directory" not in terminal and "Traceback" not in terminal
+    second = run(maxtext_env, "-m", "pytest", "-p", "no:cacheprovider", "--aot-no-cache")
+    assert second.returncode == 0 and "2 passed" in second.stdout, second.stdout[-3000:]
+    assert not Path(maxtext_env["home"], "jax_cache").exists()  # Never written by aotcheck's compiles.
+
+
+def test_the_fit_is_maxtexts_own_oom_boundary(maxtext_env):
+    out = run(maxtext_env, "-m", "aotcheck", "fit", "llama-long", "--topology", "v5e-16", "--default-options",
+              "none", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    fit = json.loads(out.stdout)["fit"]
+    found = fit["max_size"]
+    assert fit["knob"] == "per_device_batch_size" and found > 2 and not fit["upper_bound"]
+    check = run(maxtext_env, "-c", "import maxtext, os, sys\n"
+                "from maxtext.trainers.pre_train.train_compile import is_oom\n"
+                "base = os.path.join(os.path.dirname(maxtext.__file__), 'configs', 'base.yml')\n"
+                "for n in (int(sys.argv[1]), int(sys.argv[1]) + 1):\n"
+                "    argv = ['x', base, 'compile_topology=v5e-16', 'compile_topology_num_slices=1',\n"
+                "            f'per_device_batch_size={n}', *sys.argv[2:]]\n"
+                "    print('OOM', n, is_oom(argv), flush=True)\n",
+                str(found), *(f"{k}={v}" for k, v in LONG.items()), home=str(Path(maxtext_env["home"]).parent))
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert re.findall(r"^OOM (\d+) (\w+)$", check.stdout, re.M) == [(str(found), "False"), (str(found + 1), "True")]
