@@ -118,6 +118,41 @@ def test_the_adapters_memory_is_train_compiles_to_the_byte(maxtext_env, topology
     assert ours["peak_params_bytes"] > 0 and ours["peak_opt_state_bytes"] > ours["peak_params_bytes"]
 
 
+LEAK_CHECK = """
+import json, os, sys
+import jax, jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+import aotcheck
+import conftest  # noqa: F401 (registers llama-small)
+from aotcheck.programs.lowering import lower_config
+from aotcheck.targets.topology import Target
+
+def make_args(mesh):
+    return (jax.ShapeDtypeStruct((16, 64), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+
+toy = aotcheck.FunctionConfig(fn=lambda x: jax.random.normal(jax.random.key(0), x.shape) * x, make_args=make_args)
+target = Target.of("v5e-16")
+before = (dict(jax.config.values), dict(os.environ), lower_config(toy, target)["step"].as_text())
+maxtext_step = lower_config(aotcheck.REGISTRY.get("llama-small").program("train_step"), target)["train_step"]
+after = (dict(jax.config.values), dict(os.environ), lower_config(toy, target)["step"].as_text())
+changed = sorted(k for k in set(before[0]) | set(after[0]) if before[0].get(k) != after[0].get(k))
+environ = sorted(k for k in set(before[1]) | set(after[1]) if before[1].get(k) != after[1].get(k)
+                 and (k in before[1] or k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")))
+print(json.dumps({"flags": changed, "environ": environ, "same_program": before[2] == after[2]}))
+"""
+
+
+def test_no_flag_of_maxtexts_leaks_into_the_next_program(maxtext_env):
+    """MaxText sets jax flags (its PRNG, size-one mesh axes, a compilation cache) and XLA_FLAGS while its step
+    is made and lowered; the next program in the same process is lowered as if MaxText had never run (a
+    random program: the PRNG flag would change it), and no variable that was set, nor XLA_FLAGS or
+    LIBTPU_INIT_ARGS, is left changed (variables its imports add, such as HF_DATASETS_DISABLE_DILL, stay)."""
+    out = run(maxtext_env, "-c", LEAK_CHECK)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found == {"flags": [], "environ": [], "same_program": True}, found
+
+
 def test_the_user_module_gates_and_names_maxtexts_lines(maxtext_env):
     first = run(maxtext_env, "-m", "pytest", "-p", "no:cacheprovider", "--update-golden", "--aot-no-cache")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

@@ -71,6 +71,8 @@ from aotcheck.programs.config import FunctionConfig, Knob
 RNG_FLAG = "--xla_tpu_spmd_rng_bit_generator_unsafe=true"
 """The launch flag MaxText's ``train_compile`` adds to ``LIBTPU_INIT_ARGS`` for its unsafe RBG PRNG."""
 
+_COMPILER_ENVIRON = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
+
 STATE_KINDS = {"model": "params", "optimizer": "opt_state"}
 """How the train state's top entries count in the peak's split (an NNX ``TrainStateNNX``)."""
 
@@ -146,6 +148,17 @@ class MaxText:
             knobs={name: Knob(size, rebuild(name)) for name, size in sizes.items()},
             fit=fit, fit_upper=fit_upper, fit_targets=fit_targets)
 
+    def inference(self, **_: Any) -> FunctionConfig:
+        """Not offered: MaxText 0.2.5's engine makes its prefill and decode programs from concrete
+        parameters only (``MaxEngine.load_params`` runs the model's init on the mesh's devices through
+        ``create_nnx_sharded_model``, and ``aot_compile`` lowers against those arrays), which deviceless
+        TPU devices cannot run. An AdapterError says so."""
+        raise AdapterError(
+            "maxtext.adapt(...).inference() is not available: MaxText 0.2.5's MaxEngine builds its prefill and "
+            "generate programs from parameters it materializes on the devices (load_params runs the init), which "
+            "a deviceless TPU target cannot run. Register the train step (.trainer()), or wrap MaxEngine.prefill "
+            "yourself in a FunctionConfig(make_program=...) over abstract parameters.")
+
     def train_program(self, mesh: jax.sharding.Mesh, target: Any) -> tuple["_Step", tuple[Any, Any]]:
         """``(step, (state, batch))`` for ``target``, as ``train_compile`` makes them, on ``mesh``'s devices."""
         with _maxtext_flags() as flags, _quiet():  # MaxText prints as it is imported.
@@ -215,8 +228,9 @@ def _quiet() -> Iterator[None]:
 @contextlib.contextmanager
 def _maxtext_flags(**flags: Any) -> Iterator[dict[str, Any]]:
     """MaxText's PRNG (and ``flags``) set for a block; every jax flag the block changed (MaxText's own
-    setup sets more) put back after it, so nothing leaks into other cases."""
-    saved = dict(jax.config.values)
+    setup sets more) put back after it, and every environment variable it changed that was set before
+    (``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` whatever they were), so nothing leaks into other cases."""
+    saved, environ = dict(jax.config.values), dict(os.environ)
     wanted = {"jax_default_prng_impl": "unsafe_rbg", **flags}
     try:
         for name, value in wanted.items():
@@ -226,6 +240,14 @@ def _maxtext_flags(**flags: Any) -> Iterator[dict[str, Any]]:
         for name, value in saved.items():
             if jax.config.values.get(name) != value:
                 jax.config.update(name, value)
+        # MaxText's config writes XLA_FLAGS (its dump_hlo_xla_flags, "" by default): put back every variable
+        # that was there, and the compiler's own; what its imports add (HF_DATASETS_DISABLE_DILL) stays.
+        for name in set(environ) | set(os.environ):
+            if environ.get(name) != os.environ.get(name) and (name in environ or name in _COMPILER_ENVIRON):
+                if name in environ:
+                    os.environ[name] = environ[name]
+                else:
+                    del os.environ[name]
 
 
 __all__ = ["MaxText", "RNG_FLAG", "STATE_KINDS", "adapt", "packaged"]
