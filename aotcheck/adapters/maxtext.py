@@ -172,6 +172,9 @@ class MaxText:
 
             config = pyconfig.initialize(self.argv(target.topology.name, target.num_slices))
             train_compile.validate_config(config)
+            if config.enable_diloco:  # train_compile wraps DiLoCo's step its own way: not built here.
+                raise AdapterError("maxtext adapter: enable_diloco=true configs are not supported (train_compile "
+                                   "builds DiLoCo's outer step another way); compile them with train_compile.")
             flags["jax_remove_size_one_mesh_axis_from_type"] = config.remove_size_one_mesh_axis_from_type
             jax.config.update("jax_remove_size_one_mesh_axis_from_type", config.remove_size_one_mesh_axis_from_type)
             # MaxText's mesh over the target's devices (train_compile.get_topology_mesh, from aotcheck's devices).
