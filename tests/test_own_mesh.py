@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -83,6 +84,14 @@ def test_make_args_is_told_the_target_when_it_takes_it():
     assert seen == ["cpu-2x1"] and lowered["step"].args_info[0][0].shape == (2, 4)
 
 
+def test_a_defaulted_second_parameter_of_make_args_is_left_alone():
+    def make_args(mesh, dtype=jnp.bfloat16):  # Written before make_args could take the target.
+        return (jax.ShapeDtypeStruct((4, 4), dtype, sharding=NamedSharding(mesh, P("data"))),)
+
+    lowered = lower_config(aotcheck.FunctionConfig(fn=lambda x: x + 1, make_args=make_args), Target.of("cpu-4"))
+    assert lowered["step"].args_info[0][0].dtype == jnp.bfloat16
+
+
 @pytest.mark.parametrize("fields, words", [
     (dict(fn=abs, make_args=abs, make_program=per_target), "got make_program and fn and make_args"),
     (dict(), "got neither fn nor make_program"),
@@ -141,13 +150,15 @@ def test_no_compile_of_aotchecks_writes_the_persistent_cache(tmp_path):
     """A library turned JAX's persistent compilation cache on (MaxText's config setup does): aotcheck's
     deviceless compile leaves the directory empty, and the setting as it found it."""
     lowered = lower_config(aotcheck.FunctionConfig(make_program=per_target), Target.of("v5e-1"))["step"]
-    was = jax.config.jax_compilation_cache_dir
+    was = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    compilation_cache.reset_cache()  # As a fresh process: whatever this one compiled before does not decide.
     jax.config.update("jax_compilation_cache_dir", str(tmp_path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     try:
         compile_lowered(lowered, {}, what="step", topology="v5e-1")
         assert jax.config.jax_enable_compilation_cache  # Put back as it was.
     finally:
-        jax.config.update("jax_compilation_cache_dir", was)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+        jax.config.update("jax_compilation_cache_dir", was[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", was[1])
+        compilation_cache.reset_cache()
     assert os.listdir(tmp_path) == []

@@ -31,16 +31,20 @@ a job: no output directory) are off.
 
 The state's ``model`` is classed as parameters and its ``optimizer`` (moments and step) as optimizer
 state in the peak's split; the batch as batch. Any integer override can be a knob of the fit search
-(``knobs=("per_device_batch_size",)``, the default), so ``aotcheck fit`` and ``fit_max_batch`` search
-MaxText's per-device batch.
+(``knobs=("per_device_batch_size",)``, the default), so ``aotcheck fit`` searches MaxText's per-device
+batch, and ``.trainer(fit="per_device_batch_size")`` gates it as ``fit_max_per_device_batch_size``.
+
+The program is ``train_compile``'s; the compiler options are MaxText's flags over aotcheck's per-chip
+presets, as for every config, unless the presets are off (``aot_default_options = none``: then
+exactly what ``train_compile`` sends, and its memory figures to the byte).
 
 Example (no MaxText needed to describe a config; it is imported when a program is made):
     >>> import pathlib, tempfile
     >>> base = pathlib.Path(tempfile.mkdtemp(), "base.yml")
     >>> _ = base.write_text("per_device_batch_size: 12.0")
     >>> adapted = adapt(base, per_device_batch_size=2, base_num_decoder_layers=2)
-    >>> adapted.argv("v5e-16", 1)[2:4]
-    ['compile_topology=v5e-16', 'compile_topology_num_slices=1']
+    >>> adapted.argv("v5e-16", 1)[2:4], adapted.argv("7x-8", 2)[2:4]
+    (['compile_topology=v5e-16', 'compile_topology_num_slices=1'], ['compile_topology=tpu7x-8', 'compile_topology_num_slices=2'])
     >>> config = adapted.trainer(fit="per_device_batch_size")
     >>> config.program, config.fit, config.knobs["per_device_batch_size"].size
     ('train_step', 'per_device_batch_size', 2)
@@ -110,7 +114,9 @@ class MaxText:
     overrides: tuple[tuple[str, Any], ...] = ()
 
     def argv(self, topology: str, num_slices: int) -> list[str]:
-        """The command line ``pyconfig.initialize`` reads for one target (``argv[0]`` is a placeholder)."""
+        """The command line ``pyconfig.initialize`` reads for one target (``argv[0]`` is a placeholder), its
+        topology as MaxText spells it (``tpu7x-8`` for aotcheck's ``7x-8``)."""
+        topology = f"tpu{topology}" if topology.startswith("7x-") else topology
         return ["aotcheck", self.config_file, f"compile_topology={topology}",
                 f"compile_topology_num_slices={num_slices}", *(f"{k}={v}" for k, v in self.overrides)]
 
@@ -133,6 +139,10 @@ class MaxText:
                 raise AdapterError(
                     f"MaxText knob {name!r} is not an integer override of this config; give it to maxtext.adapt "
                     f"({name}=<int>) to let a fit search move it, or leave it out of knobs=.")
+        if fit is not None and fit not in sizes:
+            raise AdapterError(
+                f"MaxText fit={fit!r} is not a knob of this config (knobs: {', '.join(sizes) or 'none'}); give it to "
+                f"maxtext.adapt as an int ({fit}=<int>) and name it in knobs=.")
         options = dict(compiler_options or {})
 
         def rebuild(name: str) -> Any:
@@ -143,7 +153,7 @@ class MaxText:
         return FunctionConfig(
             make_program=self.train_program, program="train_step", platforms=("tpu",),
             arg_kinds=(STATE_KINDS, "batch"), trace_in_mesh=False,  # MaxText traces under its own mesh.
-            libtpu_init_args=f"{given.get('compile_xla_flags', '')} {RNG_FLAG}".strip(),
+            libtpu_init_args=f"{_flags_text(given.get('compile_xla_flags', ''))} {RNG_FLAG}".strip(),
             compiler_options=options,
             knobs={name: Knob(size, rebuild(name)) for name, size in sizes.items()},
             fit=fit, fit_upper=fit_upper, fit_targets=fit_targets)
@@ -172,6 +182,12 @@ class MaxText:
 
             config = pyconfig.initialize(self.argv(target.topology.name, target.num_slices))
             train_compile.validate_config(config)
+            if _flags_text(config.compile_xla_flags) != _flags_text(dict(self.overrides).get("compile_xla_flags", "")):
+                raise AdapterError(
+                    f"MaxText's config sets compile_xla_flags={config.compile_xla_flags!r} (from its file or "
+                    "M_COMPILE_XLA_FLAGS), which aotcheck sends as compiler options only when given to "
+                    "maxtext.adapt: pass compile_xla_flags=... to adapt, or to aotcheck as launch flags "
+                    "(aot_libtpu_init_args).")
             if config.enable_diloco:  # train_compile wraps DiLoCo's step its own way: not built here.
                 raise AdapterError("maxtext adapter: enable_diloco=true configs are not supported (train_compile "
                                    "builds DiLoCo's outer step another way); compile them with train_compile.")
@@ -194,6 +210,11 @@ class MaxText:
         return _Step(jitted, own, logical_axis_rules(config.logical_axis_rules), dict(flags)), tuple(args)
 
 
+def _flags_text(flags: Any) -> str:
+    """Flags as one line, as MaxText writes them across lines (``\\`` continuations)."""
+    return " ".join(str(flags or "").replace("\\", " ").split())
+
+
 @dataclasses.dataclass(frozen=True)
 class _Step:
     """MaxText's jitted train step, lowered as ``train_compile.jit_and_compile`` lowers it: under its mesh,
@@ -205,7 +226,7 @@ class _Step:
     flags: Mapping[str, Any]
 
     def lower(self, *args: Any) -> jax.stages.Lowered:
-        with _maxtext_flags(**self.flags), jax.set_mesh(self.mesh), self.rules:
+        with _maxtext_flags(**self.flags), _quiet(), jax.set_mesh(self.mesh), self.rules:
             return self.jitted.lower(*args)
 
 
@@ -234,7 +255,8 @@ def _maxtext_flags(**flags: Any) -> Iterator[dict[str, Any]]:
     setup sets more) put back after it, and every environment variable it changed that was set before
     (``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` whatever they were), so nothing leaks into other cases."""
     saved, environ = dict(jax.config.values), dict(os.environ)
-    wanted = {"jax_default_prng_impl": "unsafe_rbg", **flags}
+    # Its config sets a compilation cache directory: off, so nothing made in the block can start using it.
+    wanted = {"jax_default_prng_impl": "unsafe_rbg", "jax_enable_compilation_cache": False, **flags}
     try:
         for name, value in wanted.items():
             jax.config.update(name, value)

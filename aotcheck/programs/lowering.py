@@ -397,14 +397,16 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
 
 
 def _mesh_and_target(make_args: Callable[..., Any], placement: Placement) -> tuple[Any, ...]:
-    """``(mesh, target)`` for a ``make_args`` that takes two positional arguments, ``(mesh,)`` otherwise."""
+    """``(mesh, target)`` for a ``make_args`` whose second parameter is required or named ``target``
+    (never into a defaulted one such as ``dtype=jnp.float32``), ``(mesh,)`` otherwise."""
     try:
-        inspect.signature(make_args).bind(placement.mesh, placement.target)
-    except TypeError:
+        parameters = [p for p in inspect.signature(make_args).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):  # No signature to read (a builtin): the documented one-argument form.
         return (placement.mesh,)
-    except ValueError:  # No signature to read (a builtin): the documented one-argument form.
-        return (placement.mesh,)
-    return (placement.mesh, placement.target)
+    if len(parameters) >= 2 and (parameters[1].default is parameters[1].empty or parameters[1].name == "target"):
+        return (placement.mesh, placement.target)
+    return (placement.mesh,)
 
 
 def _made_program(config: FunctionConfig, placement: Placement) -> tuple[Any, Sequence[Any]]:
