@@ -49,6 +49,7 @@ def test_windowed_einsum_loops_are_counted():
     assert figures["flops_xla"] * 16 < 0.8 * cfg.train_step_flops()
 
 
+@pytest.mark.heavy  # A real run of 12 s or more (2 cores, -n 2).
 def test_scanned_and_unrolled_agree():
     scanned = train_figures(dataclasses.replace(NO_REMAT, remat=True), "v4-8")
     unrolled = train_figures(dataclasses.replace(NO_REMAT, remat=True, scan_layers=False), "v4-8")
@@ -68,6 +69,7 @@ def test_sample_decode_flops_scale_with_decode_length():
     assert per_token_b == pytest.approx(per_token_a, rel=0.05)
 
 
+@pytest.mark.heavy  # A real run of 12 s or more (2 cores, -n 2).
 def test_replicating_instead_of_fsdp_changes_the_collectives():
     fsdp = train_figures(lm.TINY, "v4-8")
     replicated = train_figures(lm.TINY, "v4-8", partition_rules=((".*", P()),))

@@ -179,6 +179,7 @@ def test_shards_in_a_real_run_union_to_the_matrix(toy):
     assert set(rows.values()) <= {"created", "changed", "unchanged"}, rows  # ...with its verdict.
 
 
+@pytest.mark.heavy  # A real run of 12 s or more (2 cores, -n 2).
 def test_users_own_aotcheck_tests_are_sharded_with_the_cases(project):
     """A test of the user's marked ``aotcheck`` runs in exactly one shard (not in every one); the
     generated cases alone carry ``aotcheck_case``, which the action's golden rerun selects."""

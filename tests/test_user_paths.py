@@ -51,6 +51,7 @@ def test_readmes_pytest_free_script_runs_the_gate_with_real_workers(tmp_path):
     assert {(verdict, failed) for _, verdict, failed in found} == {("missing-golden", True)}
 
 
+@pytest.mark.heavy  # A real run of 12 s or more (2 cores, -n 2).
 def test_check_shards_on_the_command_line_split_the_matrix(project):
     """``aotcheck check --shard K/N`` (the CLI's spelling): the shards' cases are disjoint and make
     up the matrix."""
@@ -131,6 +132,7 @@ aotcheck.register("seqfit", lambda: config(128))
 '''
 
 
+@pytest.mark.heavy  # A real run of 12 s or more (2 cores, -n 2).
 def test_a_configs_own_knob_is_searched_and_gated(pytester):
     """A config's own ``Knob`` (its sequence length, in steps of 128) named by ``fit=``: the gate
     searches it and gates ``fit_max_seq``, and ``aotcheck fit`` reports it."""
