@@ -18,18 +18,14 @@ and ``requirements-maxtext.lock``. A user module of five lines registers two sma
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from test_toolchains import clean_env, find_python
+from test_toolchains import clean_env, make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.toolchains
@@ -54,26 +50,9 @@ MEMORY = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_si
 @pytest.fixture(scope="module")
 def maxtext_env(tmp_path_factory) -> dict[str, str]:
     """The venv's python, a project holding the user module, and a HOME of its own."""
-    python = find_python("3.12")
-    if python is None:
-        if os.environ.get("CI"):
-            pytest.fail("Python 3.12 is not installed on this CI machine, so the MaxText leg proves nothing")
-        pytest.skip("Python 3.12 is not installed here (MaxText 0.2.5 needs Python >= 3.12)")
     where = tmp_path_factory.mktemp("maxtext")
-    venv = where / "venv"
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-
-    def pip(*args: str) -> None:
-        out = subprocess.run([py, "-m", "pip", "install", "-q", *args], cwd=ROOT, capture_output=True, text=True)
-        assert out.returncode == 0, f"pip install {' '.join(args)}:\n{out.stdout[-2000:]}{out.stderr[-2000:]}"
-
-    pip("-r", "requirements.lock")
-    started = time.monotonic()
-    with open(os.path.join(tempfile.gettempdir(), "aotcheck-editable-install.lock"), "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)  # Builds in the repository: one at a time.
-        pip("-e", ".[maxtext]", "-c", "requirements.lock", "-c", "requirements-maxtext.lock")
-    print(f"aotcheck[maxtext] installed over the lock in {time.monotonic() - started:.0f} s")
+    py = make_env("3.12", "requirements.lock", where,
+                  install=("-e", ".[maxtext]", "-c", "requirements.lock", "-c", "requirements-maxtext.lock"))
     check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
     project, home = where / "project", where / "home"

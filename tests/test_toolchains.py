@@ -52,8 +52,9 @@ def find_python(version: str) -> str | None:
     return None
 
 
-def make_env(version: str, lock: str, where: Path) -> str:
-    """A fresh venv on Python ``version`` with ``lock`` installed, then this package with its ranges."""
+def make_env(version: str, lock: str, where: Path, install: tuple[str, ...] = ("-e", ".")) -> str:
+    """A fresh venv on Python ``version`` with ``lock`` installed, then this package with its ranges
+    (``install``: pip's arguments for it, e.g. an extra and constraints)."""
     python = find_python(version)
     if python is None:
         if os.environ.get("CI"):
@@ -70,7 +71,7 @@ def make_env(version: str, lock: str, where: Path) -> str:
     pip("-r", lock)
     with open(os.path.join(tempfile.gettempdir(), "aotcheck-editable-install.lock"), "w") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)  # Builds in the repository: one at a time.
-        pip("-e", ".")  # With its dependencies: the package's ranges must accept the lock's versions.
+        pip(*install)  # With its dependencies: the package's ranges must accept the lock's versions.
     return py
 
 
