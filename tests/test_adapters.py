@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import subprocess
 import sys
@@ -344,3 +345,31 @@ def test_nnx_logical_names_without_rules_point_at_the_rules():
     adapted = flax_nnx.adapt(lambda: am.NNXLM(nnx.Rngs(0)), unannotated="replicate")
     with pytest.raises(PartitionError, match=r"mesh axis '(vocab|embed|mlp)' is not in the mesh .* logical_axis_rules"):
         shardings(adapted)
+
+
+def test_maxtext_adapter_refuses_bad_input_by_name(tmp_path):
+    """Pure Python: what the MaxText adapter checks before MaxText is imported (this venv has no MaxText)."""
+    from aotcheck.adapters import maxtext
+
+    with pytest.raises(AdapterError, match=r"MaxText config file 'no/such\.yml' not found .*maxtext\.packaged"):
+        maxtext.adapt("no/such.yml")
+    base = tmp_path / "base.yml"
+    base.write_text("per_device_batch_size: 12.0")
+    with pytest.raises(AdapterError, match=r"aotcheck sets compile_topology from each target"):
+        maxtext.adapt(base, compile_topology="v5e-16")
+    adapted = maxtext.adapt(base, per_device_batch_size=2, max_target_length=2048, attention="dot_product")
+    with pytest.raises(AdapterError, match=r"knob 'attention' is not an integer override"):
+        adapted.trainer(knobs=("attention",))
+    with pytest.raises(AdapterError, match=r"fit='max_target_length' is not a knob of this config \(knobs: "
+                                           r"per_device_batch_size\)"):
+        adapted.trainer(fit="max_target_length")
+    config = adapted.trainer(knobs=("per_device_batch_size", "max_target_length"), fit="max_target_length")
+    assert {k: v.size for k, v in config.knobs.items()} == {"per_device_batch_size": 2, "max_target_length": 2048}
+    assert config.knobs["max_target_length"].rebuild(4096).knobs["max_target_length"].size == 4096
+    assert not maxtext.adapt(base, per_device_batch_size=0.5).trainer().knobs  # A fraction is no knob, silently.
+    with pytest.raises(AdapterError, match=r"inference\(\) is not available: MaxText 0\.2\.5's MaxEngine"):
+        adapted.inference()
+    if importlib.util.find_spec("maxtext") is None:  # Where the extra is not installed, each entry says so.
+        for call in (maxtext.packaged, lambda: config.make_program(None, None)):
+            with pytest.raises(AdapterError, match=r"pip install 'aotcheck\[maxtext\]'"):
+                call()

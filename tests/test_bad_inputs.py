@@ -599,11 +599,14 @@ aotcheck.register("zslow", aotcheck.FunctionConfig(fn=slow, make_args=make_args)
 
 
 def _processes_with(marker):
-    """Pids of live processes whose environment holds ``marker`` (a run's compile workers among them)."""
+    """Pids of live processes whose environment holds the variable ``AOTCHECK_TEST_RUN=<marker>`` exactly (a
+    run's compile workers among them): a whole entry, so that the marker of one run is never a prefix
+    matching another's running beside it (``...-pytest`` and ``...-pytest -n 2``)."""
     found = []
+    entry_bytes = b"\0AOTCHECK_TEST_RUN=" + marker.encode() + b"\0"
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and marker.encode() in (entry / "environ").read_bytes():
+            if entry.name.isdigit() and entry_bytes in b"\0" + (entry / "environ").read_bytes():
                 found.append(int(entry.name))
         except OSError:
             pass
@@ -630,8 +633,8 @@ def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project
     tmp.mkdir()
     leftover = tmp / "aotcheck-dump-999999999-left"  # A kill -9 trial's leftover: no such process.
     leftover.mkdir()
-    marker = f"AOTCHECK_TEST_RUN={project.path.name}-{front}"
-    env = dict(os.environ, TMPDIR=str(tmp), AOTCHECK_TEST_RUN=marker.partition("=")[2])
+    marker = f"{project.path}-{front}"  # The full path: xdist's workers give their tests the same names.
+    env = dict(os.environ, TMPDIR=str(tmp), AOTCHECK_TEST_RUN=marker)
     report = project.path / "r.json"
     if front == "cli":
         command = [sys.executable, "-m", "aotcheck", "check", "--topologies=v4-8", "--update-golden", f"--report={report}"]
@@ -668,7 +671,7 @@ def test_a_worker_whose_run_was_killed_stops_at_once(project):
     project.makeconftest(CONFTEST + SLOW)
     tmp = project.path / "tmp"
     tmp.mkdir()
-    marker = f"{project.path.name}-orphan"
+    marker = f"{project.path}-orphan"
     env = dict(os.environ, TMPDIR=str(tmp), AOTCHECK_TEST_RUN=marker)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8",
                              "--aot-configs=zslow"], cwd=project.path, env=env, stdout=subprocess.DEVNULL,

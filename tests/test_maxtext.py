@@ -10,6 +10,7 @@ and ``requirements-maxtext.lock``. A user module of five lines registers two sma
   generated code), and so does XLA's raw FLOP count: the same program;
 - pytest gates them (goldens written, then a second, uncached run passes against them), the summary
   names MaxText's files as the source lines, and nothing of MaxText's chatter reaches the terminal;
+- flags MaxText reads that ``adapt`` was not given are an error naming where to give them;
 - ``aotcheck fit`` finds the largest per-device batch, and MaxText's own OOM check
   (``train_compile.is_oom``) agrees: that batch compiles, one more does not;
 - JAX's persistent compilation cache, which MaxText's config setup turns on, holds nothing after
@@ -145,9 +146,24 @@ def test_the_user_module_gates_and_names_maxtexts_lines(maxtext_env):
     assert kernels and all(u["name"].startswith("splash_mha") for u in kernels)  # Splash attention: said.
     terminal = first.stdout + first.stderr
     assert "[NO-OP]" not in terminal and "base_output_directory" not in terminal and "Traceback" not in terminal
+    project = Path(maxtext_env["project"])  # MaxText's output directory (maxtext_output) is never made there.
+    assert {p.name for p in project.iterdir()} <= {"conftest.py", "pytest.ini", "golden", ".aotcheck-cache"}
     second = run(maxtext_env, "-m", "pytest", "-p", "no:cacheprovider", "--aot-no-cache")
     assert second.returncode == 0 and "2 passed" in second.stdout, second.stdout[-3000:]
     assert not Path(maxtext_env["home"], "jax_cache").exists()  # Never written by aotcheck's compiles.
+
+
+def test_flags_maxtext_reads_that_adapt_was_not_given_are_a_clear_error(maxtext_env):
+    """MaxText also reads compile_xla_flags from M_COMPILE_XLA_FLAGS (and its file): aotcheck would not send
+    them, so the case is an error naming where to give them, without a traceback or MaxText's chatter."""
+    out = subprocess.run([maxtext_env["py"], "-m", "aotcheck", "compile", "llama-small", "--topology", "v5e-16",
+                          "--default-options", "none"], cwd=maxtext_env["project"], capture_output=True, text=True,
+                         timeout=600, env={**clean_env(), "HOME": maxtext_env["home"],
+                                           "M_COMPILE_XLA_FLAGS": "--xla_tpu_enable_latency_hiding_scheduler=true"})
+    assert out.returncode != 0
+    assert ("MaxText's config sets compile_xla_flags='--xla_tpu_enable_latency_hiding_scheduler=true' (from its file "
+            "or M_COMPILE_XLA_FLAGS)") in out.stderr and "pass compile_xla_flags=... to adapt" in out.stderr
+    assert "Traceback" not in out.stderr and "[NO-OP]" not in out.stderr, out.stderr[-2000:]
 
 
 def test_the_fit_is_maxtexts_own_oom_boundary(maxtext_env):

@@ -234,7 +234,7 @@ class _Step:
 def _quiet() -> Iterator[None]:
     """MaxText's chatter while it is imported, reads its config and makes its step (``[NO-OP] ...`` prints,
     ``base_output_directory is not provided`` for every probe of a fit search) is about running a job,
-    not compiling one: its prints are held back (shown on stderr if the block fails, with the error) and
+    not compiling one: its prints are held back (shown on stderr if MaxText fails, with the error) and
     its log warnings are off."""
     printed = io.StringIO()
     was = logging.root.manager.disable
@@ -242,8 +242,9 @@ def _quiet() -> Iterator[None]:
     try:
         with contextlib.redirect_stdout(printed):
             yield
-    except BaseException:
-        sys.stderr.write(printed.getvalue())
+    except BaseException as e:
+        if not isinstance(e, AdapterError):  # MaxText's own failure: what it printed may explain it.
+            sys.stderr.write(printed.getvalue())
         raise
     finally:
         logging.disable(was)

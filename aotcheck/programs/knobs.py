@@ -52,10 +52,10 @@ def check_knob(config: Config, name: str) -> None:
     """KnobError unless ``config`` offers the knob ``name`` (no devices, no mesh: safe anywhere)."""
     offered = knobs_offered(config)
     if name not in offered:
-        if len(offered) > 1 or (offered and isinstance(config, (TrainerConfig, InferenceConfig))):
+        if offered:
             raise KnobError(f"This config offers no knob {name!r}; it offers: {', '.join(offered)} (name one with "
                             "--knob, or a config's fit=).")
-        raise KnobError(f"This config offers no knob {name!r}; it offers: {', '.join(offered) or 'none'} "
+        raise KnobError(f"This config offers no knob {name!r}; it offers none "
                         "(a FunctionConfig has no batch aotcheck can move: give it a Knob in knobs=, e.g. "
                         "knobs={'batch': Knob(size, rebuild=lambda n: <the config at n>)}).")
 

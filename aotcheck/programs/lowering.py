@@ -146,10 +146,9 @@ def _kinds_by_top_name(entry: Any, arg: Any) -> list[str] | None:
     if not isinstance(entry, Mapping) or not all(isinstance(kind, str) for kind in entry.values()):
         return None
     leaves = jax.tree_util.tree_flatten_with_path(arg)[0]
-    names = [_key_name(path[0]) if path else None for path, _ in leaves]
-    if not names or any(name not in entry for name in names) or set(_top_names(arg)) != set(entry):
+    if not leaves or set(_top_names(arg)) != set(entry):
         return None
-    return [entry[name] for name in names]
+    return [entry[_key_name(path[0])] for path, _ in leaves]
 
 
 def _is_optax_state(tree: Any) -> bool:
@@ -389,8 +388,7 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
         if config.make_program is not None:
             fn, args = _made_program(config, placement)
         else:
-            fn = config.fn if hasattr(config.fn, "lower") else jax.jit(config.fn, donate_argnums=config.donate_argnums)
-            args = config.make_args(*_mesh_and_target(config.make_args, placement))
+            fn, args = _jitted(config, config.fn), config.make_args(*_mesh_and_target(config.make_args, placement))
         lowered = fn.lower(*args)
     argument_kinds(config, lowered.args_info[0])  # arg_kinds that do not fit fail here, before any compile.
     return {config.program: lowered}
@@ -411,7 +409,7 @@ def _mesh_and_target(make_args: Callable[..., Any], placement: Placement) -> tup
 
 def _made_program(config: FunctionConfig, placement: Placement) -> tuple[Any, Sequence[Any]]:
     """``make_program(mesh, target)``, checked: a LoweringError naming the field for anything but
-    ``(function, arguments)``. A plain function is jitted with the config's ``donate_argnums``."""
+    ``(function, arguments)``."""
     assert config.make_program is not None
     made = config.make_program(placement.mesh, placement.target)
     fits = isinstance(made, tuple) and len(made) == 2 and (callable(made[0]) or hasattr(made[0], "lower")) \
@@ -421,8 +419,13 @@ def _made_program(config: FunctionConfig, placement: Placement) -> tuple[Any, Se
             f"FunctionConfig.make_program returned a {type(made).__name__} for {placement.target}; it must return "
             "(fn, args): the function to compile (jitted with its shardings and donation, or anything with a "
             ".lower(*args)) and the tuple of its abstract arguments.")
-    fn, args = made
-    return (fn if hasattr(fn, "lower") else jax.jit(fn, donate_argnums=config.donate_argnums)), tuple(args)
+    return _jitted(config, made[0]), tuple(made[1])
+
+
+def _jitted(config: FunctionConfig, fn: Any) -> Any:
+    """``fn`` as it is when it can lower itself (jitted with its own shardings), else jitted with the
+    config's ``donate_argnums``."""
+    return fn if hasattr(fn, "lower") else jax.jit(fn, donate_argnums=config.donate_argnums)
 
 
 _MISSING_AXIS = re.compile(r"Resource axis: (?P<axis>\S+) of .* is not found in mesh")
