@@ -35,10 +35,12 @@ from aotcheck.programs.compile import (
 from aotcheck.programs.config import FunctionConfig, InferenceConfig, Knob, TrainerConfig
 from aotcheck.programs.options import OptionsError, default_compiler_options, parse_libtpu_init_args
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, ProgramNotFound, Registry, RegistryError, register
-from aotcheck.session import GateSession, GateSettings
+from aotcheck.session import GateSession
+from aotcheck.settings import GateSettings
 from aotcheck.targets.mesh import MeshError, MeshSpec, build_mesh
 from aotcheck.targets.partition import PartitionError, fsdp, replicate
-from aotcheck.targets.topology import TopologyError, get_devices_for_topology, parse_topology
+from aotcheck.targets.devices import get_devices_for_topology
+from aotcheck.targets.topology import TopologyError, parse_topology
 
 __version__ = "0.1.0"
 

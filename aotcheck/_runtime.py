@@ -155,23 +155,26 @@ def _libtpu() -> str | None:
     return version if override is None else f"{override} (TPU_LIBRARY_PATH; the libtpu package here is {version})"
 
 
-# The CUDA plugin's compiler (the plugin package itself holds jax's CUDA kernels; this one, XLA).
+# The packages whose versions pin a compiler's figures: libtpu (TPU and host targets), and the CUDA
+# plugin's compiler (the plugin package itself holds jax's CUDA kernels; this one, XLA).
+LIBTPU = "libtpu"
 CUDA_COMPILER = "jax-cuda12-pjrt"
 
 
 @functools.cache
-def toolchain(platform: str = "tpu") -> dict[str, str | None]:
-    """The versions that determine compiled figures: jax, jaxlib and the compiler of ``platform``'s
-    programs: libtpu (the libtpu.so jax loads) for TPU and host targets, the CUDA plugin for GPUs.
+def toolchain(compiler: str = LIBTPU) -> dict[str, str | None]:
+    """The versions that determine compiled figures: jax, jaxlib and ``compiler``, the package of the
+    compiler (libtpu: the libtpu.so jax loads; or the CUDA plugin's). ``targets.platform`` says which
+    package each platform's programs compile with.
 
     Golden figures are only comparable when these match.
 
     Example:
-        >>> list(toolchain("gpu"))
+        >>> list(toolchain(CUDA_COMPILER))
         ['jax', 'jaxlib', 'jax-cuda12-pjrt']
     """
-    compiler = {CUDA_COMPILER: _version(CUDA_COMPILER)} if platform == "gpu" else {"libtpu": _libtpu()}
-    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), **compiler}
+    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"),
+            compiler: _libtpu() if compiler == LIBTPU else _version(compiler)}
 
 
 def reset_peak_rss() -> None:

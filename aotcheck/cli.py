@@ -52,9 +52,10 @@ from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
-from aotcheck.session import CLI_FLAGS, GateSession, GateSettings, Interruption, SettingsError, exit_status
-from aotcheck.settings import Setting, add_cli_arguments, read_settings
-from aotcheck.targets.topology import CHIPS, GPUS, Target, TopologyError, all_topologies, gpu_topologies, split_target
+from aotcheck.session import GateSession, Interruption, exit_status
+from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, read_settings
+from aotcheck.targets.platform import GPU
+from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
 from aotcheck.units import fmt_bytes, fmt_count
 
 
@@ -80,7 +81,7 @@ def _load(modules: Sequence[str] | None, rootdir: Path | None = None) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     ini = find_ini(Path.cwd())
     values = read_settings(option=lambda s: getattr(args, s.name, None) if s.cli else None, ini=ini_values(ini))
-    settings = GateSettings.parse(rootdir=ini.rootdir, **values, flags=CLI_FLAGS)
+    settings = GateSettings.parse(rootdir=ini.rootdir, **values, front_end="cli")
     if args.topologies is not None and not args.topologies.strip():
         raise SettingsError("--topologies is empty; name the topologies to check, e.g. --topologies v4-8,v5e-16")
     if not settings.targets:
@@ -120,21 +121,17 @@ INTERRUPTED_STATUS = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}
 
 def cmd_topologies(args: argparse.Namespace) -> int:
     rows, records = [], []
-    for t in all_topologies():
-        chip = t.chip
-        rows.append(
-            [t.name, t.libtpu_name, chip.chip_config, "x".join(map(str, t.chips_per_host_bounds)),
-             t.num_chips, t.num_devices, fmt_bytes(chip.hbm_bytes), fmt_count(chip.peak_bf16_flops),
-             fmt_bytes(chip.hbm_bandwidth) + "/s", "tpu"]
-        )
-        records.append(dict(zip(_TOPO_KEYS, rows[-1])))
-    for t in gpu_topologies():
-        gpu, (hosts, per_host) = t.chip, t.shape
-        cuda = f"1x{hosts}x{per_host}"  # XLA's CUDA topology: partitions x hosts x GPUs (one slice).
-        rows.append([t.name, cuda, gpu.device_name, per_host, t.num_chips, t.num_devices,
-                     fmt_bytes(gpu.hbm_bytes), fmt_count(gpu.peak_bf16_flops), fmt_bytes(gpu.hbm_bandwidth) + "/s", "gpu"])
-        records.append({**dict(zip(_TOPO_KEYS, rows[-1])), "libtpu_name": None, "chip_config": None,
-                        "cuda_topology": cuda, "device_kind": gpu.device_name})
+    for t in [*all_topologies(), *gpu_topologies()]:
+        row = t.listing()
+        device = row.pop("device")
+        rows.append([row["name"], row["compiler_topology"], row["hardware"], row["chips_per_host"], row["chips"],
+                     row["devices"], fmt_bytes(device.memory_bytes), fmt_count(device.peak_flops),
+                     fmt_bytes(device.bandwidth) + "/s", row["platform"]])
+        record = dict(zip(_TOPO_KEYS, rows[-1]))
+        if t.platform is GPU:  # XLA's CUDA topology (partitions x hosts x GPUs) and the device's name.
+            record.update(libtpu_name=None, chip_config=None, cuda_topology=row["compiler_topology"],
+                          device_kind=row["hardware"])
+        records.append(record)
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
@@ -142,7 +139,8 @@ def cmd_topologies(args: argparse.Namespace) -> int:
                  "HBM/device", "bf16 FLOP/s/device", "HBM BW/device", "platform"], rows))
     print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. GPU hosts: h100-8x2 (also h100-16) is two hosts of "
           "8, joined by the network as slices are. cpu-N: N host CPU devices (no libtpu).")
-    print(f"Per-device figures: TPU: {next(iter(CHIPS.values())).source}. GPU: {next(iter(GPUS.values())).source}.")
+    tpu, gpu = all_topologies()[0].device.source, gpu_topologies()[0].device.source
+    print(f"Per-device figures: TPU: {tpu}. GPU: {gpu}.")
     return 0
 
 
@@ -351,7 +349,7 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
     ini = find_ini(Path.cwd())
     values = read_settings(option=lambda s: getattr(args, s.name, None) if s.name in COMPILE_SETTINGS else None,
                            ini=ini_values(ini))
-    settings = GateSettings.parse(rootdir=ini.rootdir, flags=CLI_FLAGS, cache_dir=None,
+    settings = GateSettings.parse(rootdir=ini.rootdir, front_end="cli", cache_dir=None,
                                   libtpu_init_args=values["libtpu_init_args"],
                                   default_options=values["default_options"], hbm_headroom=values["hbm_headroom"],
                                   from_ini=values["from_ini"])

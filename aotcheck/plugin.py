@@ -23,8 +23,8 @@ from aotcheck.programs.registry import registrations
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.text import session_summary
-from aotcheck.session import PYTEST_FLAGS, GateSession, GateSettings, SettingsError, split_list
-from aotcheck.settings import Setting, add_pytest_options, read_settings
+from aotcheck.session import GateSession
+from aotcheck.settings import GateSettings, Setting, SettingsError, add_pytest_options, read_settings, split_list
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"
@@ -46,7 +46,7 @@ def settings_from_pytest(config: pytest.Config) -> GateSettings:
         except ValueError as e:  # A bool pytest cannot read.
             raise SettingsError(f"{setting.ini}: {e}; write true or false") from None
 
-    return GateSettings.parse(rootdir=config.rootpath, **read_settings(option=option, ini=ini), flags=PYTEST_FLAGS)
+    return GateSettings.parse(rootdir=config.rootpath, **read_settings(option=option, ini=ini), front_end="pytest")
 
 
 # Options whose value is a path: given after a space, pytest takes an existing path for a
@@ -202,7 +202,7 @@ class AotPlugin:
         items.extend(new)
         # Report them as collected, so "collected N items" and deselection counts include them.
         self.config.hook.pytest_collectreport(report=pytest.CollectReport(parent.nodeid, "passed", None, new))
-        others = self.session.other_shards_tests([i.nodeid for i in items if _users_aotcheck_test(i)])
+        others = self.plan.other_shards([i.nodeid for i in items if _users_aotcheck_test(i)])
         if others:  # Your own aotcheck-marked tests are sharded too: each runs in one shard.
             self.config.hook.pytest_deselected(items=[i for i in items if i.nodeid in others])
             items[:] = [i for i in items if i.nodeid not in others]

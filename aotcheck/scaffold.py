@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from aotcheck._files import atomic_write_text
+from aotcheck.targets.platform import GPU
 from aotcheck.targets.topology import TopologyError, split_target
 
 # Where the reusable action lives (action.yml at the root of aotcheck's repository).
@@ -153,7 +154,7 @@ def write_init(plan: InitPlan) -> None:
 
 def _is_gpu(name: str) -> bool:
     try:
-        return split_target(name)[0].platform == "gpu"
+        return split_target(name)[0].platform is GPU
     except ValueError:  # A name the gate will refuse with its own message.
         return False
 

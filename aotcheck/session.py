@@ -1,10 +1,10 @@
-"""The gate session: everything the gate decides, with or without pytest.
+"""The gate session: one run, with or without pytest.
 
-A :class:`GateSession` takes parsed :class:`GateSettings` and owns the matrix
-(registered configs x programs x targets, skips with their reasons, this
-shard's part), measures each case with family isolation and the figures cache,
-judges it against its golden, finds stale goldens, prunes them after a full
-``--update-golden``, and writes the JSON report. The pytest plugin
+A :class:`GateSession` takes parsed :class:`~aotcheck.settings.GateSettings`, asks
+:mod:`aotcheck.plan` for the matrix once (cases with their skips and knobs, this shard's
+part, stale goldens), measures each case with family isolation and the figures cache,
+judges it against its golden, prunes stale goldens after a full ``--update-golden``, and
+writes the JSON report. The pytest plugin
 (:mod:`aotcheck.plugin`) and ``python -m aotcheck check`` (:mod:`aotcheck.cli`)
 are thin front ends over it, so both give the same verdicts, goldens and report.
 
@@ -19,6 +19,7 @@ module-level name of the module that registers into it):
     >>> _ = registry.register("double", FunctionConfig(fn=lambda x: 2 * x, make_args=lambda mesh: (
     ...     jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)))
     >>> root = tempfile.mkdtemp()
+    >>> from aotcheck.settings import GateSettings
     >>> settings = GateSettings.parse(rootdir=root, topologies=["cpu-2"], update=True, cache_dir=None)
     >>> from aotcheck.pipeline.measure import measure
     >>> with GateSession(settings, registry=registry, measure=lambda case: measure(case, registry=registry)) as session:
@@ -30,38 +31,28 @@ module-level name of the module that registers into it):
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import functools
 import os
-import re
 import signal
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
-from pathlib import Path
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from aotcheck import _runtime
-from aotcheck.pipeline.cache import FiguresCache
-from aotcheck.pipeline.case import Case
 from aotcheck.gate.check import Measure, check_case
-from aotcheck.gate.compare import DEFAULT_TOLERANCES, Tolerance, ToleranceError, check_knob_tolerances, parse_tolerances
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
-from aotcheck.pipeline.measure import fit_knob, unsupported_reason
-from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.upgrade import accept_all_command
-from aotcheck.gate.shard import ShardError, assign_shards, expected_seconds, parse_shard, shard_of_name
-from aotcheck.programs.knobs import knobs_offered
+from aotcheck.pipeline.cache import FiguresCache
+from aotcheck.pipeline.case import Case
+from aotcheck.plan import Plan, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
-from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, parse_libtpu_init_args, refusal_lines,
-                                       runtime_only)
+from aotcheck.programs.options import format_libtpu_init_args, refusal_lines, runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.render.text import header_lines, outcome_message
-from aotcheck.settings import example, flag_names, names_in_messages
-from aotcheck.targets.families import family_of
-from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
+from aotcheck.settings import GateSettings, SettingsError, flag_names
+from aotcheck.targets.platform import TPU, Platform
 
 
 class Interruption:
@@ -114,197 +105,6 @@ class Interruption:
         self._previous = {}
 
 
-class SettingsError(ValueError):
-    """A setting that cannot be used; the message names the option and the fix."""
-
-
-# How each front end spells its options, for error messages (aotcheck.settings declares them).
-PYTEST_FLAGS = flag_names("pytest")
-CLI_FLAGS = flag_names("cli")
-METRIC_DRIFT = ("fail", "warn")
-DEFAULT_OPTIONS = ("aotcheck", "none")
-
-
-def split_list(value: str | Sequence[str] | None) -> list[str]:
-    """``"a,b c"`` or ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
-    texts = [value] if isinstance(value, str) else list(value or [])
-    return [v for text in texts for v in re.split(r"[,\s]+", text) if v]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GateSettings:
-    """Everything a gate run needs, parsed and checked (see :meth:`parse`)."""
-
-    rootdir: Path
-    targets: tuple[Target, ...]
-    config_globs: tuple[str, ...] = ()
-    golden_dir: Path
-    golden_dir_option: str | None = None  # As given on the command line (the accept command repeats it).
-    update: bool = False
-    strict: bool = False
-    tolerances: tuple[tuple[str, Tolerance], ...] = DEFAULT_TOLERANCES
-    report_path: Path | None = None
-    hbm_headroom: float = 1.0
-    fit: str | None = None  # Search this knob on every config that offers it and names no ``fit`` of its own.
-    cache_dir: Path | None = None
-    shard: tuple[int, int] | None = None
-    config_modules: tuple[str, ...] = ()
-    metric_drift: str = "fail"
-    compiler_options: dict[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
-    presets: bool = True  # aotcheck's per-chip presets under the user's options (aot_default_options).
-    libtpu_init_args_option: str | None = None  # As given on the command line (accept commands repeat it).
-    flags: Mapping[str, str] = dataclasses.field(default_factory=lambda: PYTEST_FLAGS)  # For messages.
-
-    @classmethod
-    def parse(
-        cls,
-        *,
-        rootdir: str | os.PathLike[str],
-        topologies: str | Sequence[str] = (),
-        slices: str | Sequence[str] = (),
-        configs: str | Sequence[str] = (),
-        golden_dir: str = "golden",
-        golden_dir_option: str | None = None,
-        update: bool = False,
-        strict: bool = False,
-        tolerances: Sequence[str] = (),
-        report: str | None = None,
-        hbm_headroom: str | float = 1.0,
-        fit: str | None = None,
-        cache_dir: str | None = ".aotcheck-cache",
-        shard: str | None = None,
-        config_modules: Sequence[str] = (),
-        metric_drift: str = "fail",
-        libtpu_init_args: str | Sequence[str] = "",
-        default_options: str = "aotcheck",
-        libtpu_init_args_option: str | None = None,
-        flags: Mapping[str, str] = PYTEST_FLAGS,
-        from_ini: Collection[str] = (),
-    ) -> "GateSettings":
-        """Parses option values as users write them; SettingsError names the bad one: by its flag, or by
-        its ini key when the ini gave it (``from_ini``, from :func:`aotcheck.settings.read_settings`)."""
-        root = Path(rootdir)
-        said = names_in_messages(flags, from_ini)
-        counts = []
-        for text in split_list(slices):
-            if not text.isdigit() or int(text) < 1:
-                raise SettingsError(f"{said['slices']}: {text!r} is not a slice count; give integers >= 1, "
-                                    f"e.g. {example(said['slices'], '1,2')}")
-            try:
-                counts.append(check_num_slices(int(text)))
-            except TopologyError as e:
-                raise SettingsError(f"{said['slices']}: {e}") from None
-        try:
-            targets = expand_targets(split_list(topologies), counts or [1])
-        except TopologyError as e:
-            raise SettingsError(f"{said['topologies']}: {e}") from None
-        try:
-            parsed_tolerances = parse_tolerances(tolerances, known=figure_names())
-        except ToleranceError as e:
-            raise SettingsError(f"{said['tolerances']}: {e}") from None
-        try:
-            headroom = float(hbm_headroom)
-            if not 0 < headroom <= 1:
-                raise ValueError
-        except ValueError:
-            raise SettingsError(f"{said['hbm_headroom']}: {hbm_headroom!r} must be a number in (0, 1], e.g. 0.95") from None
-        fit = (fit or "").strip() or None
-        if fit is not None and not fit.isidentifier():
-            raise SettingsError(f"{said['fit']}: {fit!r} is not a knob name; name what to search on every config, "
-                                f"e.g. {example(said['fit'], 'batch')} (a config may offer more knobs in knobs=)")
-        try:
-            parsed_shard = parse_shard(shard) if shard else None
-        except ShardError as e:
-            raise SettingsError(str(e).replace("--aot-shard", flags["shard"])) from None
-        drift = (metric_drift or "fail").strip().lower()
-        if drift not in METRIC_DRIFT:
-            raise SettingsError(f"{said['metric_drift']}: {metric_drift!r} must be 'fail' (figures new or gone "
-                                "against the golden fail the case) or 'warn' (they pass with a warning)")
-        init_args = libtpu_init_args if isinstance(libtpu_init_args, str) else " ".join(libtpu_init_args or ())
-        try:
-            compiler_options = parse_libtpu_init_args(init_args, what=said["libtpu_init_args"])
-        except OptionsError as e:
-            raise SettingsError(str(e)) from None
-        presets = (default_options or "aotcheck").strip().lower()
-        if presets not in DEFAULT_OPTIONS:
-            raise SettingsError(f"{said['default_options']}: {default_options!r} must be 'aotcheck' (aotcheck's "
-                                "per-chip presets under your options) or 'none' (only your options, as your job "
-                                "sends them)")
-        report_path = Path(report) if report else None
-        if report_path is not None and (report_path.is_dir() or report_path.name in ("", ".", "..")):
-            raise SettingsError(f"{flags['report']}: {report} is a directory; give a file path, "
-                                f"e.g. {flags['report']}={(report_path / 'aot-report.json').as_posix()}")
-        if report_path is not None and any(p.exists() and not p.is_dir() for p in report_path.parents):
-            raise SettingsError(f"{flags['report']}: {report} lies under a file, not a directory; "
-                                "give a path in a directory")
-        return cls(
-            rootdir=root,
-            targets=tuple(targets),
-            config_globs=tuple(split_list(configs)),
-            golden_dir=root / golden_dir,
-            golden_dir_option=golden_dir_option,
-            update=update,
-            strict=strict,
-            tolerances=parsed_tolerances,
-            report_path=report_path,
-            hbm_headroom=headroom,
-            fit=fit,
-            cache_dir=root / cache_dir if cache_dir else None,
-            shard=parsed_shard,
-            config_modules=tuple(config_modules),
-            metric_drift=drift,
-            compiler_options=compiler_options,
-            presets=presets == "aotcheck",
-            libtpu_init_args_option=libtpu_init_args_option,
-            flags=flags,
-        )
-
-    @property
-    def golden_label(self) -> str:
-        """The golden directory as reports name it: relative to the rootdir when inside it."""
-        try:
-            return self.golden_dir.resolve().relative_to(self.rootdir.resolve()).as_posix()
-        except ValueError:
-            return str(self.golden_dir)
-
-
-def check_knob_globs(settings: GateSettings, registry: Registry) -> None:
-    """SettingsError for an ``aot_tolerances`` line over ``fit_max_`` figures that no knob has (``fit_max_batchh``):
-    the knobs are the registered configs', known once they are loaded. Configs are built only for such a line."""
-    knobs = {"batch", *([settings.fit] if settings.fit else [])}
-    globs = [glob for glob, _ in settings.tolerances if glob.startswith("fit_max_")]
-    if all(any(fnmatch.fnmatchcase(f"fit_max_{knob}", glob) for knob in knobs) for glob in globs):
-        return
-    for entry in registry:
-        try:
-            configs = entry.configs()
-        except RegistryError:
-            continue  # Its build error is that config's, reported with its cases.
-        for config in configs:
-            knobs.update([*knobs_offered(config), *([config.fit] if getattr(config, "fit", None) else [])])
-    try:
-        check_knob_tolerances(settings.tolerances, known=figure_names(), knobs=knobs)
-    except ToleranceError as e:
-        raise SettingsError(f"{settings.flags['tolerances']}: {e}") from None
-
-
-class Planned(NamedTuple):
-    """A case of the matrix: if it cannot run on its target, why; the knob whose largest fitting size
-    is searched on it, if any (:func:`aotcheck.pipeline.measure.fit_knob`)."""
-
-    case: Case
-    skip: str | None
-    knob: str | None = None
-
-
-class Plan(NamedTuple):
-    """The matrix a session checks."""
-
-    cases: list[Planned]
-    broken: dict[str, str]  # Config name -> why building it failed.
-    empty_reason: str | None  # Why there is nothing to check, if there is not.
-
-
 class GateSession:
     """One gate run: plan, check each case, finish with stale goldens and the report.
 
@@ -318,17 +118,14 @@ class GateSession:
         self.store = GoldenStore(settings.golden_dir)
         self.cache = FiguresCache(settings.cache_dir) if settings.cache_dir else None
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
-                                                          fit_default=settings.fit,
                                                           compiler_options=settings.compiler_options,
                                                           presets=settings.presets, registry=registry)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
         self.outcomes: dict[str, Outcome] = {}
-        self._recorded: dict[str, float] = {}  # Case id -> its golden's compile CPU seconds (0: none), read once.
         self.interruption = Interruption()  # Front ends install it for the run's life.
         self.warnings: list[str] = []
         self._noted: set[str] = set()
-        self._plans: dict[tuple[bool, tuple[str, ...]], Plan] = {}
-        self._knobs_of: tuple[Plan | None, dict[str, str | None]] = (None, {})
+        self._plan: tuple[tuple[str, ...], Plan] | None = None  # (the registry's names it was made for, the plan)
 
     # Setting up ----------------------------------------------------------------
 
@@ -344,10 +141,10 @@ class GateSession:
             load_config_modules(self.settings.config_modules, rootdir=self.settings.rootdir)
         except LoaderError as e:
             raise SettingsError(f"aot_config_modules: {e}") from None
-        empty = self.plan(sharded=False).empty_reason
+        empty = self.plan().empty_reason
         if empty:  # A selection that selects nothing would pass having checked nothing.
-            hint = ("to run without the gate, say so: --aot-topologies=none" if self.settings.flags is PYTEST_FLAGS
-                    else "python -m aotcheck configs lists them")
+            hint = (f"to run without the gate, say so: {self.settings.flags['topologies']}=none"
+                    if self.settings.front_end == "pytest" else "python -m aotcheck configs lists them")
             raise SettingsError(f"nothing to check: {empty}; {hint}")
         check_knob_globs(self.settings, self.registry)  # fit_max_<knob> tolerance lines, now that configs are known.
         if self._measurer is not None:
@@ -363,10 +160,10 @@ class GateSession:
         report = self.settings.report_path
         if report is not None and report.parent.exists() and not os.access(report.parent, os.W_OK):
             raise SettingsError(f"the report's directory {report.parent} is not writable; "
-                                "give --aot-report (or --report) a path you can write")
+                                f"give {self.settings.flags['report']} a path you can write")
         # cpu-N needs N host devices, fixed when JAX's CPU backend starts: the compile workers
         # (which alone compile) read the count from the environment.
-        cpu = max((t.num_devices for t in self.settings.targets if t.topology.platform == "cpu"), default=0)
+        cpu = max((t.num_devices for t in self.settings.targets if t.topology.platform.host_devices), default=0)
         if cpu:
             if int(os.environ.get("JAX_NUM_CPU_DEVICES", "0") or 0) < max(cpu, 8):
                 os.environ["JAX_NUM_CPU_DEVICES"] = str(max(cpu, 8))
@@ -384,83 +181,12 @@ class GateSession:
 
     # The matrix -------------------------------------------------------------------
 
-    def plan(self, *, sharded: bool = True) -> Plan:
-        """Every selected case (with a skip reason or None), configs that failed to build, and
-        why the matrix is empty if it is. ``sharded``: only this session's shard. Computed once
-        per run (again only if configs were registered since)."""
-        key = (sharded, tuple(self.registry.names()))
-        if key not in self._plans:
-            self._plans[key] = self._plan(sharded=sharded)
-        return self._plans[key]
-
-    def _plan(self, *, sharded: bool) -> Plan:
-        cases: list[Planned] = []
-        broken: dict[str, str] = {}
-        entries = self.registry.select(list(self.settings.config_globs) or None)
-        twins = self.registry.case_twins()
-        for entry in entries:
-            try:
-                if entry.name in twins:
-                    raise RegistryError(twins[entry.name])
-                programs = entry.programs()
-            except RegistryError as e:
-                broken[entry.name] = str(e)
-                continue
-            for program, config in programs.items():
-                for target in self.settings.targets:
-                    case = Case(entry.name, program, target)
-                    cases.append(Planned(case, unsupported_reason(config, case),
-                                         fit_knob(config, case, fit_default=self.settings.fit)))
-        empty = None
-        if not entries:
-            globs = ", ".join(self.settings.config_globs)
-            empty = (
-                f"no registered config matches {self.settings.flags['configs']}={globs} "
-                f"(registered: {', '.join(self.registry.names())})"
-                if len(self.registry) else
-                "no configs are registered: call aotcheck.register(...) in the rootdir conftest.py "
-                "or in a module listed in the aot_config_modules ini option"
-            )
-        if sharded and self.settings.shard:
-            k, n = self.settings.shard
-            shard_of = self._shard_of([p.case for p in cases])
-            cases = [p for p in cases if shard_of[p.case.id] == k]
-            broken = broken if k == 1 else {}  # A broken config fails once, in the first shard.
-        return Plan(cases, broken, empty)
-
-    def expected_seconds(self, cases: Sequence[Case]) -> dict[str, float]:
-        """Case id -> the compile CPU seconds its golden recorded (a guess from its kind without one):
-        what shards are balanced by. Each golden is read once per session."""
-        for case in cases:
-            if case.id not in self._recorded:
-                try:
-                    golden = self.store.read(case)
-                except GoldenError:
-                    golden = None
-                self._recorded[case.id] = (sum(float(golden.figures.get(name, 0.0)) for name in COST_FIGURES)
-                                           if golden is not None else 0.0)
-        return expected_seconds(cases, self._recorded)
-
-    def _shard_of(self, cases: Sequence[Case]) -> dict[str, int]:
-        """Case id -> its shard among this session's ``--aot-shard`` N, weighed by :meth:`expected_seconds`."""
-        assert self.settings.shard is not None
-        return assign_shards(cases, self.settings.shard[1], seconds=self.expected_seconds(cases))
-
-    def other_shards_tests(self, names: Sequence[str]) -> set[str]:
-        """Of a user's own tests (node ids), those that belong to another shard than this session's."""
-        if not self.settings.shard:
-            return set()
-        k, n = self.settings.shard
-        return {name for name in names if shard_of_name(name, n) != k}
-
-    def shard_seconds(self) -> tuple[float, float] | None:
-        """(this shard's expected compile seconds, the whole matrix's), when sharded."""
-        if not self.settings.shard:
-            return None
-        cases = [p.case for p in self.plan(sharded=False).cases]
-        every, shard_of = self.expected_seconds(cases), self._shard_of(cases)
-        mine = sum(seconds for case_id, seconds in every.items() if shard_of[case_id] == self.settings.shard[0])
-        return mine, sum(every.values())
+    def plan(self) -> Plan:
+        """The run's plan (:mod:`aotcheck.plan`): made once, again only if configs were registered since."""
+        names = tuple(self.registry.names())
+        if self._plan is None or self._plan[0] != names:
+            self._plan = (names, make_plan(self.settings, self.registry, self.store))
+        return self._plan[1]
 
     # Cases ---------------------------------------------------------------------------
 
@@ -471,15 +197,15 @@ class GateSession:
         config modules ``python -m aotcheck check --module`` added. Settings pytest has no option for
         are given as ini overrides (``-o aot_default_options=none``); repeating an ini's own value is
         harmless, leaving one out would accept other figures than this run's."""
-        s = self.settings
-        args = [f"--aot-libtpu-init-args={s.libtpu_init_args_option}"] if s.libtpu_init_args_option is not None else []
+        s, flags = self.settings, flag_names("pytest")  # The accept command is a pytest run.
+        args = [f"{flags['libtpu_init_args']}={s.libtpu_init_args_option}"] if s.libtpu_init_args_option is not None else []
         if s.fit:
-            args.append(f"--aot-fit={s.fit}")
+            args.append(f"{flags['fit']}={s.fit}")
         if not s.presets:
             args += ["-o", "aot_default_options=none"]
         if s.hbm_headroom != 1.0:
             args += ["-o", f"aot_hbm_headroom={s.hbm_headroom:g}"]
-        if s.config_modules and s.flags is CLI_FLAGS:
+        if s.config_modules and s.front_end == "cli":
             args += ["-o", "aot_config_modules=" + "\n".join(s.config_modules)]
         return args
 
@@ -487,15 +213,8 @@ class GateSession:
         """The command that accepts this case's current figures as its golden (the one builder,
         :func:`aotcheck.gate.upgrade.accept_all_command`, with this program selected)."""
         given = self.settings.golden_dir_option  # As given (it may override the ini's), even "golden".
-        return accept_all_command([case.id], extra=[*([f"--aot-golden-dir={given}"] if given else []),
+        return accept_all_command([case.id], extra=[*([f"{flag_names('pytest')['golden_dir']}={given}"] if given else []),
                                                     *self.accept_args(), "-k", case.program])
-
-    def _knobs(self) -> dict[str, str | None]:
-        """Case id -> the knob its plan searches (the plan is memoised; so is this view of it)."""
-        plan = self.plan(sharded=False)
-        if self._knobs_of[0] is not plan:
-            self._knobs_of = (plan, {p.case.id: p.knob for p in plan.cases})
-        return self._knobs_of[1]
 
     def golden_file(self, case: Case) -> str:
         return str(self.store.path(case))
@@ -503,9 +222,9 @@ class GateSession:
     def check(self, case: Case) -> Outcome:
         """Measures and judges one case, and words its message."""
         s = self.settings
-        knob = self._knobs().get(case.id)
         # The compile workers search the knob the plan chose (a measure of one's own decides for itself).
-        measure = functools.partial(self._measurer, fit=knob) if self._measurer is not None and knob else self.measure
+        measure = functools.partial(self._measurer, fit=self.plan().knob(case)) if self._measurer is not None \
+            else self.measure
         outcome = check_case(case, measure=measure, store=self.store, tolerances=s.tolerances,
                              update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom,
                              metric_drift=s.metric_drift)
@@ -523,16 +242,14 @@ class GateSession:
         :meth:`prestart` later stops those no selected case needs. (A ``cpu-N`` worker waits for
         :meth:`prepare`, which sets its device count.)"""
         if self._measurer is not None:
-            self._measurer.prestart({family_of(t.topology) for t in self.settings.targets
-                                     if t.topology.platform != "cpu"})
+            self._measurer.prestart(t.topology for t in self.settings.targets if not t.topology.platform.host_devices)
 
     def prestart(self, cases: Sequence[Case]) -> None:
         """Starts the compile workers these cases need, in parallel, before the first case runs, and
         stops any started early that none of them needs."""
         if self._measurer is not None:
-            families = {family_of(c.topology) for c in cases}
-            self._measurer.retain(families)
-            self._measurer.prestart(families)
+            self._measurer.retain({c.topology.family for c in cases})
+            self._measurer.prestart(c.topology for c in cases)
 
     def record(self, outcome: Outcome) -> None:
         self.outcomes[outcome.case.id] = outcome
@@ -555,35 +272,11 @@ class GateSession:
 
     # The end ---------------------------------------------------------------------------
 
-    def stale_goldens(self) -> list[str]:
-        """Golden files with no registered (config, program): judged on the whole registry,
-        so deselected, skipped and other-shard cases never count."""
-        known: set[tuple[str, str]] = set()
-        unbuildable: set[str] = set()
-        for entry in self.registry:
-            try:
-                known.update((entry.name, p) for p in entry.programs())
-            except RegistryError:
-                unbuildable.add(entry.name)
-        stale = []
-        for rel in self.store.cases():  # Only files aotcheck wrote: a user's own JSON is never stale.
-            case = Case.parse(rel.removesuffix(".json"))
-            if case.config not in unbuildable and (case.config, case.program) not in known:
-                stale.append(rel)
-        return stale
-
-    def whole_matrix_ran(self) -> bool:
-        """Whether every case of every registered config has an outcome here (prune only then)."""
-        plan = self.plan(sharded=False)
-        if plan.broken or len(self.registry.select(list(self.settings.config_globs) or None)) != len(self.registry):
-            return False  # Some registered config was left out: its goldens' fate is not ours to judge.
-        return all(p.case.id in self.outcomes for p in plan.cases)
-
     def finish(self) -> Report:
         """Stale goldens (removed after a full update), broken configs, the report written."""
-        stale = self.stale_goldens()
+        stale = stale_goldens(self.registry, self.store)
         removed: list[str] = []
-        if self.settings.update and stale and self.whole_matrix_ran():
+        if self.settings.update and stale and self.plan().whole_matrix_ran(self.outcomes):
             for rel in stale:
                 try:
                     (self.store.root / rel).unlink(missing_ok=True)
@@ -599,7 +292,7 @@ class GateSession:
                 + "; the rest did not run, and no stale golden was removed.")
         report = Report(list(self.outcomes.values()), golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
-                        notes=self.notes())
+                        notes=self.notes(), toolchain=self.toolchain())
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)
@@ -618,10 +311,10 @@ class GateSession:
         s = self.settings
         lines = header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
                              cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
-                             shard_seconds=self.shard_seconds(),
+                             shard_seconds=self.plan().shard_seconds(),
                              toolchain=self.toolchain(), foreign=self.foreign_toolchain_goldens())
         if s.presets:
-            lines += refusal_lines({family_of(t.topology) for t in s.targets})
+            lines += refusal_lines({t.topology.family for t in s.targets})
         if s.compiler_options or not s.presets:
             sent = {k: v for k, v in s.compiler_options.items() if not runtime_only(k)}
             dropped = len(s.compiler_options) - len(sent)
@@ -637,13 +330,16 @@ class GateSession:
                          "pass --aot-golden-dir=PATH (with '='), or create them with --update-golden.")
         return lines
 
+    def platforms(self) -> list[Platform]:
+        """The platforms of this run's targets (TPU's when there are none), the TPU's first."""
+        return sorted({t.topology.platform for t in self.settings.targets} or {TPU}, key=lambda p: p is not TPU)
+
     def toolchain(self) -> dict[str, str | None]:
         """The versions behind this run's figures: jax's, libtpu's where a target is a TPU (or the host's
-        CPU), the CUDA plugin's where one is a GPU."""
-        platforms = {t.topology.platform for t in self.settings.targets} or {"tpu"}
+        CPU), the CUDA plugin's where one is a GPU: what the header and the report record."""
         out: dict[str, str | None] = {}
-        for platform in sorted(platforms, key=lambda p: p == "gpu"):
-            out.update(_runtime.toolchain(platform))
+        for platform in self.platforms():
+            out.update(platform.toolchain())
         return out
 
     def foreign_toolchain_goldens(self) -> list[str]:
@@ -656,16 +352,16 @@ class GateSession:
                 continue
             platform = _platform_of(rel)
             if toolchain_note(golden.toolchain, platform=platform):
-                out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in _runtime.toolchain(platform)))
+                out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in platform.toolchain()))
         return out
 
 
-def _platform_of(golden_path: str) -> str:
-    """The platform of a golden file's case (``lm/prefill@h100-8x1.json``: gpu)."""
+def _platform_of(golden_path: str) -> Platform:
+    """The platform of a golden file's case (``lm/prefill@h100-8x1.json``: GPU)."""
     try:
         return Case.parse(golden_path.removesuffix(".json")).topology.platform
     except ValueError:  # A name from a table aotcheck no longer has: judged as a TPU golden.
-        return "tpu"
+        return TPU
 
 
 def exit_status(report: Report) -> int:

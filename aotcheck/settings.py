@@ -1,10 +1,12 @@
-"""The gate's settings, declared once: each one's pytest option, ini key, CLI flag, default and help.
+"""The gate's settings, declared once: each one's pytest option, ini key, CLI flag, default, help, choices and reader.
 
 Both front ends are generated from :data:`SETTINGS`: the pytest plugin's options and ini keys
 (:func:`add_pytest_options`), ``aotcheck check``'s flags (:func:`add_cli_arguments`), how each
 reads a value (option over ini over default: :func:`read_settings`), and the name an error
 message gives a setting (:func:`flag_names`: the front end's flag, else the ini key).
-:meth:`aotcheck.session.GateSettings.parse` then checks the values, whichever front end read them.
+:meth:`GateSettings.parse` then checks the values, whichever front end read them: a loop over
+the rows, each with its choices and its reader (as Hypothesis's settings carry their validators),
+so a default is written once, in its row.
 
 Example:
     >>> flag_names("pytest")["topologies"], flag_names("cli")["topologies"], flag_names("cli")["tolerances"]
@@ -17,8 +19,32 @@ Example:
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Collection, Mapping
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
+
+from aotcheck.errors import AotcheckError
+from aotcheck.gate.compare import Tolerance, ToleranceError, parse_tolerances
+from aotcheck.gate.shard import ShardError, parse_shard
+from aotcheck.pipeline.measurement import figure_names
+from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
+from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
+
+
+class SettingsError(AotcheckError, ValueError):
+    """A setting that cannot be used; the message names the option and the fix."""
+
+
+class Reading(NamedTuple):
+    """What a row's reader sees besides its value: the rootdir, how a message names each setting,
+    and every setting's value as given (a reader may need another's: the targets, the slice counts)."""
+
+    rootdir: Path
+    said: Mapping[str, str]
+    given: Mapping[str, Any]
 
 
 class Setting(NamedTuple):
@@ -35,66 +61,188 @@ class Setting(NamedTuple):
     cli_help: str = ""  # The CLI flag's help (default: the plugin's).
     action: str | None = None  # "store_true" for a switch; "append": the CLI flag adds to the ini's lines.
     metavar: str | None = None
+    # The values it takes, each with what it means (a message lists them); given case- and space-blind.
+    choices: tuple[tuple[str, str], ...] = ()
+    field: str | None = None  # The GateSettings field it sets (default: its name; "": none).
+    read: Callable[[Any, Reading], Any] | None = None  # Value as given -> as GateSettings holds it (SettingsError).
+
+    def parsed(self, value: Any, reading: Reading) -> Any:
+        """``value`` checked against the choices and read; a choice's empty value is the default."""
+        if self.choices:
+            value = (value or self.default).strip().lower()
+            if value not in dict(self.choices):
+                raise SettingsError(f"{reading.said[self.name]}: {reading.given[self.name]!r} must be "
+                                    + " or ".join(f"'{v}' ({meaning})" for v, meaning in self.choices))
+        return self.read(value, reading) if self.read else value
+
+
+def split_list(value: str | Sequence[str] | None) -> list[str]:
+    """``"a,b c"`` or ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
+    texts = [value] if isinstance(value, str) else list(value or [])
+    return [v for text in texts for v in re.split(r"[,\s]+", text) if v]
+
+
+def example(name: str, value: str) -> str:
+    """A setting with a value, as written where ``name`` (a flag or an ini key) is written."""
+    return f"{name}={value}" if name.startswith("-") else f"{name} = {value}"
+
+
+# Readers: each turns what a user wrote into what GateSettings holds, or says what is wrong and the fix.
+
+def _slice_counts(value: Any, r: Reading) -> list[int]:
+    counts = []
+    for text in split_list(value):
+        if not text.isdigit() or int(text) < 1:
+            raise SettingsError(f"{r.said['slices']}: {text!r} is not a slice count; give integers >= 1, "
+                                f"e.g. {example(r.said['slices'], '1,2')}")
+        try:
+            counts.append(check_num_slices(int(text)))
+        except TopologyError as e:
+            raise SettingsError(f"{r.said['slices']}: {e}") from None
+    return counts
+
+
+def _targets(value: Any, r: Reading) -> tuple[Target, ...]:
+    counts = _slice_counts(r.given["slices"], r)  # Its errors first, as the slices come first on a target.
+    try:
+        return tuple(expand_targets(split_list(value), counts or [1]))
+    except TopologyError as e:
+        raise SettingsError(f"{r.said['topologies']}: {e}") from None
+
+
+def _tolerances(value: Any, r: Reading) -> tuple[tuple[str, Tolerance], ...]:
+    try:
+        return tuple(parse_tolerances(value, known=figure_names()))
+    except ToleranceError as e:
+        raise SettingsError(f"{r.said['tolerances']}: {e}") from None
+
+
+def _headroom(value: Any, r: Reading) -> float:
+    try:
+        headroom = float(value)
+        if not 0 < headroom <= 1:
+            raise ValueError
+    except ValueError:
+        raise SettingsError(f"{r.said['hbm_headroom']}: {value!r} must be a number in (0, 1], e.g. 0.95") from None
+    return headroom
+
+
+def _knob(value: Any, r: Reading) -> str | None:
+    fit = (value or "").strip() or None
+    if fit is not None and not fit.isidentifier():
+        raise SettingsError(f"{r.said['fit']}: {fit!r} is not a knob name; name what to search on every config, "
+                            f"e.g. {example(r.said['fit'], 'batch')} (a config may offer more knobs in knobs=)")
+    return fit
+
+
+def _shard(value: Any, r: Reading) -> tuple[int, int] | None:
+    try:
+        return parse_shard(value) if value else None
+    except ShardError as e:
+        raise SettingsError(f"{r.said['shard']}: {e}") from None
+
+
+def _launch_flags(value: Any, r: Reading) -> dict[str, str]:
+    text = value if isinstance(value, str) else " ".join(value or ())
+    try:
+        return parse_libtpu_init_args(text, what=r.said["libtpu_init_args"])
+    except OptionsError as e:
+        raise SettingsError(str(e)) from None
+
+
+def _report_path(value: Any, r: Reading) -> Path | None:
+    path = Path(value) if value else None
+    flag = r.said["report"]
+    if path is not None and (path.is_dir() or path.name in ("", ".", "..")):
+        raise SettingsError(f"{flag}: {value} is a directory; give a file path, "
+                            f"e.g. {flag}={(path / 'aot-report.json').as_posix()}")
+    if path is not None and any(p.exists() and not p.is_dir() for p in path.parents):
+        raise SettingsError(f"{flag}: {value} lies under a file, not a directory; give a path in a directory")
+    return path
+
+
+def _cache_dir(value: Any, r: Reading) -> Path | None:
+    return r.rootdir / value if value and not r.given.get("no_cache") else None
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("topologies", "--aot-topologies", "--topologies", "aot_topologies", "args", [],
             "topologies to check, e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only); 'none' turns the gate off for this "
             "run. Without any (here or in the ini), the plugin adds no tests.",
-            cli_help="e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only)"),
+            cli_help="e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only)",
+            field="targets", read=_targets),
     Setting("slices", "--aot-slices", "--slices", "aot_slices", "args", [],
-            "slice counts for every topology, e.g. 1,2 (default 1)", cli_help="slice counts for every topology, e.g. 1,2"),
+            "slice counts for every topology, e.g. 1,2 (default 1)", cli_help="slice counts for every topology, e.g. 1,2",
+            field="", read=_slice_counts),
     Setting("configs", "--aot-configs", "--configs", "aot_configs", "args", [],
-            "glob(s) over config names, e.g. 'lm-*' (default all)", cli_help="glob(s) over config names, e.g. 'lm-*'"),
+            "glob(s) over config names, e.g. 'lm-*' (default all)", cli_help="glob(s) over config names, e.g. 'lm-*'",
+            field="config_globs", read=lambda v, r: tuple(split_list(v))),
     Setting("golden_dir", "--aot-golden-dir", "--golden-dir", "aot_golden_dir", "string", "golden",
             "golden directory (default golden/ at the rootdir)",
             ini_help="default --aot-golden-dir, relative to the rootdir",
-            cli_help="golden directory (default: aot_golden_dir, or golden/)"),
+            cli_help="golden directory (default: aot_golden_dir, or golden/)",
+            read=lambda v, r: r.rootdir / v),
     Setting("update", "--update-golden", "--update-golden", None, "bool", False,
             "write the figures of the cases that run as their goldens (and pass them); cases that do not run are "
-            "left alone", cli_help="accept the figures of the cases that run", action="store_true"),
+            "left alone", cli_help="accept the figures of the cases that run", action="store_true",
+            read=lambda v, r: bool(v)),
     Setting("strict", "--aot-strict", "--strict", "aot_strict", "bool", False,
             "fail on improvements beyond tolerance too, to keep baselines tight",
-            cli_help="fail on improvements beyond tolerance too", action="store_true"),
+            cli_help="fail on improvements beyond tolerance too", action="store_true",
+            read=lambda v, r: bool(v)),
     Setting("report", "--aot-report", "--report", None, "string", None,
             "write every case's figures, golden and verdict as JSON", cli_help="write the JSON report here",
-            metavar="PATH"),
+            metavar="PATH",
+            field="report_path", read=_report_path),
     Setting("shard", "--aot-shard", "--shard", None, "string", None,
             "run only shard K of N of the case matrix (for CI runners)",
-            cli_help="run only shard K of N of the matrix", metavar="K/N"),
+            cli_help="run only shard K of N of the matrix", metavar="K/N",
+            read=_shard),
     Setting("fit", "--aot-fit", "--fit", "aot_fit", "string", "",
             "search the largest KNOB (e.g. batch) that fits on every config that offers it and names no fit= of "
             "its own, gated as fit_max_KNOB",
             cli_help="search the largest KNOB (e.g. batch) that fits on every config that offers it and names "
-            "no fit= of its own (default: aot_fit)", metavar="KNOB"),
+            "no fit= of its own (default: aot_fit)", metavar="KNOB",
+            read=_knob),
     Setting("libtpu_init_args", "--aot-libtpu-init-args", "--libtpu-init-args", "aot_libtpu_init_args", "string", "",
             "your job's LIBTPU_INIT_ARGS string, e.g. '--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=98304 "
             "--xla_tpu_enable_latency_hiding_scheduler=true' (runtime-only flags are dropped)",
             ini_help="default --aot-libtpu-init-args: your job's LIBTPU_INIT_ARGS string",
             cli_help="your job's LIBTPU_INIT_ARGS string, e.g. --libtpu-init-args='--xla_tpu_scoped_vmem_limit_kib=98304' "
-            "(default: aot_libtpu_init_args)", metavar="FLAGS"),
+            "(default: aot_libtpu_init_args)", metavar="FLAGS",
+            field="compiler_options", read=_launch_flags),
     Setting("default_options", None, "--default-options", "aot_default_options", "string", "aotcheck",
             "aotcheck's per-chip compiler presets under your options: aotcheck (default) or none (only your options, "
             "as your job sends them)",
             cli_help="aotcheck (its per-chip presets under your options; the default) or none (only your options, "
-            "as your job sends them)"),
+            "as your job sends them)",
+            field="presets", read=lambda v, r: v == "aotcheck",
+            choices=(("aotcheck", "aotcheck's per-chip presets under your options"),
+                     ("none", "only your options, as your job sends them"))),
     Setting("cache_dir", "--aot-cache-dir", "--cache-dir", "aot_cache_dir", "string", ".aotcheck-cache",
             "figures cache directory (default .aotcheck-cache at the rootdir)",
             ini_help="default --aot-cache-dir, relative to the rootdir",
-            cli_help="figures cache directory (default .aotcheck-cache)"),
+            cli_help="figures cache directory (default .aotcheck-cache)",
+            read=_cache_dir),
     Setting("no_cache", "--aot-no-cache", "--no-cache", None, "bool", False,
             "compile every case, neither reading nor writing the figures cache",
-            cli_help="compile every case; no figures cache", action="store_true"),
+            cli_help="compile every case; no figures cache", action="store_true",
+            field=""),
     Setting("hbm_headroom", None, None, "aot_hbm_headroom", "string", "1.0",
-            "fail a case whose peak exceeds this share of the device's HBM (default 1.0)"),
+            "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
+            read=_headroom),
     Setting("tolerances", None, None, "aot_tolerances", "linelist", [],
-            "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]"),
+            "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
+            read=_tolerances),
     Setting("metric_drift", None, None, "aot_metric_drift", "string", "fail",
-            "figures new or gone against a golden: fail (default) or warn"),
+            "figures new or gone against a golden: fail (default) or warn",
+            choices=(("fail", "figures new or gone against the golden fail the case"),
+                     ("warn", "they pass with a warning"))),
     Setting("config_modules", None, "--module", "aot_config_modules", "linelist", [],
             "modules or .py files (rootdir-relative) that register configs",
             cli_help="module or .py file that registers configs (repeatable; the rootdir's conftest.py is always "
-            "read)", action="append"),
+            "read)", action="append",
+            read=lambda v, r: tuple(v)),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -115,11 +263,6 @@ def names_in_messages(flags: Mapping[str, str], from_ini: Collection[str] = ()) 
         ('aot_slices', '--aot-topologies', 'aot_slices = 1,2', '--aot-topologies=v4-8')
     """
     return {**flags, **{name: BY_NAME[name].ini for name in from_ini if name in BY_NAME and BY_NAME[name].ini}}
-
-
-def example(name: str, value: str) -> str:
-    """A setting with a value, as written where ``name`` (a flag or an ini key) is written."""
-    return f"{name}={value}" if name.startswith("-") else f"{name} = {value}"
 
 
 def add_pytest_options(parser: Any) -> None:
@@ -169,7 +312,75 @@ def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], 
     out["from_ini"] = tuple(from_ini)
     out["golden_dir_option"] = option(BY_NAME["golden_dir"])
     out["libtpu_init_args_option"] = option(BY_NAME["libtpu_init_args"])
-    if out.pop("no_cache"):
-        out["cache_dir"] = None
     return out
 
+
+
+FRONT_ENDS = ("pytest", "cli")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GateSettings:
+    """Everything a gate run needs, parsed and checked (see :meth:`parse`; each field's default is its
+    row's in :data:`SETTINGS`).
+
+    Example:
+        >>> settings = GateSettings.parse(rootdir="/p", topologies="v4-8,v5e-16x2", slices="1,2", fit="batch")
+        >>> [t.name for t in settings.targets], settings.fit, settings.cache_dir, settings.presets
+        (['v4-8x1', 'v4-8x2', 'v5e-16x2'], 'batch', PosixPath('/p/.aotcheck-cache'), True)
+        >>> GateSettings.parse(rootdir="/p", metric_drift="maybe")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        aotcheck.settings.SettingsError: aot_metric_drift: 'maybe' must be 'fail' (figures new or gone ...) or 'warn' (...)
+    """
+
+    rootdir: Path
+    front_end: str  # "pytest" or "cli": how messages name a setting, and what a hint may suggest.
+    targets: tuple[Target, ...]
+    config_globs: tuple[str, ...]
+    golden_dir: Path
+    golden_dir_option: str | None  # As given on the command line (the accept command repeats it).
+    update: bool
+    strict: bool
+    tolerances: tuple[tuple[str, Tolerance], ...]
+    report_path: Path | None
+    hbm_headroom: float
+    fit: str | None  # Search this knob on every config that offers it and names no ``fit`` of its own.
+    cache_dir: Path | None
+    shard: tuple[int, int] | None
+    config_modules: tuple[str, ...]
+    metric_drift: str
+    compiler_options: dict[str, str]  # The user's launch flags.
+    presets: bool  # aotcheck's per-chip presets under the user's options (aot_default_options).
+    libtpu_init_args_option: str | None  # As given on the command line (accept commands repeat it).
+
+    @classmethod
+    def parse(cls, *, rootdir: str | os.PathLike[str], front_end: str = "pytest", from_ini: Collection[str] = (),
+              golden_dir_option: str | None = None, libtpu_init_args_option: str | None = None,
+              **values: Any) -> "GateSettings":
+        """Parses option values as users write them (keywords: the rows' names; a row not given takes its
+        default); SettingsError names the bad one: by its flag, or by its ini key when the ini gave it
+        (``from_ini``, from :func:`read_settings`)."""
+        unknown = sorted(set(values) - set(BY_NAME))
+        if unknown or front_end not in FRONT_ENDS:
+            raise TypeError(f"GateSettings.parse() got unknown settings {unknown or [front_end]}; "
+                            f"the settings are {', '.join(BY_NAME)}")
+        given = {s.name: values.get(s.name, s.default) for s in SETTINGS}
+        reading = Reading(Path(rootdir), names_in_messages(flag_names(front_end), from_ini), given)
+        fields = {s.field if s.field is not None else s.name: s.parsed(given[s.name], reading) for s in SETTINGS}
+        fields.pop("", None)
+        return cls(rootdir=reading.rootdir, front_end=front_end, golden_dir_option=golden_dir_option,
+                   libtpu_init_args_option=libtpu_init_args_option, **fields)
+
+    @property
+    def flags(self) -> dict[str, str]:
+        """How this run's front end names each setting in a message."""
+        return flag_names(self.front_end)
+
+    @property
+    def golden_label(self) -> str:
+        """The golden directory as reports name it: relative to the rootdir when inside it."""
+        try:
+            return self.golden_dir.resolve().relative_to(self.rootdir.resolve()).as_posix()
+        except ValueError:
+            return str(self.golden_dir)

@@ -77,7 +77,8 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
     from aotcheck.figures.sources import source_sequence
     from aotcheck.pipeline.cache import FiguresCache, cache_key
     from aotcheck.programs.lowering import lower_config
-    from aotcheck.targets.topology import Target, get_devices_for_topology
+    from aotcheck.targets.devices import get_devices_for_topology
+    from aotcheck.targets.topology import Target
 
     for topology in topologies.split(","):
         get_devices_for_topology(Target.of(topology).topology, 1)  # libtpu's start-up.
@@ -92,8 +93,8 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
         lowering += time.perf_counter() - start
         start = time.perf_counter()
         key = cache_key(module_text=lowered.as_text(), compiler_options=options, topology=target.topology.name,
-                        num_slices=target.num_slices, toolchain=_runtime.toolchain(target.topology.platform))
-        cache.get(key, toolchain=_runtime.toolchain(target.topology.platform))
+                        num_slices=target.num_slices, toolchain=target.topology.platform.toolchain())
+        cache.get(key, toolchain=target.topology.platform.toolchain())
         source_sequence(lowered.as_text(dialect="hlo", debug_info=True))  # The lines a hit maps onto.
         reading += time.perf_counter() - start
     out["lowering"], out["cache reads"] = lowering, reading

@@ -53,7 +53,7 @@ def child(mode: str, cases: list[str], family: str, run: bool, platform: str) ->
     from aotcheck.programs import lowering
     from aotcheck.programs.registry import REGISTRY
     from aotcheck.targets.mesh import MeshSpec
-    from aotcheck.targets.topology import TopologyDevices
+    from aotcheck.targets.devices import TopologyDevices
 
     if mode == "real":
         device = jax.devices(platform)[0]
@@ -106,7 +106,7 @@ def gpu_family(platform: str) -> str:
                          capture_output=True, text=True)
     kind = out.stdout.strip()
     sys.path.insert(0, str(ROOT))
-    from aotcheck.targets.topology import GPUS
+    from aotcheck.targets.gpu import GPUS
 
     family = next((f for f, g in GPUS.items() if g.device_name == kind), None)
     if family is None:

@@ -2,7 +2,8 @@
 
 The pipeline, bottom to top (a module may import its own layer and the ones below):
 
-    _runtime, units -> targets -> programs -> figures -> pipeline -> gate -> render -> session, ini -> plugin, cli
+    _runtime, units -> targets -> programs -> figures -> pipeline -> gate -> render -> settings, ini -> plan
+    -> session -> plugin, cli
 """
 
 import ast
@@ -21,7 +22,9 @@ LAYERS = [
     ("aotcheck.pipeline",),
     ("aotcheck.gate",),
     ("aotcheck.render",),
-    ("aotcheck.session", "aotcheck.ini", "aotcheck.scaffold", "aotcheck.settings"),
+    ("aotcheck.settings", "aotcheck.ini", "aotcheck.scaffold"),
+    ("aotcheck.plan",),
+    ("aotcheck.session",),
     ("aotcheck.plugin", "aotcheck.cli"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]

@@ -16,7 +16,8 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.errors import CompileError, OutOfMemory
 from aotcheck.programs.registry import ProgramNotFound
-from aotcheck.session import GateSession, GateSettings
+from aotcheck.session import GateSession
+from aotcheck.settings import GateSettings
 
 CASE = Case.of("toy", "step", "v5e-4")
 FIGURES = {"peak_bytes": 100 * 2**20, "argument_bytes": 10 * 2**20, "flops": 1e9}

@@ -16,7 +16,8 @@ from aotcheck.programs import options as presets
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args, resolve_compiler_options
 from aotcheck.models import lm
 from aotcheck._runtime import toolchain
-from aotcheck.targets.topology import Target, get_devices_for_topology
+from aotcheck.targets.devices import get_devices_for_topology
+from aotcheck.targets.topology import Target
 
 
 @pytest.fixture(scope="module")

@@ -144,7 +144,7 @@ def search_against_bisection(topology, headroom, program, tmp_path):
     # On TPUs the peak is a straight line in the batch and the prediction lands; a GPU's fusions change
     # with the batch (lm-tiny's prefill on h100-8 peaks 2,806,304 B at 32, 4,076,480 B at 108: the
     # prediction missed: 8 compiles, where the plain bisection took 6).
-    assert not found.upper_bound and found.probes <= (6 if case.topology.platform == "tpu" else len(bisection) + 2), \
+    assert not found.upper_bound and found.probes <= (6 if case.topology.platform.name == "tpu" else len(bisection) + 2), \
         (found, bisection)
     # What fills the memory at the max: the activations (temp), and the split adds up to the peak.
     assert found.buffers_at_max and found.buffers_at_max[0].kind == "temp"

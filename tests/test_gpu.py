@@ -17,12 +17,12 @@ from aotcheck import _runtime
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.targets import gpu
 from aotcheck.targets.mesh import MeshSpec, build_mesh
+from aotcheck.targets.devices import get_devices_for_topology
+from aotcheck.targets.gpu import GPUS
 from aotcheck.targets.topology import (
-    GPUS,
     Target,
     TopologyError,
     expand_targets,
-    get_devices_for_topology,
     gpu_topologies,
     parse_topology,
     split_target,
@@ -44,7 +44,7 @@ def test_the_table_agrees_with_the_plugins_device_specs(family):
     assert f'device_description_str: "{model.device_name}"' in spec
     assert spec_value(spec, "device_memory_size") == model.hbm_bytes
     assert spec_value(spec, "memory_bandwidth") == model.hbm_bandwidth
-    for topology in (t for t in gpu_topologies() if t.chip is model):
+    for topology in (t for t in gpu_topologies() if t.hardware is model):
         devices, per_slice = get_devices_for_topology(topology, 2)
         assert per_slice == topology.num_devices and len(devices) == 2 * topology.num_devices
         assert {d.device_kind for d in devices} == {model.device_name}
@@ -56,7 +56,7 @@ def test_the_table_agrees_with_the_plugins_device_specs(family):
 
 def test_gpu_names_hosts_and_errors():
     h100 = parse_topology("H100-8")
-    assert (h100.name, h100.platform, h100.num_devices, h100.shape) == ("h100-8", "gpu", 8, (1, 8))
+    assert (h100.name, h100.platform.name, h100.num_devices, h100.shape) == ("h100-8", "gpu", 8, (1, 8))
     assert parse_topology("gb200-72").shape == (18, 4)  # An NVL72 rack: one NVLink domain of 18 hosts.
     assert split_target("h100-16") == (h100, 2) and split_target("h100-8x2") == (h100, 2)
     assert [t.name for t in expand_targets(["h100-8", "b200-32"], [1, 2])] == ["h100-8x1", "h100-8x2", "b200-8x4"]

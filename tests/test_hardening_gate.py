@@ -28,7 +28,8 @@ from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.render.markdown import markdown
 from aotcheck.render.text import session_summary
-from aotcheck.session import GateSession, GateSettings
+from aotcheck.session import GateSession
+from aotcheck.settings import GateSettings
 
 CASE = Case.of("toy", "step", "v5e-4")
 FIGURES = {"peak_bytes": 100 * 2**20, "argument_bytes": 10 * 2**20, "flops": 1e9}

@@ -36,7 +36,8 @@ from aotcheck.gate.isolation import measure_request
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs import options
-from aotcheck.session import CLI_FLAGS, PYTEST_FLAGS, GateSession, GateSettings
+from aotcheck.session import GateSession
+from aotcheck.settings import GateSettings
 from toy import CONFTEST, golden
 
 # --- helpers --------------------------------------------------------------------------------------------
@@ -176,7 +177,7 @@ def test_the_accept_command_repeats_the_settings_pytest_has_no_option_for(tmp_pa
     cli_settings = GateSettings.parse(rootdir=tmp_path, topologies=["v4-8"], default_options="none",
                                       config_modules=["script.py"], fit="batch", hbm_headroom="0.9",
                                       libtpu_init_args="--xla_x=1", libtpu_init_args_option="--xla_x=1",
-                                      flags=CLI_FLAGS)
+                                      front_end="cli")
     gate = GateSession(cli_settings, measure=fake_measure)
     assert gate.accept_command(case) == (
         "pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 --aot-libtpu-init-args=--xla_x=1 "
@@ -184,7 +185,7 @@ def test_the_accept_command_repeats_the_settings_pytest_has_no_option_for(tmp_pa
     assert "To create it: " + gate.accept_command(case) in gate.check(case).message
     # Under pytest the ini's modules are read again by the accept run; presets off is still said.
     pytest_settings = GateSettings.parse(rootdir=tmp_path, topologies=["v4-8"], default_options="none",
-                                         config_modules=["script.py"], flags=PYTEST_FLAGS)
+                                         config_modules=["script.py"], front_end="pytest")
     assert GateSession(pytest_settings, measure=fake_measure).accept_command(case) == (
         "pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -o aot_default_options=none -k step")
 

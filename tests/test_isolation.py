@@ -109,7 +109,8 @@ def test_workers_started_early_are_stopped_when_no_selected_case_needs_them(tmp_
     start-up overlaps with that); once the cases are selected, a family none of them needs is stopped,
     its process gone. Real worker processes."""
     from aotcheck.pipeline.case import Case
-    from aotcheck.session import GateSession, GateSettings
+    from aotcheck.session import GateSession
+    from aotcheck.settings import GateSettings
 
     settings = GateSettings.parse(rootdir=tmp_path, topologies=["v4-8", "v5e-4", "cpu-2"], cache_dir=None)
     with GateSession(settings) as session:
@@ -127,7 +128,8 @@ import sys
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 import aotcheck
-from aotcheck.session import GateSession, GateSettings, SettingsError
+from aotcheck.session import GateSession
+from aotcheck.settings import GateSettings, SettingsError
 
 
 def double(x):

@@ -29,7 +29,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
 from aotcheck.render.text import fit_lines, outcome_message
-from aotcheck.targets.topology import get_devices_for_topology
+from aotcheck.targets.devices import get_devices_for_topology
 
 MiB = 2**20
 ROWS = 32768  # f32[32768,128] in and out: 32 MiB of kernel blocks in VMEM, over v5e's 16 MiB scoped limit.

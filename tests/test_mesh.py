@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck.targets.mesh import MeshError, MeshSpec, build_mesh, resolve_mesh_shape, split_ici_dcn
-from aotcheck.targets.topology import get_devices_for_topology
+from aotcheck.targets.devices import get_devices_for_topology
 
 
 @given(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=4), st.data())

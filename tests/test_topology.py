@@ -5,12 +5,12 @@ import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck import _runtime
+from aotcheck.targets.devices import get_devices_for_topology
+from aotcheck.targets.tpu import CHIPS
 from aotcheck.targets.topology import (
-    CHIPS,
     TopologyError,
     all_topologies,
     check_num_slices,
-    get_devices_for_topology,
     Target,
     split_target,
     parse_topology,

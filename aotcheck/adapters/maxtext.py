@@ -71,6 +71,7 @@ import jax
 
 from aotcheck.adapters.base import AdapterError, require
 from aotcheck.programs.config import FunctionConfig, Knob
+from aotcheck.targets.platform import TPU
 
 RNG_FLAG = "--xla_tpu_spmd_rng_bit_generator_unsafe=true"
 """The launch flag MaxText's ``train_compile`` adds to ``LIBTPU_INIT_ARGS`` for its unsafe RBG PRNG."""
@@ -151,7 +152,7 @@ class MaxText:
                     knobs=knobs, fit=fit, fit_upper=fit_upper, fit_targets=fit_targets, compiler_options=options)
 
         return FunctionConfig(
-            make_program=self.train_program, program="train_step", platforms=("tpu",),
+            make_program=self.train_program, program="train_step", platforms=(TPU.name,),
             arg_kinds=(STATE_KINDS, "batch"), trace_in_mesh=False,  # MaxText traces under its own mesh.
             libtpu_init_args=f"{_flags_text(given.get('compile_xla_flags', ''))} {RNG_FLAG}".strip(),
             compiler_options=options,

@@ -122,7 +122,7 @@ def _decide(
         written = settle_noisy(previous.figures if same_toolchain else None, figures, tolerances)
         try:
             # The golden keeps a view of the measurement (its figures settled against the last golden's).
-            action = store.write(case, written, toolchain=_runtime.toolchain(case.topology.platform),
+            action = store.write(case, written, toolchain=case.topology.platform.toolchain(),
                                  **result.view("compiler_options", "details"))
         except OSError as e:
             return Outcome(case, Verdict.ERROR, error=Failure(f"cannot write its golden file {store.path(case)}: "

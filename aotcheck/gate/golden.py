@@ -27,11 +27,11 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from aotcheck import _runtime
 from aotcheck._files import atomic_write_text, probe_writable
 from aotcheck.pipeline.case import Case
 from aotcheck.figures.program import details_problem, value_problem
 from aotcheck.gate.verdict import GoldenAction
+from aotcheck.targets.platform import Platform
 
 FORMAT = 1
 
@@ -105,18 +105,19 @@ NEWER_GOLDEN = "golden made with a newer toolchain than this one"
 """How a toolchain note on a golden of a newer toolchain begins (such a golden is never accepted over)."""
 
 
-def toolchain_note(golden_toolchain: dict[str, Any], *, platform: str) -> str | None:
+def toolchain_note(golden_toolchain: dict[str, Any], *, platform: Platform) -> str | None:
     """Says how a golden's toolchain differs from this process's for ``platform``'s targets, or None.
 
     Example:
-        >>> toolchain_note(_runtime.toolchain(), platform="tpu") is None
+        >>> from aotcheck.targets.platform import TPU
+        >>> toolchain_note(TPU.toolchain(), platform=TPU) is None
         True
-        >>> toolchain_note({**_runtime.toolchain(), "libtpu": "0.0.1"}, platform="tpu")  # doctest: +ELLIPSIS
+        >>> toolchain_note({**TPU.toolchain(), "libtpu": "0.0.1"}, platform=TPU)  # doctest: +ELLIPSIS
         'golden made with another toolchain (libtpu 0.0.1 -> ...); figures may differ for that reason alone'
-        >>> toolchain_note({**_runtime.toolchain(), "libtpu": "99.0"}, platform="tpu")  # doctest: +ELLIPSIS
+        >>> toolchain_note({**TPU.toolchain(), "libtpu": "99.0"}, platform=TPU)  # doctest: +ELLIPSIS
         "golden made with a newer toolchain than this one (libtpu 99.0 -> ...); ... install the golden's toolchain ..."
     """
-    now = _runtime.toolchain(platform)
+    now = platform.toolchain()
     differ = [k for k in now if golden_toolchain.get(k) != now[k]]
     if not differ:
         return None

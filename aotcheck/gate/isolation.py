@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aotcheck import _runtime
@@ -47,7 +48,7 @@ from aotcheck.programs.loader import (LoaderError, import_main_script, import_so
 from aotcheck.programs.lowering import lower_config
 from aotcheck.programs.options import OptionsError, probe_notes, recheck_presets, unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
-from aotcheck.targets.families import family_of, worker_environment
+from aotcheck.targets.topology import Topology
 
 
 def describe_exit(code: int) -> str:
@@ -94,14 +95,15 @@ class FamilyWorker:
 
     TAIL_LINES = 12
 
-    def __init__(self, family: str) -> None:
-        self.family = family
+    def __init__(self, topology: Topology) -> None:
+        self.family = family = topology.family
         read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout and stderr stay free for noise.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env[_runtime.WORKER_ENV] = "1"
-        env.update(worker_environment(family))  # No runtime: JAX_PLATFORMS=cpu (targets/families.py).
+        env.update(topology.platform.environment)  # No runtime: JAX_PLATFORMS=cpu (targets/platform.py).
+        warm = None if topology.platform.host_devices else family  # What to warm up while the parent collects.
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd}, {family!r})"],
+            [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd}, {warm!r})"],
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(write_fd,),
@@ -149,13 +151,13 @@ class FamilyWorker:
             _write_stderr("".join(held))
         return tuple(line.rstrip("\n") for line in held)
 
-    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+    def request(self, request: WorkerRequest) -> dict[str, Any]:
         """Sends one request and waits for its reply; WorkerCrashed if the worker dies first."""
         assert self.proc.stdin is not None
         with self._tail_lock:
             self._held = []
         try:
-            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.write(json.dumps(request.to_json()) + "\n")
             self.proc.stdin.flush()
             line = self.replies.readline()
         except (BrokenPipeError, OSError):
@@ -213,12 +215,41 @@ def _write_stderr(text: str) -> None:
         pass
 
 
-# Families whose compiles depend on what their process compiled before, within the family:
-# with libtpu 0.0.42.1, whether a 7x program crashes the compiler does (lm-tiny prefill@7x-8x2
-# compiles alone, and crashes after prefill@7x-8x1). Each of their cases gets a fresh worker,
-# so its result is the one it has alone; a worker start is a few seconds against 7x compiles
-# of tens of seconds.
-FRESH_WORKER_PER_CASE = frozenset({"7x"})
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkerRequest:
+    """What the session asks a compile worker: one case, measured as the plan decided, with one JSON form.
+
+    Example:
+        >>> request = WorkerRequest(case="lm/prefill@v4-8x1", sources=(("conftest", "/p/conftest.py"),), fit="batch")
+        >>> WorkerRequest.from_json(json.loads(json.dumps(request.to_json()))) == request
+        True
+    """
+
+    case: str  # Case id.
+    # What the parent imported to register (conftest files, config modules), then the modules defining
+    # what the registry holds (a builder imported from elsewhere, a script's own): (module, path) pairs.
+    sources: tuple[tuple[str, str], ...] = ()
+    registry: tuple[str, str] | None = None  # Where the registry is (module, name); None: aotcheck.REGISTRY.
+    main: str | None = None  # The parent's own script, imported there when nothing else registered the config.
+    build: Mapping[str, Any] | None = None  # The session's build of the config (its digest; whether builds differ).
+    cache_dir: str | None = None
+    hlo: bool = False  # Bring back the optimized HLO text (--explain, --dump-hlo).
+    hbm_headroom: float = 1.0  # What a fit search may fill.
+    fit: str | None = None  # The knob whose largest fitting size to search (the plan chose it), or None.
+    compiler_options: Mapping[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
+    presets: bool = True  # aotcheck's per-chip presets under them.
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "sources": [list(s) for s in self.sources],
+                "registry": list(self.registry) if self.registry else None,
+                "build": dict(self.build) if self.build is not None else None,
+                "compiler_options": dict(self.compiler_options)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "WorkerRequest":
+        return cls(**{**data, "sources": tuple(tuple(s) for s in data["sources"]),
+                      "registry": tuple(data["registry"]) if data.get("registry") else None,
+                      "hbm_headroom": float(data["hbm_headroom"])})
 
 
 class Measurer:
@@ -235,7 +266,7 @@ class Measurer:
     """
 
     def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False, hbm_headroom: float = 1.0,
-                 fit: str | None = None, fit_default: str | None = None,
+                 fit: str | None = None,
                  compiler_options: dict[str, str] | None = None, presets: bool = True,
                  registry: Registry = REGISTRY) -> None:
         if os.environ.get(_runtime.WORKER_ENV):  # A script imported to find configs runs a gate at import.
@@ -248,7 +279,6 @@ class Measurer:
         self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
         self.hbm_headroom = hbm_headroom  # What a fit search may fill.
         self.fit = fit  # Search this knob on every case (else each config's own ``fit``).
-        self.fit_default = fit_default  # ... on every config that offers it and names none of its own.
         self.compiler_options = dict(compiler_options or {})  # The caller's (the user's launch flags).
         self.presets = presets  # aotcheck's per-chip presets under them.
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
@@ -267,14 +297,14 @@ class Measurer:
             self._where = self.registry.locate(loaded_sources())
         return self._where
 
-    def prestart(self, families: set[str] | frozenset[str]) -> None:
-        """Starts the workers of ``families`` now, so their start-up (importing jax, loading
+    def prestart(self, topologies: Iterable[Topology]) -> None:
+        """Starts the workers of ``topologies``' families now, so their start-up (importing jax, loading
         libtpu) overlaps with each other and with the first cases."""
         if self._doomed:  # Each case says why; a worker would only die of it, noisily.
             return
-        for family in sorted(families):
-            if family not in self._workers:
-                self._workers[family] = FamilyWorker(family)
+        for topology in sorted({t.family: t for t in topologies}.values(), key=lambda t: t.family):
+            if topology.family not in self._workers:
+                self._workers[topology.family] = FamilyWorker(topology)
 
     def retain(self, families: set[str] | frozenset[str]) -> None:
         """Stops the started workers of families not in ``families`` (started early for a target
@@ -286,32 +316,29 @@ class Measurer:
         """Measures ``case`` in its family's worker; ``fit``: search this knob (else :attr:`fit`, or the policy)."""
         if self._doomed:
             raise OptionsError(self._doomed)
-        family = family_of(case.topology)
-        worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(family))
+        family = case.topology.family
+        worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(case.topology))
         try:
-            reply = worker.request({
-                "case": case.id,
-                # What the parent imported to register (conftest files, config modules), then the modules
-                # defining what the registry holds (a builder imported from elsewhere, a script's own).
-                "sources": list(dict.fromkeys([*loaded_sources(), *self.registry.sources()])),
-                "registry": self.locate(),
-                "cache_dir": str(self.cache.root) if self.cache else None,
-                "hlo": self.keep_hlo,
-                "hbm_headroom": self.hbm_headroom,
-                "fit": fit if fit is not None else self.fit,
-                "fit_default": self.fit_default,
-                "compiler_options": self.compiler_options,
-                "presets": self.presets,
-                "build": self._build_seen(case),
-                "main": main_script(),  # Imported there when nothing else registered the config.
-            })
+            reply = worker.request(WorkerRequest(
+                case=case.id,
+                sources=tuple(dict.fromkeys([*loaded_sources(), *self.registry.sources()])),
+                registry=self.locate(),
+                main=main_script(),
+                build=self._build_seen(case),
+                cache_dir=str(self.cache.root) if self.cache else None,
+                hlo=self.keep_hlo,
+                hbm_headroom=self.hbm_headroom,
+                fit=fit if fit is not None else self.fit,
+                compiler_options=self.compiler_options,
+                presets=self.presets,
+            ))
         except WorkerCrashed as e:
             self._workers.pop(family, None)
             worker.close()
             raise self._crash_cause(e) from None
-        if family in FRESH_WORKER_PER_CASE:
+        if family in case.topology.platform.fresh_worker_families:
             self._workers.pop(family).close()
-            self.prestart({family})  # The next case of the family finds its fresh worker started.
+            self.prestart([case.topology])  # The next case of the family finds its fresh worker started.
         for note in reply.get("notes", []):
             if note not in self.notes:
                 self.notes.append(note)
@@ -386,7 +413,7 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
-def _registry(where: list[str] | None) -> Registry:
+def _registry(where: Sequence[str] | None) -> Registry:
     """The registry a request names (None: ``aotcheck.REGISTRY``), found in the module the parent found it in."""
     if not where:
         return REGISTRY
@@ -398,18 +425,19 @@ def _registry(where: list[str] | None) -> Registry:
     return found
 
 
-def serve(reply_fd: int, family: str | None = None) -> None:
-    """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``."""
+def serve(reply_fd: int, warm: str | None = None) -> None:
+    """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``; ``warm``: the
+    chip family whose compiler to warm up first."""
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="aotcheck-parent-watch", daemon=True).start()
     os.set_inheritable(reply_fd, False)  # A process the compile starts must not hold the reply pipe open.
     replies = os.fdopen(reply_fd, "w")
     os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.
-    if family and family != "cpu":
-        warm_up(family)  # While the parent still collects: the first case's compile cost is its own.
+    if warm:
+        warm_up(warm)  # While the parent still collects: the first case's compile cost is its own.
     caches: dict[str, FiguresCache] = {}
     for line in sys.stdin:
-        request = json.loads(line)
         try:
+            request = WorkerRequest.from_json(json.loads(line))
             measured = measure_request(request, caches)
             reply: dict[str, Any] = {"measurement": measured.to_json()}
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
@@ -419,16 +447,16 @@ def serve(reply_fd: int, family: str | None = None) -> None:
         replies.flush()
 
 
-def measure_request(request: dict[str, Any], caches: dict[str, FiguresCache] | None = None) -> Measurement:
+def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | None = None) -> Measurement:
     """Measures the case a worker's request names, as the request says (its registry found the way the
     parent found it). A compile refused under presets a presets file said libtpu accepts is measured
     once more after a fresh probe (:func:`aotcheck.programs.options.recheck_presets`)."""
     caches = {} if caches is None else caches
-    sources = [tuple(source) for source in request["sources"]]
+    sources = list(request.sources)
     import_sources(sources)
-    registry = _registry(request.get("registry"))
-    case = Case.parse(request["case"])
-    main = request.get("main")
+    registry = _registry(request.registry)
+    case = Case.parse(request.case)
+    main = request.main
     try:
         entry = registry.get(case.config)
     except ConfigNotFound:
@@ -440,16 +468,15 @@ def measure_request(request: dict[str, Any], caches: dict[str, FiguresCache] | N
             looked = ", ".join(dict.fromkeys([path for _, path in sources] + ([main] if main else []))) or "nothing"
             raise ConfigNotFound(f"{e} The compile process imported what registers configs in the session "
                                  f"({looked}), and none of it registered {case.config!r} at its top level.") from None
-    _check_same_program(entry, case, request.get("build"))
-    cache_dir = request["cache_dir"]
+    _check_same_program(entry, case, request.build)
+    cache_dir = request.cache_dir
     cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
-    presets = request.get("presets", True)
+    presets = request.presets
 
     def once() -> Measurement:
         _runtime.reset_peak_rss()
-        return measure(case, registry=registry, cache=cache, fit=request.get("fit"),
-                       fit_default=request.get("fit_default"), hbm_headroom=float(request.get("hbm_headroom", 1.0)),
-                       compiler_options=request.get("compiler_options"), presets=presets)
+        return measure(case, registry=registry, cache=cache, fit=request.fit, hbm_headroom=request.hbm_headroom,
+                       compiler_options=dict(request.compiler_options), presets=presets)
 
     try:
         result = once()
@@ -459,7 +486,7 @@ def measure_request(request: dict[str, Any], caches: dict[str, FiguresCache] | N
         if isinstance(e, OutOfMemory) or not presets or recheck_presets(case.topology, case.num_slices) is None:
             raise
         result = once()
-    hlo = result.compiled.as_text() if request.get("hlo") and result.compiled is not None else None
+    hlo = result.compiled.as_text() if request.hlo and result.compiled is not None else None
     return dataclasses.replace(result, host_peak_bytes=_runtime.peak_rss_bytes(), hlo_text=hlo)
 
 

@@ -50,7 +50,8 @@ class Report:
         removed: Stale golden files a full ``--update-golden`` removed.
         broken: Config name -> why building it failed.
         shard: ``(K, N)`` when the session ran shard K of N.
-        toolchain: jax, jaxlib and libtpu versions.
+        toolchain: The versions behind the figures: jax, jaxlib and each target platform's compiler (the
+            session's; libtpu's when not given).
         notes: What the session had to say once (an unwritable cache, ...).
     """
 

@@ -42,10 +42,10 @@ def parse_shard(text: str) -> tuple[int, int]:
     """``"K/N"`` -> ``(K, N)``: shard K (1-based) of N."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
     if not match:
-        raise ShardError(f"--aot-shard: {text!r} is not K/N (e.g. 1/4: the first of 4 shards).")
+        raise ShardError(f"{text!r} is not K/N (e.g. 1/4: the first of 4 shards).")
     k, n = int(match[1]), int(match[2])
     if n < 1 or not 1 <= k <= n:
-        raise ShardError(f"--aot-shard: {text!r}: K must be between 1 and N (N >= 1), e.g. 1/{max(n, 1)}.")
+        raise ShardError(f"{text!r}: K must be between 1 and N (N >= 1), e.g. 1/{max(n, 1)}.")
     return k, n
 
 

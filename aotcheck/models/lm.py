@@ -28,6 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from aotcheck.programs.config import InferenceConfig, TrainerConfig
 from aotcheck.targets.mesh import MeshSpec
+from aotcheck.targets.platform import TPU
 
 Params = dict[str, Any]
 
@@ -345,7 +346,7 @@ def _abstract_init(cfg: LMConfig):
 
 
 def _platforms(cfg: LMConfig) -> tuple[str, ...]:
-    return ("tpu",) if cfg.attention != "xla" else ()  # jax's Pallas kernels here are TPU kernels.
+    return (TPU.name,) if cfg.attention != "xla" else ()  # jax's Pallas kernels here are TPU kernels.
 
 
 def trainer_config(cfg: LMConfig, **overrides: Any) -> TrainerConfig:

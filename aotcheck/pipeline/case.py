@@ -7,7 +7,7 @@ Example:
     ('lm-tiny/train_step@v5e-16x2', 'lm-tiny/train_step@v5e-16x2.json')
     >>> Case.parse(case.id) == case
     True
-    >>> case.topology.chip.family, case.num_slices
+    >>> case.topology.family, case.num_slices
     ('v5e', 2)
 """
 

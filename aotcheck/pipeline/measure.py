@@ -44,9 +44,9 @@ def unsupported_reason(config: Config, case: Case) -> str | None:
     devices = case.target.num_devices
     if devices < config.min_devices:
         return f"{case.config} needs at least {config.min_devices} devices; {case.target} has {devices}"
-    if config.platforms and case.topology.platform not in config.platforms:
+    if config.platforms and case.topology.platform.name not in config.platforms:
         return (f"{case.config} runs on {' and '.join(p.upper() for p in config.platforms)} targets only "
-                f"(its platforms); {case.target} is a {case.topology.platform.upper()} target")
+                f"(its platforms); {case.target} is a {case.topology.platform.name.upper()} target")
     return None
 
 

@@ -92,7 +92,7 @@ class LoweredCase:
         return cache_key(module_text=self.lowered.as_text() + argument_kinds_key(self.lowered, self.config),
                          compiler_options=self.options, topology=self.case.topology.name,
                          num_slices=self.case.num_slices,
-                         toolchain=_runtime.toolchain(self.case.topology.platform))
+                         toolchain=self.case.topology.platform.toolchain())
 
     @functools.cached_property
     def arguments(self) -> list[Argument]:
@@ -112,7 +112,7 @@ class LoweredCase:
     def cached(self, cache: FiguresCache) -> Measurement | None:
         """The measurement the cache holds for this program, its details naming the source lines as
         the code stands now; None on a miss, or where a line it names cannot be mapped."""
-        entry = cache.get(self.key, toolchain=_runtime.toolchain(self.case.topology.platform))
+        entry = cache.get(self.key, toolchain=self.case.topology.platform.toolchain())
         if entry is None:
             return None
         # Every figure as the compile that made the entry measured it (its costs too).
@@ -164,7 +164,7 @@ class LoweredCase:
         # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
         # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
         if cache is not None and result.attribution_problem is None:
-            cache.put(self.key, result.view(*CACHED_FIELDS), toolchain=_runtime.toolchain(self.case.topology.platform),
+            cache.put(self.key, result.view(*CACHED_FIELDS), toolchain=self.case.topology.platform.toolchain(),
                       anchors=anchors(result.details.sources(), self.source_sequence))
         return result
 

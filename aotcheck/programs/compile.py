@@ -213,7 +213,7 @@ def compiler_name(topology: str | Topology) -> str:
         >>> compiler_name("v5e-16"), compiler_name("h100-8")
         ('this libtpu', "the CUDA plugin's XLA")
     """
-    return {"tpu": "this libtpu", "gpu": "the CUDA plugin's XLA"}.get(parse_topology(topology).platform, "XLA")
+    return parse_topology(topology).platform.compiler
 
 
 def warm_up(family: str) -> None:
@@ -221,7 +221,7 @@ def warm_up(family: str) -> None:
     start-up is not counted in the first real case's compile cost (``compile_cpu_seconds``)."""
     from aotcheck.targets.topology import all_topologies, gpu_topologies  # noqa: PLC0415
 
-    smallest = next((t for t in [*all_topologies(), *gpu_topologies()] if t.chip.family == family), None)
+    smallest = next((t for t in [*all_topologies(), *gpu_topologies()] if t.family == family), None)
     if smallest is None:
         return
     with contextlib.suppress(Exception), _runtime.quiet_compiler_stderr(), _runtime.no_persistent_cache():

@@ -26,12 +26,13 @@ from jax.sharding import PartitionSpec
 
 from aotcheck.errors import ConfigError
 from aotcheck.programs.options import parse_libtpu_init_args
+from aotcheck.targets import platform as platforms
 from aotcheck.targets.mesh import MeshSpec
 from aotcheck.targets.partition import Rules
 
 BatchSpec = Mapping[str, jax.ShapeDtypeStruct]
 
-PLATFORMS = ("tpu", "gpu", "cpu")
+PLATFORMS = tuple(platforms.PLATFORMS)
 """The platforms a config may name (:attr:`_Common.platforms`)."""
 
 ARGUMENT_KINDS = ("params", "opt_state", "batch", "other")

@@ -29,7 +29,8 @@ from aotcheck.errors import ConfigError
 from aotcheck.programs.config import ARGUMENT_KINDS, BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
 from aotcheck.targets.mesh import build_mesh
 from aotcheck.targets.partition import check_spec, match_partition_specs, named_shardings, with_shardings
-from aotcheck.targets.topology import Target, Topology, get_devices_for_topology
+from aotcheck.targets.devices import get_devices_for_topology
+from aotcheck.targets.topology import Target, Topology
 
 
 class LoweringError(ConfigError):

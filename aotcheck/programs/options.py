@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 
 from aotcheck.errors import ConfigError
 from aotcheck import _runtime
-from aotcheck.targets.topology import CHIPS, Topology, parse_topology
+from aotcheck.targets.topology import Topology, parse_topology
+from aotcheck.targets.tpu import CHIPS
 
 
 class OptionsError(ConfigError):
@@ -75,10 +76,10 @@ KNOWN_REFUSALS: dict[str, dict[str, frozenset[str]]] = {
 def preset_options(topology: str | Topology, num_slices: int = 1) -> dict[str, str]:
     """Every preset aotcheck has for this chip (before asking what the running libtpu accepts)."""
     topo = parse_topology(topology)
-    if topo.platform != "tpu":
+    if not topo.platform.option_presets:
         return {}
     options = dict(_TPU_DEFAULTS)
-    options.update(_TPU_FAMILY_DEFAULTS.get(topo.chip.family, {}))
+    options.update(_TPU_FAMILY_DEFAULTS.get(topo.family, {}))
     if num_slices > 1:
         options.update(_MULTI_SLICE_DEFAULTS)
     return options
@@ -93,7 +94,7 @@ class Refusal(NamedTuple):
 
 def known_refusal(family: str, libtpu: str | None = None) -> frozenset[str] | None:
     """What :data:`KNOWN_REFUSALS` says for ``family`` under ``libtpu`` (default: the running one), or None."""
-    version = libtpu if libtpu is not None else _runtime.toolchain()["libtpu"]
+    version = libtpu if libtpu is not None else _runtime.toolchain()[_runtime.LIBTPU]
     return KNOWN_REFUSALS.get(version or "", {}).get(family)
 
 
@@ -118,13 +119,13 @@ def presets_file(store: str | Path, topology: str | Topology, num_slices: int = 
     topo = parse_topology(topology)
     digest = hashlib.sha256(json.dumps(preset_options(topo, num_slices), sort_keys=True).encode()).hexdigest()[:12]
     multi = "multi" if num_slices > 1 else "one"
-    return Path(store) / "presets" / f"libtpu-{_runtime.toolchain()['libtpu']}-{topo.chip.family}-{multi}-{digest}.json"
+    return Path(store) / "presets" / f"libtpu-{_runtime.toolchain()[_runtime.LIBTPU]}-{topo.family}-{multi}-{digest}.json"
 
 
 def _presets_document(topo: Topology, num_slices: int, refused: Iterable[str]) -> dict[str, Any]:
     """What a presets file holds, ``check`` (a digest of the rest) included: a file edited by hand no
     longer matches its check, and is probed again rather than trusted."""
-    body = {"libtpu": _runtime.toolchain()["libtpu"], "family": topo.chip.family, "multi_slice": num_slices > 1,
+    body = {"libtpu": _runtime.toolchain()[_runtime.LIBTPU], "family": topo.family, "multi_slice": num_slices > 1,
             "presets": preset_options(topo, num_slices), "refused": sorted(refused)}
     return {**body, "check": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
 
@@ -153,7 +154,7 @@ def read_presets_file(path: Path, topology: str | Topology, num_slices: int = 1)
         return None, f"its 'refused' is {refused!r}, not a list of option names"
     unknown = sorted(set(refused) - set(expected["presets"]))
     if unknown:
-        return None, f"it names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} no preset of aotcheck's for {topo.chip.family}"
+        return None, f"it names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} no preset of aotcheck's for {topo.family}"
     for key in ("libtpu", "family", "multi_slice", "presets"):
         if document[key] != expected[key]:
             return None, f"its {key} is {document[key]!r}, not this run's {expected[key]!r}"
@@ -178,9 +179,9 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     in a file (:func:`presets_file`), read back only when it checks out (:func:`read_presets_file`;
     one that does not is probed again and rewritten, with a note naming it)."""
     topo = parse_topology(topology)
-    if topo.platform != "tpu":
+    if not topo.platform.option_presets:
         return Refusal(frozenset(), "table")
-    family, multi = topo.chip.family, num_slices > 1
+    family, multi = topo.family, num_slices > 1
     known = known_refusal(family)
     if known is not None:
         return Refusal(known, "table")
@@ -204,7 +205,7 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
         _files[(family, multi)] = path
     if found.names:
         how = "probed" if found.how == "probe" else f"remembered in {path}; delete it to probe again"
-        _note(f"aotcheck: libtpu {_runtime.toolchain()['libtpu']} refuses aotcheck's presets "
+        _note(f"aotcheck: libtpu {_runtime.toolchain()[_runtime.LIBTPU]} refuses aotcheck's presets "
               f"{', '.join(sorted(found.names))} on {family}{' (multi-slice)' if multi else ''} ({how}): not sent there")
     return found
 
@@ -216,9 +217,9 @@ def recheck_presets(topology: str | Topology, num_slices: int = 1) -> str | None
     returns a note naming the file: the caller compiles the case again, once. None when the file agrees
     with the probe, or nothing was remembered (the compile's error is the program's)."""
     topo = parse_topology(topology)
-    if topo.platform != "tpu":
+    if not topo.platform.option_presets:
         return None
-    key = (topo.chip.family, num_slices > 1)
+    key = (topo.family, num_slices > 1)
     known, path = _probed.get(key), _files.get(key)
     if known is None or known.how != "remembered" or path is None:
         return None
@@ -229,8 +230,8 @@ def recheck_presets(topology: str | Topology, num_slices: int = 1) -> str | None
     if probed <= known.names:
         return None
     newly = ", ".join(sorted(probed - known.names))
-    note = (f"aotcheck: the presets cache file {path} said libtpu {_runtime.toolchain()['libtpu']} accepts "
-            f"{newly} on {topo.chip.family}, but a compile failed and a new probe refuses "
+    note = (f"aotcheck: the presets cache file {path} said libtpu {_runtime.toolchain()[_runtime.LIBTPU]} accepts "
+            f"{newly} on {topo.family}, but a compile failed and a new probe refuses "
             f"{'it' if len(probed - known.names) == 1 else 'them'}: the file was stale or edited. "
             "It is rewritten, and the case compiled again without them.")
     _note(note)
@@ -244,7 +245,7 @@ def tiny_lowered(topology: str | Topology, num_slices: int = 1) -> Any:
     import numpy as np  # noqa: PLC0415
     from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: PLC0415
 
-    from aotcheck.targets.topology import get_devices_for_topology  # noqa: PLC0415
+    from aotcheck.targets.devices import get_devices_for_topology  # noqa: PLC0415
 
     devices = get_devices_for_topology(topology, num_slices).devices
     mesh = Mesh(np.asarray(devices, dtype=object).reshape(-1), ("d",))
@@ -407,10 +408,6 @@ def _as_option_value(value: Any) -> str:
     return str(value)
 
 
-# Flags only another platform's compiler knows (it would refuse them): not sent to this one's.
-_OTHER_PLATFORMS_FLAGS = {"gpu": "xla_tpu_", "tpu": "xla_gpu_"}
-
-
 def resolve_compiler_options(
     topology: str | Topology, num_slices: int, *layers: Mapping[str, Any] | None, presets: bool = True,
     store: str | Path | None = None,
@@ -424,7 +421,8 @@ def resolve_compiler_options(
         {'xla_gpu_enable_triton_gemm': 'false'}
     """
     options: dict[str, Any] = dict(default_compiler_options(topology, num_slices, store=store)) if presets else {}
-    foreign = _OTHER_PLATFORMS_FLAGS.get(parse_topology(topology).platform)
+    # Flags only another platform's compiler knows (it would refuse them): not sent to this one's.
+    foreign = parse_topology(topology).platform.foreign_flag_prefix
     for layer in layers:
         for key, value in (layer or {}).items():
             key = key.lstrip("-")
@@ -445,7 +443,7 @@ def refusal_lines(families: Iterable[str]) -> list[str]:
         >>> all(line.startswith("aotcheck: ") for line in lines)
         True
     """
-    libtpu = _runtime.toolchain()["libtpu"]
+    libtpu = _runtime.toolchain()[_runtime.LIBTPU]
     refused: dict[frozenset[str], list[str]] = {}
     unknown = []
     for family in sorted(f for f in set(families) if f in CHIPS):  # TPU families: libtpu's presets.

@@ -9,7 +9,9 @@ that program the same either way (tests/test_isolation.py); the books and the is
 for the oldest supported libtpu and for programs that may still show state.
 
 This module only keeps the books (the compile path notes each family it
-compiles for); :mod:`aotcheck.gate.isolation` decides where a case runs.
+compiles for; a platform says whether its compiler carries state across
+families, :attr:`~aotcheck.targets.platform.Platform.state_crosses_families`);
+:mod:`aotcheck.gate.isolation` decides where a case runs.
 
 Example:
     >>> from aotcheck.targets.families import family_of
@@ -30,34 +32,18 @@ _lock = threading.Lock()
 
 
 def family_of(topology: str | Topology) -> str:
-    """``"v4"``, ``"v5e"``, ... or ``"cpu"``."""
-    topo = parse_topology(topology)
-    return topo.chip.family if topo.chip else "cpu"
-
-
-def worker_environment(family: str) -> dict[str, str]:
-    """What a compile worker for ``family`` sets in its environment over its parent's.
-
-    A worker compiles for deviceless targets only, which need no runtime: every worker runs with
-    ``JAX_PLATFORMS=cpu``, whatever the user's says. The CUDA plugin compiles without a GPU only with
-    its runtime off (it would look for a driver and cuDNN), even on a host with a GPU; and a TPU
-    worker under a user's ``JAX_PLATFORMS=cuda`` on a host without CUDA would start that runtime
-    and print the plugin's cuDNN tracebacks on every run (on a host with a GPU, take its memory).
-
-    Example:
-        >>> worker_environment("h100"), worker_environment("v5e"), worker_environment("cpu")
-        ({'JAX_PLATFORMS': 'cpu'}, {'JAX_PLATFORMS': 'cpu'}, {'JAX_PLATFORMS': 'cpu'})
-    """
-    return {"JAX_PLATFORMS": "cpu"}
+    """``"v4"``, ``"v5e"``, ``"h100"``, ... or ``"cpu"``: what a compile worker is kept per."""
+    return parse_topology(topology).family
 
 
 def note_family(topology: str | Topology) -> None:
     """Records a compile for ``topology``'s family; warns once when a second TPU family follows
     (libtpu's state; XLA's GPU compiler keeps none across GPU models)."""
     global _warned
-    if parse_topology(topology).platform != "tpu":
+    topo = parse_topology(topology)
+    if not topo.platform.state_crosses_families:
         return
-    family = family_of(topology)
+    family = topo.family
     with _lock:
         others = _compiled - {family}
         _compiled.add(family)

@@ -1,4 +1,4 @@
-"""XLA's GPU compiler without a GPU: the CUDA plugin, its target configs, deviceless GPU devices.
+"""The GPU table and XLA's GPU compiler without a GPU: the CUDA plugin, its target configs, deviceless GPUs.
 
 JAX's CUDA plugin (``pip install 'aotcheck[cuda]'``: ``jax-cuda12-plugin`` and
 ``jax-cuda12-pjrt``) carries XLA's whole GPU compiler and, embedded in its shared
@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import glob
 import importlib.metadata
@@ -32,9 +33,63 @@ import os
 from typing import Any
 
 from aotcheck import _runtime
+from aotcheck.errors import AotcheckError
+from aotcheck.targets.platform import DeviceSpec
 
 
-class GpuPluginError(RuntimeError):
+_GPU_DATASHEETS = (
+    "HBM capacity and bandwidth per GPU: XLA's device specs (xla/backends/gpu/target_config/specs, the "
+    "target config aotcheck compiles with); peak dense bf16 FLOP/s per GPU: NVIDIA's datasheets (A100, "
+    "H100 SXM, H200 SXM, HGX B200, GB200 NVL72; the sparse figures halved)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """One NVIDIA GPU model, with figures per GPU (a JAX device).
+
+    Attributes:
+        family: User-facing prefix, e.g. ``"h100"``.
+        device_name: The name XLA's device spec (its GPU target config) carries, e.g.
+            ``"NVIDIA H100 80GB HBM3"``: the CUDA plugin embeds one spec per name.
+        gpus_per_host: GPUs on one host (8 on an HGX board, 4 on a GB200 tray).
+        domain_sizes: The NVLink domains a target may name (``h100-8``: 1, 2, 4 or 8
+            GPUs of one host; ``gb200-72``: one NVL72 rack of 18 hosts).
+        hbm_bytes: Memory per GPU (the spec's ``device_memory_size``).
+        peak_bf16_flops: Peak dense bf16 FLOP/s per GPU (datasheet).
+        hbm_bandwidth: Memory bytes/s per GPU (the spec's ``memory_bandwidth``).
+        source: Where the figures come from.
+    """
+
+    family: str
+    device_name: str
+    gpus_per_host: int
+    domain_sizes: tuple[int, ...]
+    hbm_bytes: int
+    peak_bf16_flops: float
+    hbm_bandwidth: float
+    source: str = _GPU_DATASHEETS
+
+    @property
+    def device(self) -> DeviceSpec:
+        """One GPU's capacity and peak rates: XLA's GPU compiler never refuses a program for its size, so
+        the limit is the memory itself."""
+        return DeviceSpec(self.hbm_bytes, self.hbm_bytes, self.peak_bf16_flops, self.hbm_bandwidth, self.source)
+
+
+GPUS: dict[str, Gpu] = {
+    g.family: g
+    for g in (
+        Gpu("a100", "NVIDIA A100-SXM4-80GB", 8, (1, 2, 4, 8), 85_100_068_864, 312e12, 2039.04e9),
+        Gpu("h100", "NVIDIA H100 80GB HBM3", 8, (1, 2, 4, 8), 84_942_979_072, 989.4e12, 3352.32e9),
+        Gpu("h200", "NVIDIA H200 141GB HBM3e", 8, (1, 2, 4, 8), 151_397_597_184, 989.4e12, 4800e9),
+        Gpu("b200", "NVIDIA B200", 8, (1, 2, 4, 8), 191_514_411_008, 2250e12, 7672.32e9),
+        Gpu("gb200", "NVIDIA GB200", 4, (72,), 197_897_748_480, 2500e12, 7928.064e9),
+    )
+}
+
+
+class GpuPluginError(AotcheckError, RuntimeError):
     """The CUDA plugin is missing, or does not have what a target needs; the message says what to install."""
 
 

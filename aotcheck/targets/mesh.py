@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from aotcheck.errors import ConfigError
+from aotcheck.targets.platform import TPU
 from aotcheck.targets.topology import Topology, parse_topology
 
 
@@ -117,7 +118,7 @@ def build_mesh(
     Args:
         spec: The config's mesh.
         topology: The topology the devices belong to (selects overrides).
-        devices: From :func:`aotcheck.targets.topology.get_devices_for_topology`.
+        devices: From :func:`aotcheck.targets.devices.get_devices_for_topology`.
         num_slices: How many slices ``devices`` span.
     """
     from jax.experimental import mesh_utils
@@ -126,7 +127,7 @@ def build_mesh(
     topo = parse_topology(topology)
     shape = resolve_mesh_shape(spec.shape_for(topo), num_devices=len(devices), num_slices=num_slices)
     ici, dcn = split_ici_dcn(shape, num_slices)
-    if topo.platform != "tpu":
+    if topo.platform is not TPU:
         # Host devices have no physical layout to follow, nor do a host's GPUs (NVLink joins each to
         # each). GPU devices come slice by slice (host by host), so a plain reshape lays the slices
         # along the outermost axis: what create_hybrid_device_mesh does with (ici, dcn) on TPUs.

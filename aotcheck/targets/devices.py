@@ -1,0 +1,110 @@
+"""Deviceless devices for a target: libtpu's for TPU slices, the CUDA plugin's for GPUs, this host's CPUs.
+
+Example:
+    >>> from aotcheck.targets.devices import get_devices_for_topology
+    >>> devices, per_slice = get_devices_for_topology("cpu-4", num_slices=2)
+    >>> len(devices), per_slice
+    (8, 4)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, NamedTuple
+
+from aotcheck import _runtime
+from aotcheck.targets import gpu
+from aotcheck.targets.platform import CPU, GPU
+from aotcheck.targets.topology import MAX_CPU_DEVICES, Topology, TopologyError, check_num_slices, parse_topology, too_many_cpu_devices
+from aotcheck.targets.tpu import tpu_devices
+
+
+class TopologyDevices(NamedTuple):
+    """What :func:`get_devices_for_topology` returns."""
+
+    devices: list[Any]
+    devices_per_slice: int
+
+
+def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> TopologyDevices:
+    """Returns compile-only devices for ``num_slices`` slices of ``topology``.
+
+    TPU devices come from libtpu's deviceless topologies and need no TPU; with
+    more than one slice each carries ``slice_index``. GPU devices come from the CUDA
+    plugin's deviceless topologies (no GPU, no driver), one slice per host or NVLink
+    domain, ordered slice by slice. ``cpu-N`` uses this host's CPU devices (no libtpu
+    needed), N per slice.
+
+    Args:
+        topology: A name accepted by :func:`parse_topology`.
+        num_slices: Slices connected over the data-center network (DCN).
+
+    Returns:
+        ``(devices, devices_per_slice)``.
+
+    Raises:
+        TopologyError: Unknown topology, a bad slice count, or libtpu missing.
+        HostError: The CUDA plugin is missing (the message names the extra to install).
+    """
+    topo = parse_topology(topology)
+    num_slices = check_num_slices(num_slices)
+    if topo.platform is CPU:
+        return TopologyDevices(_cpu_devices(topo.num_devices * num_slices), topo.num_devices)
+    if topo.platform is GPU:
+        return TopologyDevices(_gpu_devices(topo, num_slices), topo.num_devices)
+    if not _runtime.libtpu_available():
+        raise TopologyError(
+            f"Compiling for {topo.name} needs XLA's TPU compiler, which comes with the "
+            "'libtpu' package: pip install 'jax[tpu]' (at the version aotcheck pins). "
+            "Without it, use a host topology such as cpu-8."
+        )
+    devices = tpu_devices(topo.libtpu_name, topo.hardware.chip_config, topo.chips_per_host_bounds, num_slices)
+    expected = topo.num_devices * num_slices
+    if len(devices) != expected:  # The table and libtpu disagree: a bug in the table.
+        raise TopologyError(
+            f"libtpu gave {len(devices)} devices for {topo.name} x{num_slices} "
+            f"({topo.libtpu_name}); the topology table expects {expected}."
+        )
+    return TopologyDevices(devices, topo.num_devices)
+
+
+def _gpu_devices(topo: Topology, num_slices: int) -> list[Any]:
+    hosts, per_host = topo.shape
+    try:
+        devices = gpu.gpu_devices(topo.hardware.device_name, partitions=num_slices, hosts=hosts, gpus_per_host=per_host)
+    except gpu.GpuPluginError as e:
+        raise _runtime.HostError(f"{topo.name}: {e}") from None
+    expected = topo.num_devices * num_slices
+    kinds = {d.device_kind for d in devices}
+    if len(devices) != expected or kinds != {topo.hardware.device_name}:  # A bug in the table.
+        raise TopologyError(f"The CUDA plugin gave {len(devices)} devices ({', '.join(sorted(kinds))}) for {topo.name} "
+                            f"x{num_slices}; the topology table expects {expected} x {topo.hardware.device_name!r}.")
+    return devices
+
+
+def reserve_cpu_devices(count: int) -> None:
+    """Asks JAX for at least ``count`` host CPU devices (and 8), if its CPU backend has not started.
+
+    The count is fixed when the backend starts, so later cpu-N requests in the
+    same process cannot grow it: ask early, with room to spare.
+    """
+    import jax
+
+    # jax refuses a new count once its backends started (a RuntimeError): then the count stays as it is.
+    with contextlib.suppress(RuntimeError):
+        jax.config.update("jax_num_cpu_devices", max(count, 8, jax.config.jax_num_cpu_devices))
+
+
+def _cpu_devices(count: int) -> list[Any]:
+    import jax
+
+    if count > MAX_CPU_DEVICES:
+        raise TopologyError(too_many_cpu_devices(f"cpu-{count}", count))
+    reserve_cpu_devices(count)
+    devices = jax.devices("cpu")
+    if len(devices) < count:
+        raise TopologyError(
+            f"cpu-{count} needs {count} host CPU devices but JAX already started with "
+            f"{len(devices)}. Set JAX_NUM_CPU_DEVICES={count} before JAX initializes."
+        )
+    return list(devices[:count])

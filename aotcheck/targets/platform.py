@@ -1,0 +1,125 @@
+"""What kind of compiler builds a target's programs, and what one of its devices holds and does.
+
+A :class:`Platform` is one of three frozen values (:data:`TPU`, :data:`GPU`, :data:`CPU`), each
+saying what code past ``targets/`` would otherwise ask by comparing strings: the compiler's name in
+words, the packages that pin its figures, a compile worker's environment, the other platform's flag
+prefix, whether its compiler carries state from one chip family to the next, and which families want
+a fresh worker per case. A :class:`DeviceSpec` is one device's capacity and peak rates (None on host
+CPU devices: no memory to fit, no peak to bound a step).
+
+Example:
+    >>> from aotcheck.targets.platform import GPU, TPU, platform_named
+    >>> platform_named("tpu") is TPU, str(GPU), GPU.compiler, TPU.foreign_flag_prefix
+    (True, 'gpu', "the CUDA plugin's XLA", 'xla_gpu_')
+    >>> sorted(GPU.toolchain())
+    ['jax', 'jax-cuda12-pjrt', 'jaxlib']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+from typing import Mapping
+
+from aotcheck import _runtime
+from aotcheck.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSpec:
+    """One device (a JAX device: a TPU core or chip, a GPU) as the verdicts see it.
+
+    Attributes:
+        memory_bytes: Its HBM capacity (the HBM verdict's denominator).
+        memory_limit_bytes: What the compiler lets a program use (a little below the capacity on TPUs;
+            the capacity itself on GPUs, whose compiler never refuses for size).
+        peak_flops: Peak bf16 FLOP/s (dense).
+        bandwidth: HBM bytes/s.
+        source: Where the figures come from.
+    """
+
+    memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    peak_flops: float | None = None
+    bandwidth: float | None = None
+    source: str = ""
+
+
+HOST_DEVICE = DeviceSpec(source="this host's CPU devices: no HBM to fit, no peak rate to bound a step")
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """One compiler's kind of target.
+
+    Attributes:
+        name: ``"tpu"``, ``"gpu"`` or ``"cpu"``: its JSON form (``platforms=`` of a config, ``--json``).
+        compiler: The compiler in words, for a refusal (``"this libtpu"``).
+        upgrade: What a user upgrades when that compiler crashes (``"libtpu"``).
+        compiler_package: The package whose version pins its figures beside jax and jaxlib.
+        foreign_flag_prefix: The *other* platform's compiler flags (never sent to this one).
+        option_presets: Whether aotcheck keeps per-family compiler-option presets for it (libtpu's).
+        state_crosses_families: Whether its compiler carries state from one chip family's compiles to
+            the next family's in one process (libtpu: hence one worker process per family).
+        fresh_worker_families: Families whose compiles depend on what their process compiled before
+            within the family (libtpu 0.0.42.1's 7x): each case gets a fresh worker.
+        environment: What a compile worker sets over its parent's environment.
+        host_devices: Whether its devices are this host's own (their count is fixed by the environment a
+            process starts with, so its worker starts once that is set, and has no compiler to warm up).
+    """
+
+    name: str
+    compiler: str
+    upgrade: str
+    compiler_package: str
+    foreign_flag_prefix: str | None = None
+    option_presets: bool = False
+    state_crosses_families: bool = False
+    fresh_worker_families: frozenset[str] = frozenset()
+    environment: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({"JAX_PLATFORMS": "cpu"}), hash=False)
+    host_devices: bool = False
+
+    def toolchain(self) -> dict[str, str | None]:
+        """The versions its goldens record: jax, jaxlib and its compiler's package."""
+        return _runtime.toolchain(self.compiler_package)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# Every worker compiles for deviceless targets only, which need no runtime: JAX_PLATFORMS=cpu, whatever
+# the user's says. The CUDA plugin compiles without a GPU only with its runtime off (it would look for a
+# driver and cuDNN); a TPU worker under a user's JAX_PLATFORMS=cuda on a host without CUDA would start
+# that runtime and print the plugin's cuDNN tracebacks on every run.
+TPU = Platform(
+    "tpu", compiler="this libtpu", upgrade="libtpu", compiler_package=_runtime.LIBTPU,
+    foreign_flag_prefix="xla_gpu_", option_presets=True, state_crosses_families=True,
+    # With libtpu 0.0.42.1, whether a 7x program crashes the compiler depends on what its process compiled
+    # before (lm-tiny prefill@7x-8x2 compiles alone, and crashes after prefill@7x-8x1). A worker start
+    # is a few seconds against 7x compiles of tens of seconds.
+    fresh_worker_families=frozenset({"7x"}),
+)
+GPU = Platform("gpu", compiler="the CUDA plugin's XLA", upgrade="jax and its CUDA plugin",
+               compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_")
+# Host CPU devices: compiled by XLA's CPU backend, which comes with jaxlib; goldens record libtpu too,
+# as they always have.
+CPU = Platform("cpu", compiler="XLA", upgrade="jax", compiler_package=_runtime.LIBTPU, host_devices=True)
+
+PLATFORMS: Mapping[str, Platform] = MappingProxyType({p.name: p for p in (TPU, GPU, CPU)})
+
+
+def platform_named(name: str | Platform) -> Platform:
+    """The platform of a name (``"tpu"``), checked.
+
+    Example:
+        >>> platform_named("npu")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        aotcheck.errors.ConfigError: Unknown platform 'npu': the platforms are tpu, gpu, cpu.
+    """
+    if isinstance(name, Platform):
+        return name
+    if name not in PLATFORMS:
+        raise ConfigError(f"Unknown platform {name!r}: the platforms are {', '.join(PLATFORMS)}.")
+    return PLATFORMS[name]
