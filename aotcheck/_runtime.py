@@ -28,6 +28,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from aotcheck.errors import AotcheckError
+
 # Several processes (pytest-xdist workers) load libtpu at once; without this the
 # second one fails on libtpu's multi-process lockfile.
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -208,7 +210,7 @@ def libtpu_available() -> bool:
     return _version("libtpu") is not None
 
 
-class HostError(RuntimeError):
+class HostError(AotcheckError, RuntimeError):
     """This host, not the config, kept a case from being measured: scratch space is full, libtpu
     cannot be loaded. The message says what to fix on the host."""
 

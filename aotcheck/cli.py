@@ -54,7 +54,6 @@ from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, read_settings
-from aotcheck.targets.platform import GPU
 from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
 from aotcheck.units import fmt_bytes, fmt_count
 
@@ -120,18 +119,9 @@ INTERRUPTED_STATUS = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
-    rows, records = [], []
-    for t in [*all_topologies(), *gpu_topologies()]:
-        row = t.listing()
-        device = row.pop("device")
-        rows.append([row["name"], row["compiler_topology"], row["hardware"], row["chips_per_host"], row["chips"],
-                     row["devices"], fmt_bytes(device.memory_bytes), fmt_count(device.peak_flops),
-                     fmt_bytes(device.bandwidth) + "/s", row["platform"]])
-        record = dict(zip(_TOPO_KEYS, rows[-1]))
-        if t.platform is GPU:  # XLA's CUDA topology (partitions x hosts x GPUs) and the device's name.
-            record.update(libtpu_name=None, chip_config=None, cuda_topology=row["compiler_topology"],
-                          device_kind=row["hardware"])
-        records.append(record)
+    records = [t.listing() for t in [*all_topologies(), *gpu_topologies()]]
+    rows = [[r["name"], r["libtpu_name"] or r["cuda_topology"], r["chip_config"] or r["device_kind"],
+             *(r[k] for k in _TOPO_KEYS[3:])] for r in records]
     if args.json:
         print(json.dumps(records, indent=2))
         return 0

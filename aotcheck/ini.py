@@ -25,12 +25,14 @@ from typing import Any
 
 import iniconfig
 
+from aotcheck.errors import AotcheckError
+
 _CANDIDATES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", "pytest"), (".pytest.ini", "pytest"),
                ("pyproject.toml", None), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
 _TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
 
 
-class IniError(ValueError):
+class IniError(AotcheckError, ValueError):
     """A configuration file that cannot be read."""
 
 

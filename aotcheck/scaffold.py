@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from aotcheck.errors import AotcheckError
 from aotcheck._files import atomic_write_text
-from aotcheck.targets.platform import GPU
 from aotcheck.targets.topology import TopologyError, split_target
 
 # Where the reusable action lives (action.yml at the root of aotcheck's repository).
@@ -46,7 +46,7 @@ SETTINGS_FILES = (("pytest.ini", "[pytest]"), (".pytest.ini", "[pytest]"), ("tox
                   ("setup.cfg", "[tool:pytest]"), ("pyproject.toml", "[tool.pytest"))
 
 
-class InitError(ValueError):
+class InitError(AotcheckError, ValueError):
     """``aotcheck init`` cannot write its files (they exist, or the model kind is unknown)."""
 
 
@@ -152,11 +152,12 @@ def write_init(plan: InitPlan) -> None:
         raise
 
 
-def _is_gpu(name: str) -> bool:
+def _extra(name: str) -> str | None:
+    """The extra that installs the compiler of target ``name``'s platform (``cuda``), if any."""
     try:
-        return split_target(name)[0].platform is GPU
+        return split_target(name)[0].platform.extra
     except ValueError:  # A name the gate will refuse with its own message.
-        return False
+        return None
 
 
 def ini_settings(topologies: list[str]) -> str:
@@ -183,8 +184,9 @@ def pyproject_settings(topologies: list[str]) -> str:
 
 
 def workflow(topologies: list[str]) -> str:
-    gpus = any(_is_gpu(t) for t in topologies)
-    extras = "\n          extras: cuda  # JAX's CUDA plugin: XLA's GPU compiler, no GPU needed" if gpus else ""
+    needed = sorted({e for e in map(_extra, topologies) if e})
+    extras = (f"\n          extras: {','.join(needed)}  # JAX's CUDA plugin: XLA's GPU compiler, no GPU needed"
+              if needed else "")
     return f"""# The AOT gate: every registered config compiled for its targets on CPU runners, checked against golden/.
 name: aot-gate
 

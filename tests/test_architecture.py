@@ -143,18 +143,44 @@ def test_no_frame_inspection_in_the_package():
     assert not found, found
 
 
-def test_nothing_past_the_targets_asks_which_platform_or_chip():
-    """A target says what downstream needs (its platform's capacity and peak rates: Topology.hbm_bytes,
-    memory_limit_bytes, peak_flops, hbm_bandwidth), so figures, gate, render and the session never look
-    at the chip or ask whether it is a TPU: a new platform is a new kind of target, not a branch there."""
+PAST_TARGETS = sorted(m for m in MODULES if layer_of(m) > layer_of("aotcheck.targets"))
+PLATFORM_NAMES = {"tpu", "gpu", "cpu"}
+
+
+def platform_questions(module: str) -> list[str]:
+    """Where ``module`` asks which platform or chip a target is: a platform's name as a literal
+    (``"tpu"``), ``.platform`` compared by value (``==``, ``!=``, ``in``), or the hardware row itself
+    (``.chip``, ``.hardware``, ``is_tpu``). A piece of an f-string (``f"tpu{name}"``, a spelling) is no question."""
     found = []
-    for module, path in MODULES.items():
-        if not module.startswith(("aotcheck.figures", "aotcheck.gate", "aotcheck.render", "aotcheck.session")):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in ("chip", "is_tpu"):
-                found.append(f"{module}:{node.lineno}: .{node.attr}")
+    tree = ast.parse(MODULES[module].read_text())
+    pieces = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in PLATFORM_NAMES and id(node) not in pieces:
+            found.append(f"{module}:{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                   for op in node.ops) \
+                and any(isinstance(x, ast.Attribute) and x.attr == "platform" for x in [node.left, *node.comparators]):
+            found.append(f"{module}:{node.lineno}: .platform compared by value")
+        elif isinstance(node, ast.Attribute) and node.attr in ("chip", "hardware", "is_tpu"):
+            found.append(f"{module}:{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_nothing_past_the_targets_asks_which_platform_or_chip():
+    """A target says what downstream needs (targets/platform.py: its Platform's compiler, toolchain, worker
+    environment, flags; its DeviceSpec's capacity and peak rates), so nothing past targets/ names a
+    platform or looks at the chip: a new platform is a new Platform value, not a branch in ten modules."""
+    found = [line for module in PAST_TARGETS for line in platform_questions(module)]
     assert not found, found
+
+
+def test_the_platform_check_bites(tmp_path, monkeypatch):
+    # The check above passes vacuously if it reads nothing: a module that branches on a platform fails it.
+    path = tmp_path / "branchy.py"
+    path.write_text('def f(t):\n    return t.topology.platform == "gpu" or t.topology.chip\n')
+    monkeypatch.setitem(MODULES, "aotcheck.gate.branchy", path)
+    assert len(platform_questions("aotcheck.gate.branchy")) == 3
+    assert "aotcheck.plugin" in PAST_TARGETS and "aotcheck.targets.platform" not in PAST_TARGETS
 
 
 def test_architecture_md_names_every_module():

@@ -27,6 +27,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from aotcheck.errors import AotcheckError
 from aotcheck._files import atomic_write_text, probe_writable
 from aotcheck.pipeline.case import Case
 from aotcheck.figures.program import details_problem, value_problem
@@ -36,7 +37,7 @@ from aotcheck.targets.platform import Platform
 FORMAT = 1
 
 
-class GoldenError(ValueError):
+class GoldenError(AotcheckError, ValueError):
     """A golden file that cannot be read; the message names the file."""
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aotcheck.errors import AotcheckError
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
@@ -35,7 +36,7 @@ from aotcheck.gate.outcome import Outcome, sort_outcomes
 REPORT_FORMAT = 3
 
 
-class ReportError(ValueError):
+class ReportError(AotcheckError, ValueError):
     """A report file that cannot be read or comes from another report format."""
 
 

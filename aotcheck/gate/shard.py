@@ -31,10 +31,11 @@ import statistics
 import zlib
 from collections.abc import Iterable, Mapping
 
+from aotcheck.errors import AotcheckError
 from aotcheck.pipeline.case import Case
 
 
-class ShardError(ValueError):
+class ShardError(AotcheckError, ValueError):
     """A shard spec that is not K/N with 1 <= K <= N."""
 
 

@@ -28,10 +28,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
+from aotcheck.errors import AotcheckError
 from aotcheck.programs.registry import registrations
 
 
-class LoaderError(ImportError):
+class LoaderError(AotcheckError, ImportError):
     """A config module that could not be imported."""
 
 

@@ -64,6 +64,7 @@ class Platform:
         fresh_worker_families: Families whose compiles depend on what their process compiled before
             within the family (libtpu 0.0.42.1's 7x): each case gets a fresh worker.
         environment: What a compile worker sets over its parent's environment.
+        extra: The extra of aotcheck's that installs its compiler (``aotcheck[cuda]``), if any.
         host_devices: Whether its devices are this host's own (their count is fixed by the environment a
             process starts with, so its worker starts once that is set, and has no compiler to warm up).
     """
@@ -78,6 +79,7 @@ class Platform:
     fresh_worker_families: frozenset[str] = frozenset()
     environment: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({"JAX_PLATFORMS": "cpu"}), hash=False)
+    extra: str | None = None
     host_devices: bool = False
 
     def toolchain(self) -> dict[str, str | None]:
@@ -101,7 +103,7 @@ TPU = Platform(
     fresh_worker_families=frozenset({"7x"}),
 )
 GPU = Platform("gpu", compiler="the CUDA plugin's XLA", upgrade="jax and its CUDA plugin",
-               compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_")
+               compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_", extra="cuda")
 # Host CPU devices: compiled by XLA's CPU backend, which comes with jaxlib; goldens record libtpu too,
 # as they always have.
 CPU = Platform("cpu", compiler="XLA", upgrade="jax", compiler_package=_runtime.LIBTPU, host_devices=True)

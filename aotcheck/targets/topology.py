@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aotcheck.errors import ConfigError
+from aotcheck.units import fmt_bytes, fmt_count
 from aotcheck.targets.gpu import GPUS, Gpu
 from aotcheck.targets.platform import CPU, GPU, HOST_DEVICE, TPU, DeviceSpec, Platform
 from aotcheck.targets.tpu import ALIASES, CHIPS, SHAPES, Chip
@@ -115,24 +116,26 @@ class Topology:
         return (1, 1, 1) if self.num_chips == 1 else (2, 2, 1)
 
     def listing(self) -> dict[str, Any]:
-        """One row of ``aotcheck topologies``: the compiler's name for it and its device's figures.
+        """Its row of ``aotcheck topologies --json``: the compiler's name for it, the chip config or GPU,
+        and one device's figures in words.
 
         Example:
             >>> row = parse_topology("h100-8").listing()
-            >>> row["compiler_topology"], row["hardware"], row["platform"]
-            ('1x1x8', 'NVIDIA H100 80GB HBM3', 'gpu')
+            >>> row["cuda_topology"], row["device_kind"], row["hbm_per_device"], row["platform"]
+            ('1x1x8', 'NVIDIA H100 80GB HBM3', '79.1 GiB', 'gpu')
         """
-        if isinstance(self.hardware, Gpu):
-            hosts, per_host = self.shape  # XLA's CUDA topology: partitions x hosts x GPUs (one slice).
-            compiler, hardware, per_host_text = f"1x{hosts}x{per_host}", self.hardware.device_name, per_host
-        elif isinstance(self.hardware, Chip):
-            compiler, hardware = self.libtpu_name, self.hardware.chip_config
-            per_host_text = "x".join(map(str, self.chips_per_host_bounds))
-        else:
-            compiler, hardware, per_host_text = None, None, None
-        return {"name": self.name, "compiler_topology": compiler, "hardware": hardware,
-                "chips_per_host": per_host_text, "chips": self.num_chips, "devices": self.num_devices,
-                "device": self.device, "platform": self.platform.name}
+        row: dict[str, Any] = {"name": self.name, "libtpu_name": None, "chip_config": None}
+        if isinstance(self.hardware, Chip):
+            row.update(libtpu_name=self.libtpu_name, chip_config=self.hardware.chip_config,
+                       chips_per_host="x".join(map(str, self.chips_per_host_bounds)))
+        elif isinstance(self.hardware, Gpu):
+            row["chips_per_host"] = self.shape[1]
+        row.update(chips=self.num_chips, devices=self.num_devices, hbm_per_device=fmt_bytes(self.device.memory_bytes),
+                   peak_bf16_flops_per_device=fmt_count(self.device.peak_flops),
+                   hbm_bandwidth_per_device=fmt_bytes(self.device.bandwidth) + "/s", platform=self.platform.name)
+        if isinstance(self.hardware, Gpu):  # XLA's CUDA topology (partitions x hosts x GPUs) and the device's name.
+            row.update(cuda_topology=f"1x{self.shape[0]}x{self.shape[1]}", device_kind=self.hardware.device_name)
+        return row
 
 
 def _tpu_topology(family: str, n: int) -> Topology:
