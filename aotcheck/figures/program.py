@@ -17,6 +17,7 @@ from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import CollectiveOp, HloAnalysis, Uncounted, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
+from aotcheck.figures.table import comm, parse
 from aotcheck.targets.topology import Topology, parse_topology
 
 Figures = dict[str, int | float]
@@ -245,9 +246,8 @@ def loop_aware_figures(analysis: HloAnalysis, *, num_devices: int | None = None)
     if num_devices:
         figures["flops_program"] = analysis.flops * num_devices
     for kind, stats in analysis.collectives.items():
-        key = "comm_" + kind.replace("-", "_")
-        figures[f"{key}_count"] = stats.count
-        figures[f"{key}_bytes"] = int(stats.bytes)
+        figures[comm(kind, "count")] = stats.count
+        figures[comm(kind, "bytes")] = int(stats.bytes)
     return figures
 
 
@@ -288,8 +288,16 @@ def _num_devices(compiled: Any) -> int | None:
 
 
 def comm_bytes(figures: dict[str, int | float]) -> int:
-    """All collectives' bytes per device."""
-    return int(sum(v for k, v in figures.items() if k.startswith("comm_") and k.endswith("_bytes")))
+    """All collectives' bytes per device.
+
+    Example:
+        >>> comm_bytes({"comm_all_gather_bytes": 3, "comm_all_reduce_bytes": 4, "comm_all_reduce_count": 1,
+        ...             "peak_bytes": 9})
+        7
+    """
+    found = ((parse(name), value) for name, value in figures.items())
+    return int(sum(value for name, value in found
+                   if name is not None and name.family == "comm" and name.what == "bytes"))
 
 
 def roofline(figures: dict[str, int | float], topology: str | Topology) -> dict[str, float] | None:
