@@ -46,7 +46,7 @@ from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file
 from aotcheck.figures.hbm import locate
 from aotcheck.figures.hlo import HloParseError, check_against, parse_module
 from aotcheck.figures.loops import analyze_hlo, top_collectives
-from aotcheck.figures.program import Details, program_figures, uncounted_work
+from aotcheck.figures.program import Details, measure_program
 from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded
 from aotcheck.figures.splits import dump_options as sharding_dump_options
 from aotcheck.figures.splits import read_shardings, sharding_dump
@@ -247,7 +247,7 @@ class CompiledCase:
         if xla_modules:  # Every compile's parse checked against XLA's own, instruction by instruction.
             check_against(module, xla_modules[0])
         analysis = analyze_hlo(text, module=module)
-        figures = program_figures(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
+        figures, uncounted = measure_program(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
         problem, buffers, excess, unsharded = None, [], 0, []
         try:
@@ -263,5 +263,5 @@ class CompiledCase:
             problem = f"the peak is not split by class: {e}"
         return Measurement(case, figures, self.lowered.options, self.seconds, compiled=self.compiled,
                            details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess,
-                                           unsharded=unsharded, uncounted=uncounted_work(analysis, figures)),
+                                           unsharded=unsharded, uncounted=uncounted),
                            attribution_problem=problem)
