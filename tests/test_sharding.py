@@ -25,10 +25,9 @@ from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.figures.program import Details
 from aotcheck.figures.attribution import dump_options
 from aotcheck.figures.hlo import parse_arrays
-from aotcheck.figures.sharding import (
-    BatchInput, Shardings, Split, Unsharded, find_unsharded, parse_sharding, read_shardings, sharding_dump,
-)
-from aotcheck.figures.sharding import dump_options as sharding_dump_options
+from aotcheck.figures.sharding import BatchInput, Unsharded, find_unsharded
+from aotcheck.figures.splits import Shardings, Split, parse_sharding, read_shardings, sharding_dump
+from aotcheck.figures.splits import dump_options as sharding_dump_options
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import COST_FIGURES, Measurement
 from aotcheck.gate.outcome import Outcome

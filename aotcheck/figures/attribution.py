@@ -68,11 +68,12 @@ from typing import Any
 
 from aotcheck.figures.frames import Lines, instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_arrays, parse_module
+from aotcheck.figures.table import peak
 from aotcheck.programs.lowering import Argument
 
 CLASSES = ("params", "opt_state", "batch", "outputs", "temp", "other")
-PEAK_FIGURE = {kind: f"peak_{kind}_bytes" for kind in CLASSES}
-"""Each class's figure, ``peak_<class>_bytes``: the one place its name is spelled."""
+PEAK_FIGURE = {kind: peak(kind) for kind in CLASSES}
+"""Each class's figure, ``peak_<class>_bytes`` (:func:`aotcheck.figures.table.peak`)."""
 PEAK_FIGURES = tuple(PEAK_FIGURE.values())
 """Figures the attribution adds to every case; they sum to ``peak_bytes``."""
 

@@ -190,11 +190,15 @@ class Uncounted:
     ``kind``: ``loop`` (a while loop whose trip count the HLO does not say: its body is counted
     once), ``kernel`` (a custom kernel that declares no cost: its FLOPs are not in ``flops``) or
     ``below_xla`` (``flops`` came out below XLA's own raw count, which counts every loop body once:
-    something is missed). ``count``: how often it runs per step (for ``below_xla``, 0).
+    something is missed) or ``xla_cost`` (XLA's raw cost analysis failed, ``name`` saying how: its
+    raw figures are absent, and ``flops`` is not checked against them). ``count``: how often it runs
+    per step (for ``below_xla`` and ``xla_cost``, 0).
 
     Example:
         >>> Uncounted("kernel", "splash_mha_fwd", "model.py:88", 16).describe()
         'kernel splash_mha_fwd (model.py:88, 16 per step) declares no cost: its FLOPs are not in flops'
+        >>> Uncounted("xla_cost", "RuntimeError: UNIMPLEMENTED", None, 0).describe()  # doctest: +ELLIPSIS
+        "XLA's raw cost analysis failed (RuntimeError: UNIMPLEMENTED): flops_xla, ... are absent, ..."
     """
 
     kind: str
@@ -209,6 +213,9 @@ class Uncounted:
             return f"loop {self.name}{where} has a trip count the program does not say: its body is counted once"
         if self.kind == "kernel":
             return f"kernel {self.name}{where} declares no cost: its FLOPs are not in flops"
+        if self.kind == "xla_cost":
+            return (f"XLA's raw cost analysis failed ({self.name}): flops_xla, bytes_accessed_xla and "
+                    "transcendentals_xla are absent, and flops is not checked against XLA's raw count")
         return ("flops is below three quarters of XLA's own raw count, which counts each loop body once: "
                 "matrix work is missed")
 

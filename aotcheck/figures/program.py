@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
@@ -17,6 +17,7 @@ from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import CollectiveOp, HloAnalysis, Uncounted, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
+from aotcheck.figures.table import comm, parse
 from aotcheck.targets.topology import Topology, parse_topology
 
 Figures = dict[str, int | float]
@@ -194,26 +195,54 @@ def memory_figures(compiled: Any) -> dict[str, int]:
     return out
 
 
-def cost_figures(compiled: Any) -> dict[str, float]:
-    """XLA's own per-device cost figures (a while loop's body counted once)."""
-    cost = compiled.cost_analysis() or _cost_model(compiled)
+class RawCost(NamedTuple):
+    """XLA's raw cost figures of a program, or why there are none."""
+
+    figures: dict[str, float]  # ``flops_xla``, ``transcendentals_xla``, ``bytes_accessed_xla``; empty on a failure.
+    problem: Uncounted | None = None  # Why they are absent (an ``xla_cost`` record for the details).
+
+
+def cost_figures(compiled: Any) -> RawCost:
+    """XLA's own per-device cost figures (a while loop's body counted once). Where XLA's cost analysis
+    fails (:func:`_cost_model`), the figures are absent, never zeros (a drop to zero would read as an
+    improvement), and the record says why.
+
+    Example (host CPU devices):
+        >>> import jax.numpy as jnp
+        >>> from aotcheck import compile_function
+        >>> x = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+        >>> raw = cost_figures(compile_function(lambda a, b: a @ b, x, x, topology="cpu-1"))
+        >>> raw.figures, raw.problem
+        ({'flops_xla': 524288.0, 'transcendentals_xla': 0.0, 'bytes_accessed_xla': 49152.0}, None)
+    """
+    cost = compiled.cost_analysis()
+    if not cost:
+        try:
+            cost = _cost_model(compiled)
+        except Exception as e:  # jax's internals promise nothing (the binding gone, a module it refuses).
+            return RawCost({}, Uncounted("xla_cost", _reason(e), None, 0))
     if isinstance(cost, list):  # Older jax returned one dict per program.
         cost = cost[0] if cost else {}
-    return {name: float(cost.get(key, 0.0)) for name, key in _COST}
+    return RawCost({name: float(cost.get(key, 0.0)) for name, key in _COST})
+
+
+def _reason(error: Exception, limit: int = 200) -> str:
+    """An exception in one line: its type and the first line of its message, clipped."""
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _cost_model(compiled: Any) -> dict[str, float]:
     """XLA's HloCostAnalysis of the optimized module, for executables that offer no cost analysis:
     a deviceless GPU executable answers UNIMPLEMENTED. jax has no public path to it; its own
     ``hlo_module_cost_analysis`` runs XLA's generic analysis on the host's client (not the GPU's
-    fusion-aware one: raw figures, like the TPU's, never gated on alone)."""
-    try:
-        from jax._src.lib import _jax  # noqa: PLC0415
+    fusion-aware one: raw figures, like the TPU's, never gated on alone). Raises what the import or
+    the binding raises (not in this jax, a module it cannot analyse)."""
+    from jax._src.lib import _jax  # noqa: PLC0415
 
-        modules = compiled.runtime_executable().hlo_modules()
-        return dict(_jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, modules[0]))
-    except Exception:  # Not in this jax: the raw figures stay 0, the loop-aware ones do not need them.
-        return {}
+    modules = compiled.runtime_executable().hlo_modules()
+    return dict(_jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, modules[0]))
 
 
 # XLA's raw count includes elementwise work that ``flops`` leaves out: up to a fifth of a tiny model's
@@ -245,10 +274,41 @@ def loop_aware_figures(analysis: HloAnalysis, *, num_devices: int | None = None)
     if num_devices:
         figures["flops_program"] = analysis.flops * num_devices
     for kind, stats in analysis.collectives.items():
-        key = "comm_" + kind.replace("-", "_")
-        figures[f"{key}_count"] = stats.count
-        figures[f"{key}_bytes"] = int(stats.bytes)
+        figures[comm(kind, "count")] = stats.count
+        figures[comm(kind, "bytes")] = int(stats.bytes)
     return figures
+
+
+class ProgramFigures(NamedTuple):
+    """A program's figures, and what they may miss or leave out (the details' ``uncounted``)."""
+
+    figures: Figures
+    uncounted: list[Uncounted]
+
+
+def measure_program(
+    compiled: Any, *, num_devices: int | None = None, analysis: HloAnalysis | None = None
+) -> ProgramFigures:
+    """:func:`program_figures`, with what they may miss (:func:`uncounted_work`) and, where XLA's
+    cost analysis failed, why its raw figures are absent.
+
+    Example (host CPU devices):
+        >>> import jax.numpy as jnp
+        >>> from aotcheck import compile_function
+        >>> x = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+        >>> measured = measure_program(compile_function(lambda a, b: a @ b, x, x, topology="cpu-1"))
+        >>> measured.figures["flops"], measured.uncounted
+        (524288.0, [])
+    """
+    if num_devices is None:
+        num_devices = _num_devices(compiled)
+    figures: dict[str, int | float] = {}
+    figures.update(memory_figures(compiled))
+    raw = cost_figures(compiled)
+    figures.update(raw.figures)
+    analysis = analysis if analysis is not None else analyze_hlo(compiled.as_text())
+    figures.update(loop_aware_figures(analysis, num_devices=num_devices))
+    return ProgramFigures(figures, uncounted_work(analysis, figures) + ([raw.problem] if raw.problem else []))
 
 
 def program_figures(
@@ -259,6 +319,7 @@ def program_figures(
     Memory (``*_bytes``) and ``flops``/``comm_*`` are per device; ``flops`` counts
     each loop body times its trip count, ``flops_xla`` is XLA's raw figure
     (a loop body once), ``flops_program`` is ``flops`` times ``num_devices``.
+    XLA's raw figures are absent where its cost analysis failed (:func:`measure_program` says why).
 
     Example (on host CPU devices, no libtpu needed):
         >>> import jax, jax.numpy as jnp
@@ -269,14 +330,7 @@ def program_figures(
         >>> figures["flops"], figures["flops_program"], figures["argument_bytes"]
         (33554432.0, 33554432.0, 524288)
     """
-    if num_devices is None:
-        num_devices = _num_devices(compiled)
-    figures: dict[str, int | float] = {}
-    figures.update(memory_figures(compiled))
-    figures.update(cost_figures(compiled))
-    analysis = analysis if analysis is not None else analyze_hlo(compiled.as_text())
-    figures.update(loop_aware_figures(analysis, num_devices=num_devices))
-    return figures
+    return measure_program(compiled, num_devices=num_devices, analysis=analysis).figures
 
 
 def _num_devices(compiled: Any) -> int | None:
@@ -288,8 +342,16 @@ def _num_devices(compiled: Any) -> int | None:
 
 
 def comm_bytes(figures: dict[str, int | float]) -> int:
-    """All collectives' bytes per device."""
-    return int(sum(v for k, v in figures.items() if k.startswith("comm_") and k.endswith("_bytes")))
+    """All collectives' bytes per device.
+
+    Example:
+        >>> comm_bytes({"comm_all_gather_bytes": 3, "comm_all_reduce_bytes": 4, "comm_all_reduce_count": 1,
+        ...             "peak_bytes": 9})
+        7
+    """
+    found = ((parse(name), value) for name, value in figures.items())
+    return int(sum(value for name, value in found
+                   if name is not None and name.family == "comm" and name.what == "bytes"))
 
 
 def roofline(figures: dict[str, int | float], topology: str | Topology) -> dict[str, float] | None:

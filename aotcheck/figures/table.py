@@ -1,28 +1,51 @@
-"""Every figure aotcheck gates, described once: its unit, which way is worse, its default tolerance.
+"""Every figure aotcheck gates, described once: its unit, which way is worse, its default tolerance;
+and the names of the figures that come in families, built and read back here only.
 
 Comparison (:mod:`aotcheck.gate.compare`), the figures' wording (:mod:`aotcheck.render.text`) and
 README's figure table read this table; a new figure is one row. Rows are matched in order, the
 first whose glob matches a figure's name describing it.
 
+A family's names are made by :func:`peak`, :func:`comm` and :func:`fit_max`, and read back by
+:func:`parse`; no other module spells them.
+
 Example:
     >>> describe("peak_temp_bytes").unit, describe("fit_max_batch").worse, describe("compile_cpu_seconds").noisy
-    ('bytes', 'less', True)
+    (<Unit.BYTES: 'bytes'>, <Worse.LESS: 'less'>, True)
     >>> describe("comm_all_gather_count").tolerance
     (0.0, 0)
+    >>> comm("all-gather", "bytes"), parse("comm_all_gather_bytes")
+    ('comm_all_gather_bytes', FigureName(family='comm', kind='all-gather', what='bytes'))
 """
 
 from __future__ import annotations
 
+import enum
 import fnmatch
-from typing import NamedTuple
+from typing import Literal, NamedTuple
+
+
+class Unit(enum.StrEnum):
+    """How a figure is shown (and which units a tolerance's floor may be given in)."""
+
+    BYTES = "bytes"
+    FLOPS = "flops"
+    COUNT = "count"
+    SECONDS = "seconds"
+
+
+class Worse(enum.StrEnum):
+    """Which way a figure gets worse."""
+
+    MORE = "more"  # A cost: growth is a regression.
+    LESS = "less"  # Headroom: a drop is.
 
 
 class Figure(NamedTuple):
     """One row: a figure's name, or a glob naming a family of figures (``comm_*_count``)."""
 
     glob: str
-    unit: str  # "bytes", "flops", "count" or "seconds": how it is shown.
-    worse: str  # "more": a cost (growth is a regression); "less": headroom (a drop is).
+    unit: Unit  # How it is shown.
+    worse: Worse  # A cost (growth is a regression), or headroom (a drop is).
     rel: float  # The default tolerance: max(rel * |golden|, abs)...
     abs: float  # ...in the figure's unit.
     noisy: bool  # Differs from run to run (a timing): compared as a factor both ways; see ``near``.
@@ -37,33 +60,132 @@ class Figure(NamedTuple):
         return (self.rel, self.abs)
 
 
+# --- The families' names -----------------------------------------------------------------
+
+Family = Literal["peak", "comm", "fit_max"]
+CommWhat = Literal["count", "bytes"]
+
+_PEAK = ("peak_", "_bytes")
+_COMM = "comm_"
+_FIT_MAX = "fit_max_"
+
+
+class FigureName(NamedTuple):
+    """A family's figure name, read back: its family and what it is of.
+
+    ``kind``: the peak's class (``temp``), XLA's collective (``all-gather``) or the knob (``batch``);
+    ``what``: a collective's ``count`` or ``bytes`` (None for the other families).
+    """
+
+    family: Family
+    kind: str
+    what: CommWhat | None = None
+
+    @property
+    def name(self) -> str:
+        """The figure's name again: ``parse(name).name == name``.
+
+        Example:
+            >>> parse("peak_opt_state_bytes").name, parse("fit_max_per_device_batch_size").name
+            ('peak_opt_state_bytes', 'fit_max_per_device_batch_size')
+        """
+        if self.family == "peak":
+            return peak(self.kind)
+        if self.family == "comm":
+            return comm(self.kind, self.what)  # type: ignore[arg-type]
+        return fit_max(self.kind)
+
+
+def peak(kind: str) -> str:
+    """The figure of one class of the peak (:mod:`aotcheck.figures.attribution`): its bytes per device.
+
+    Example:
+        >>> peak("params"), peak("opt_state")
+        ('peak_params_bytes', 'peak_opt_state_bytes')
+    """
+    return f"{_PEAK[0]}{kind}{_PEAK[1]}"
+
+
+def comm(kind: str, what: CommWhat) -> str:
+    """The figure of one kind of collective, by XLA's name for it (``all-gather``): how many run per
+    step (``count``) or the bytes they move per device (``bytes``). A glob's ``*`` stays as it is.
+
+    Example:
+        >>> comm("all-gather", "count"), comm("collective-permute", "bytes"), comm("*", "bytes")
+        ('comm_all_gather_count', 'comm_collective_permute_bytes', 'comm_*_bytes')
+    """
+    return f"{_COMM}{kind.replace('-', '_')}_{what}"
+
+
+def fit_max(knob: str) -> str:
+    """The figure of a fit search (:mod:`aotcheck.figures.fit`): the largest size of ``knob`` that fits.
+
+    Example:
+        >>> fit_max("batch"), fit_max("*")
+        ('fit_max_batch', 'fit_max_*')
+    """
+    return f"{_FIT_MAX}{knob}"
+
+
+ANY_KNOB = fit_max("KNOB")
+"""The name that stands for every knob's ``fit_max_<knob>`` where the knobs are not known (a list of
+every figure a case can have, :func:`aotcheck.pipeline.measurement.figure_names`)."""
+
+
+def parse(name: str) -> FigureName | None:
+    """What a family's figure name (or a glob over one, ``fit_max_*``) says; None for a plain figure
+    (``peak_bytes``, ``flops``). Read by its spelling only: a collective's ``_`` are read back as XLA's
+    ``-``, and any knob or class is taken as given.
+
+    Example:
+        >>> parse("comm_collective_permute_count")
+        FigureName(family='comm', kind='collective-permute', what='count')
+        >>> parse("peak_temp_bytes"), parse("fit_max_batch")
+        (FigureName(family='peak', kind='temp', what=None), FigureName(family='fit_max', kind='batch', what=None))
+        >>> parse("peak_bytes"), parse("flops"), parse("comm_all_gather")
+        (None, None, None)
+    """
+    if name.startswith(_FIT_MAX):
+        return FigureName("fit_max", name[len(_FIT_MAX):])
+    if name.startswith(_COMM):
+        for what in ("count", "bytes"):
+            suffix = f"_{what}"
+            if name.endswith(suffix) and len(name) >= len(_COMM) + len(suffix):
+                return FigureName("comm", name[len(_COMM):-len(suffix)].replace("_", "-"), what)
+        return None
+    prefix, suffix = _PEAK
+    if name.startswith(prefix) and name.endswith(suffix) and len(name) >= len(prefix) + len(suffix):
+        return FigureName("peak", name[len(prefix):-len(suffix)])
+    return None
+
+
 FIGURES: tuple[Figure, ...] = (
-    Figure("comm_*_count", "count", "more", 0.0, 0, False,
+    Figure(comm("*", "count"), Unit.COUNT, Worse.MORE, 0.0, 0, False,
            "collectives of each kind (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute), "
            "loop-aware, async start/done counted once: a new collective is news"),
-    Figure("comm_*_bytes", "bytes", "more", 0.01, 4 * 1024, False,
+    Figure(comm("*", "bytes"), Unit.BYTES, Worse.MORE, 0.01, 4 * 1024, False,
            "the bytes they move, per device, the larger side of each"),
-    Figure("fit_max_*", "count", "less", 0.02, 0, False,
+    Figure(fit_max("*"), Unit.COUNT, Worse.LESS, 0.02, 0, False,
            "the largest size of a knob (`fit_max_batch`) that compiles and fits the chip's HBM: fewer is worse"),
     # Compile cost is CPU time: the same compile varied up to 2.2x across runs in one session on a
     # 2-core machine, and 3.4x against its golden on another day (README). Only more than 5x, and
     # over 10 s more, is news: the hazard it catches (a toolchain's compile-time blowup) is larger.
     # Kept by --update-golden while within 2x or 1 s of the new value, both ways: one kind of run's spread
     # (README: up to 1.97x) stays put; a golden from a machine 2.5x slower, or 50 s for a 0.5 s compile, goes.
-    Figure("*_cpu_seconds", "seconds", "more", 4.0, 10.0, True,
+    Figure("*_cpu_seconds", Unit.SECONDS, Worse.MORE, 4.0, 10.0, True,
            "`compile_cpu_seconds`, `lower_cpu_seconds`: the compile's and the lowering's CPU seconds (user + sys of "
            "the compiling process, every thread; not wall time)", near=(1.0, 1.0)),
-    Figure("*_bytes", "bytes", "more", 0.01, 64 * 1024, False,
+    Figure("*_bytes", Unit.BYTES, Worse.MORE, 0.01, 64 * 1024, False,
            "memory per device: XLA's memory analysis (`argument_bytes`, `output_bytes`, `alias_bytes`, `temp_bytes`, "
            "`generated_code_bytes`), its liveness-aware `peak_bytes` (checked against the chip's HBM), `total_bytes` "
            "(axlearn's sum), the peak split by what holds it (`peak_params_bytes`, ...: they sum to `peak_bytes` "
            "exactly)"),
-    Figure("*flops*", "flops", "more", 0.01, 0, False,
+    Figure("*flops*", Unit.FLOPS, Worse.MORE, 0.01, 0, False,
            "`flops`: loop-aware FLOPs per device (each loop body times its trip count) of every `dot`, "
            "`convolution` and `ragged-dot`, cuBLAS gemm, and the cost a Pallas/Mosaic kernel declares "
            "(`pl.CostEstimate`); not elementwise work, nor a kernel that declares no cost (each named in a "
            "note); `flops_program`: times the devices; `flops_xla`: XLA's raw count (a loop body once)"),
-    Figure("*", "count", "more", 0.02, 0, False,
+    Figure("*", Unit.COUNT, Worse.MORE, 0.02, 0, False,
            "any other figure: XLA's raw `bytes_accessed_xla` and `transcendentals_xla` (a loop body counted once)"),
 )
 

@@ -24,7 +24,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from aotcheck.figures.table import FIGURES, describe
+from aotcheck.figures.table import ANY_KNOB, FIGURES, Unit, Worse, describe, fit_max, parse
 from aotcheck.gate.verdict import Verdict
 
 
@@ -67,22 +67,21 @@ _SI_UNITS = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _TIME_UNITS = {"s": 1, "ms": 1e-3, "us": 1e-6, "min": 60}
 _UNITS = {"": 1, **_BYTE_UNITS, **_SI_UNITS, **_TIME_UNITS}
 # Each kind of unit: its units, how a message says it, the figure units (aotcheck.figures.table) it may floor.
-_UNIT_KINDS = ((_BYTE_UNITS, "a unit of bytes", ("bytes",)), (_TIME_UNITS, "a unit of time", ("seconds",)),
-               (_SI_UNITS, "a multiplier (a power of 1000), not a unit of time", ("bytes", "count", "flops")))
+_UNIT_KINDS = ((_BYTE_UNITS, "a unit of bytes", (Unit.BYTES,)), (_TIME_UNITS, "a unit of time", (Unit.SECONDS,)),
+               (_SI_UNITS, "a multiplier (a power of 1000), not a unit of time", (Unit.BYTES, Unit.COUNT, Unit.FLOPS)))
 # How to write a floor for a figure of each unit.
 _FLOOR_HINTS = {
-    "seconds": "give a seconds figure's floor in s, ms or min (or no unit: seconds), e.g. '*_cpu_seconds = 400% + 10s'",
-    "bytes": "give a bytes figure's floor in B, KiB, MiB, GiB, TiB (or K, M, G, T: powers of 1000), "
+    Unit.SECONDS: "give a seconds figure's floor in s, ms or min (or no unit: seconds), e.g. '*_cpu_seconds = 400% + 10s'",
+    Unit.BYTES: "give a bytes figure's floor in B, KiB, MiB, GiB, TiB (or K, M, G, T: powers of 1000), "
              "e.g. 'peak_bytes = 1% + 64KiB'",
-    "count": "give a count's floor as a number, or with K, M, G, T (powers of 1000), e.g. 'comm_*_count = 0% + 2'",
-    "flops": "give a FLOP count's floor as a number, or with K, M, G, T (powers of 1000), e.g. 'flops = 1% + 1G'",
+    Unit.COUNT: "give a count's floor as a number, or with K, M, G, T (powers of 1000), e.g. 'comm_*_count = 0% + 2'",
+    Unit.FLOPS: "give a FLOP count's floor as a number, or with K, M, G, T (powers of 1000), e.g. 'flops = 1% + 1G'",
 }
 _NUMBER = r"[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?"
 _LINE = re.compile(
     rf"^\s*(?P<glob>[^=\s]+)\s*=\s*(?:(?P<rel>{_NUMBER})\s*%)?\s*(?:\+?\s*(?P<abs>{_NUMBER})\s*(?P<unit>[a-z]*))?\s*$",
     re.IGNORECASE,
 )
-_ANY_KNOB = "fit_max_KNOB"  # In figure_names(): any knob's fit_max_<knob>.
 
 
 def _parse_line(line: str) -> tuple[str, Tolerance, str]:
@@ -112,15 +111,21 @@ def parse_tolerance_line(line: str) -> tuple[str, Tolerance]:
 def _names(known: Sequence[str], knobs: Collection[str] | None) -> list[str]:
     """The figure names a glob may match: ``known``, with its ``fit_max_KNOB`` as each knob's figure
     (``knobs`` None: not known yet; ``fit_max_batch`` and the pattern stand for them)."""
-    names = [n for n in known if n != _ANY_KNOB]
-    if _ANY_KNOB in known:
-        names += [f"fit_max_{k}" for k in sorted(knobs)] if knobs is not None else ["fit_max_batch", _ANY_KNOB]
+    names = [n for n in known if n != ANY_KNOB]
+    if ANY_KNOB in known:
+        names += [fit_max(k) for k in sorted(knobs)] if knobs is not None else [fit_max("batch"), ANY_KNOB]
     return list(dict.fromkeys(names))
+
+
+def _over_knobs(glob: str) -> bool:
+    """Whether a tolerance's glob is over ``fit_max_<knob>`` figures (whose knobs come with the configs)."""
+    name = parse(glob)
+    return name is not None and name.family == "fit_max"
 
 
 def _no_figure(glob: str, line: str, names: Sequence[str]) -> ToleranceError:
     """A glob that matches no figure: the line, every figure, and the closest with the line it would make."""
-    close = difflib.get_close_matches(glob, [n for n in names if n != _ANY_KNOB], n=1, cutoff=0.6)
+    close = difflib.get_close_matches(glob, [n for n in names if n != ANY_KNOB], n=1, cutoff=0.6)
     fix = f"; the closest is {close[0]}: did you mean {line.replace(glob, close[0], 1)!r}?" if close else ""
     return ToleranceError(f"{glob!r} in {line!r} matches no figure, so it would tolerate nothing; "
                           f"figures are: {', '.join(sorted(names))}{fix}")
@@ -165,9 +170,9 @@ def parse_tolerances(
         names = _names(known, knobs)
         for (glob, _, unit), line in zip(parsed, given):
             matched = [n for n in names if fnmatch.fnmatchcase(n, glob)]
-            if not matched and (knobs is not None or not glob.startswith("fit_max_")):
+            if not matched and (knobs is not None or not _over_knobs(glob)):
                 raise _no_figure(glob, line, names)
-            _check_unit(glob, line, unit, matched or [_ANY_KNOB])
+            _check_unit(glob, line, unit, matched or [ANY_KNOB])
     return tuple((glob, tolerance) for glob, tolerance, _ in parsed) + DEFAULT_TOLERANCES
 
 
@@ -184,7 +189,7 @@ def check_knob_tolerances(tolerances: Sequence[tuple[str, Tolerance]], *, known:
     """
     names = _names(known, knobs)
     for glob, tolerance in tolerances:
-        if glob.startswith("fit_max_") and not any(fnmatch.fnmatchcase(n, glob) for n in names):
+        if _over_knobs(glob) and not any(fnmatch.fnmatchcase(n, glob) for n in names):
             parts = [f"{tolerance.rel * 100:g}%"] if tolerance.rel or not tolerance.abs else []
             parts += [f"{tolerance.abs:g}"] if tolerance.abs else []
             raise _no_figure(glob, f"{glob} = {' + '.join(parts)}", names)
@@ -240,7 +245,7 @@ class Row:
 
 
 # Figures where more is better (headroom): a drop beyond tolerance is the regression.
-HIGHER_IS_BETTER = tuple(f.glob for f in FIGURES if f.worse == "less")
+HIGHER_IS_BETTER = tuple(f.glob for f in FIGURES if f.worse is Worse.LESS)
 # Figures that differ from run to run (timings). Their tolerance is a factor either way (see compare_metric),
 # and --update-golden keeps a golden's value only while it is near the new one (the figure's ``near``).
 NOISY = tuple(f.glob for f in FIGURES if f.noisy)

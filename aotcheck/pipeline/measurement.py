@@ -19,6 +19,7 @@ from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import COLLECTIVES
 from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures
+from aotcheck.figures.table import ANY_KNOB, comm, fit_max
 from aotcheck.pipeline.case import Case
 
 # What measuring costs, in the process's CPU seconds: figures like the others, but noisy (not bit-identical
@@ -38,8 +39,8 @@ def figure_names() -> tuple[str, ...]:
         >>> "peak_bytes" in names and "comm_all_gather_bytes" in names and "compile_cpu_seconds" in names
         True
     """
-    comm = tuple(f"comm_{kind.replace('-', '_')}_{what}" for kind in COLLECTIVES for what in ("count", "bytes"))
-    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *comm, *COST_FIGURES, "fit_max_KNOB")
+    collectives = tuple(comm(kind, what) for kind in COLLECTIVES for what in ("count", "bytes"))
+    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *collectives, *COST_FIGURES, ANY_KNOB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,5 +87,5 @@ class Measurement:
 
     def with_fit(self, fit: Fit) -> "Measurement":
         """This measurement with a fit search's result: the figure ``fit_max_<knob>`` and the search in its details."""
-        return dataclasses.replace(self, figures={**self.figures, f"fit_max_{fit.knob}": fit.max_size},
+        return dataclasses.replace(self, figures={**self.figures, fit_max(fit.knob): fit.max_size},
                                    details=dataclasses.replace(self.details, fit=fit))

@@ -46,9 +46,10 @@ from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file
 from aotcheck.figures.hbm import locate
 from aotcheck.figures.hlo import HloParseError, check_against, parse_module
 from aotcheck.figures.loops import analyze_hlo, top_collectives
-from aotcheck.figures.program import Details, program_figures, uncounted_work
-from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded, read_shardings, sharding_dump
-from aotcheck.figures.sharding import dump_options as sharding_dump_options
+from aotcheck.figures.program import Details, measure_program
+from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded
+from aotcheck.figures.splits import dump_options as sharding_dump_options
+from aotcheck.figures.splits import read_shardings, sharding_dump
 from aotcheck.figures.sources import anchors, remap, source_sequence
 from aotcheck.pipeline.cache import FiguresCache, cache_key
 from aotcheck.pipeline.case import Case
@@ -171,8 +172,8 @@ class LoweredCase:
     def unsharded(self, module: Mapping[str, Any], buffers: list[PeakBuffer], *, peak_bytes: int,
                   dump: str) -> list[Unsharded]:
         """The lint of :mod:`aotcheck.figures.sharding`: its batch inputs as split in the compiled
-        ``module``, its buffers' mesh axes from the propagated module in XLA's ``dump`` (a tile
-        assignment read against this case's mesh)."""
+        ``module``, its buffers' mesh axes from the propagated module in XLA's ``dump``
+        (:mod:`aotcheck.figures.splits`; a tile assignment read against this case's mesh)."""
         inputs = batch_inputs(self.arguments, module)
         if not inputs:  # Nothing split: nothing to keep whole (and no dump to read).
             return []
@@ -246,7 +247,7 @@ class CompiledCase:
         if xla_modules:  # Every compile's parse checked against XLA's own, instruction by instruction.
             check_against(module, xla_modules[0])
         analysis = analyze_hlo(text, module=module)
-        figures = program_figures(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
+        figures, uncounted = measure_program(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
         problem, buffers, excess, unsharded = None, [], 0, []
         try:
@@ -262,5 +263,5 @@ class CompiledCase:
             problem = f"the peak is not split by class: {e}"
         return Measurement(case, figures, self.lowered.options, self.seconds, compiled=self.compiled,
                            details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess,
-                                           unsharded=unsharded, uncounted=uncounted_work(analysis, figures)),
+                                           unsharded=unsharded, uncounted=uncounted),
                            attribution_problem=problem)

@@ -12,7 +12,7 @@ import posixpath
 from collections.abc import Sequence
 
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
-from aotcheck.figures.table import FIGURES, Figure
+from aotcheck.figures.table import FIGURES, Figure, Unit, Worse
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
@@ -42,11 +42,11 @@ def figures_table() -> str:
     def amount(figure: Figure) -> str:
         if not figure.abs:
             return f"{figure.rel:.0%}" if figure.rel else "exact"
-        size = fmt_bytes(figure.abs) if figure.unit == "bytes" else f"{figure.abs:g} s"
+        size = fmt_bytes(figure.abs) if figure.unit is Unit.BYTES else f"{figure.abs:g} s"
         return f"{figure.rel:.0%} + {size}" if figure.rel else size
 
     return markdown_table(["figure", "unit", "worse when", "default tolerance", "what it is"], [
-        [f"`{f.glob}`", f.unit, "it drops" if f.worse == "less" else "it grows", amount(f), f.meaning] for f in FIGURES])
+        [f"`{f.glob}`", f.unit, "it drops" if f.worse is Worse.LESS else "it grows", amount(f), f.meaning] for f in FIGURES])
 
 
 def _changes(outcome: Outcome, limit: int = 3) -> str:
