@@ -22,7 +22,7 @@ from aotcheck.programs.loader import note_loaded
 from aotcheck.programs.registry import registrations
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
-from aotcheck.render.text import session_summary
+from aotcheck.render.summary import session_summary
 from aotcheck.session import PYTEST_FLAGS, GateSession, GateSettings, SettingsError, split_list
 from aotcheck.settings import Setting, add_pytest_options, read_settings
 

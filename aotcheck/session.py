@@ -51,14 +51,15 @@ from aotcheck.pipeline.measure import fit_knob, unsupported_reason
 from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
-from aotcheck.gate.upgrade import accept_all_command
 from aotcheck.gate.shard import ShardError, assign_shards, expected_seconds, parse_shard, shard_of_name
 from aotcheck.programs.knobs import knobs_offered
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import (OptionsError, format_libtpu_init_args, parse_libtpu_init_args, refusal_lines,
                                        runtime_only)
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
-from aotcheck.render.text import header_lines, outcome_message
+from aotcheck.render.accept import accept_all_command
+from aotcheck.render.summary import header_lines
+from aotcheck.render.text import outcome_message
 from aotcheck.settings import example, flag_names, names_in_messages
 from aotcheck.targets.families import family_of
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
