@@ -51,7 +51,10 @@ from aotcheck.scaffold import InitError, plan_init, write_init
 from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
-from aotcheck.render.text import case_line, compile_table, explain, fit_lines, session_summary, summary_table, table
+from aotcheck.render.explain import compile_table, explain
+from aotcheck.render.summary import case_line, session_summary, summary_table
+from aotcheck.render.tables import table
+from aotcheck.render.text import fit_lines, hbm_words
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, read_settings
 from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
@@ -217,7 +220,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": hbm,
             "peak_share_of_hbm": r.figures["peak_bytes"] / hbm if hbm else None,
             # aotcheck's own check (a GPU compile never refuses a program for its size): None when it fits.
-            "hbm_verdict": hbm_verdict(int(r.figures["peak_bytes"]), target.topology, headroom=headroom),
+            "hbm_verdict": hbm_words(over) if (over := hbm_verdict(int(r.figures["peak_bytes"]), target.topology,
+                                                                   headroom=headroom)) is not None else None,
         } for r in results}, indent=2, sort_keys=True))
         return 0
     print(compile_table(results, target.topology))

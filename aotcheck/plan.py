@@ -31,7 +31,8 @@ from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
-from aotcheck.gate.compare import ToleranceError, check_knob_tolerances
+from aotcheck.figures.table import fit_max
+from aotcheck.gate.compare import ToleranceError, check_knob_tolerances, over_knobs
 from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.shard import assign_shards, expected_seconds, shard_of_name
 from aotcheck.pipeline.case import Case
@@ -177,8 +178,8 @@ def check_knob_globs(settings: GateSettings, registry: Registry) -> None:
     """SettingsError for an ``aot_tolerances`` line over ``fit_max_`` figures that no knob has (``fit_max_batchh``):
     the knobs are the registered configs', known once they are loaded. Configs are built only for such a line."""
     knobs = {"batch", *([settings.fit] if settings.fit else [])}
-    globs = [glob for glob, _ in settings.tolerances if glob.startswith("fit_max_")]
-    if all(any(fnmatch.fnmatchcase(f"fit_max_{knob}", glob) for knob in knobs) for glob in globs):
+    globs = [glob for glob, _ in settings.tolerances if over_knobs(glob)]
+    if all(any(fnmatch.fnmatchcase(fit_max(knob), glob) for knob in knobs) for glob in globs):
         return
     for entry in registry:
         try:

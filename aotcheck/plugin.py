@@ -1,11 +1,11 @@
 """The pytest plugin: a front end of a few lines per hook over :class:`aotcheck.session.GateSession`.
 
-Options and ini values become :class:`~aotcheck.session.GateSettings`; each
+Options and ini values become :class:`~aotcheck.settings.GateSettings`; each
 planned case becomes one test item; each item's :class:`~aotcheck.gate.outcome.Outcome`
 travels as JSON in the report's ``user_properties`` (so pytest-xdist carries it
 to the controller and JUnit XML records it); the controller's session finishes
 the run (stale goldens, the JSON report) and the summary is rendered by
-:mod:`aotcheck.render.text`.
+:mod:`aotcheck.render.summary`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from aotcheck.programs.loader import note_loaded
 from aotcheck.programs.registry import registrations
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
-from aotcheck.render.text import session_summary
+from aotcheck.render.summary import session_summary
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings, Setting, SettingsError, add_pytest_options, read_settings, split_list
 

@@ -38,19 +38,21 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aotcheck.figures.table import fit_max
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
-from aotcheck.gate.upgrade import accept_all_command
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import Plan, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import format_libtpu_init_args, refusal_lines, runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
-from aotcheck.render.text import header_lines, outcome_message
+from aotcheck.render.accept import accept_all_command
+from aotcheck.render.summary import header_lines
+from aotcheck.render.text import outcome_message
 from aotcheck.settings import GateSettings, SettingsError, flag_names
 from aotcheck.targets.platform import TPU, Platform
 
@@ -211,7 +213,7 @@ class GateSession:
 
     def accept_command(self, case: Case) -> str:
         """The command that accepts this case's current figures as its golden (the one builder,
-        :func:`aotcheck.gate.upgrade.accept_all_command`, with this program selected)."""
+        :func:`aotcheck.render.accept.accept_all_command`, with this program selected)."""
         given = self.settings.golden_dir_option  # As given (it may override the ini's), even "golden".
         return accept_all_command([case.id], extra=[*([f"{flag_names('pytest')['golden_dir']}={given}"] if given else []),
                                                     *self.accept_args(), "-k", case.program])
@@ -323,7 +325,7 @@ class GateSession:
                          + ("" if s.presets else "; aotcheck's presets off (aot_default_options = none)"))
         if s.fit:
             lines.append(f"aotcheck: fit search of {s.fit!r} on every config that offers it (a few compiles each; "
-                         f"gated as fit_max_{s.fit})")
+                         f"gated as {fit_max(s.fit)})")
         if not s.update and not self.store.root.is_dir():
             lines.append(f"aotcheck: WARNING: the golden directory {self.store.root} does not exist, so every case "
                          f"will be missing its golden. The rootdir is {s.rootdir}; if your goldens are elsewhere, "

@@ -8,6 +8,7 @@ The pipeline, bottom to top (a module may import its own layer and the ones belo
 
 import ast
 import graphlib
+import importlib
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,22 @@ def test_architecture_md_names_every_module():
                and str(path.relative_to(PACKAGE)) not in page and f"`{path.name}`" not in page
                and f"{path.name}`" not in page]
     assert not unnamed, f"ARCHITECTURE.md does not name {unnamed}"
+
+
+# Exceptions that are no error of aotcheck's: pytest's carrier of a failed case's message (its item's repr).
+NOT_ERRORS = {("aotcheck.plugin", "AotFailure")}
+
+
+def test_every_error_is_an_aotcheck_error():
+    """One base: a caller catches AotcheckError for everything aotcheck says is wrong (and the gate names any
+    other class a user's code raised, a ValueError of its own too); each keeps the built-in base it had."""
+    from aotcheck.errors import AotcheckError
+
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and (module, node.name) not in NOT_ERRORS:
+                cls = getattr(importlib.import_module(module), node.name, None)
+                if isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, AotcheckError):
+                    found.append(f"{module}.{node.name}")
+    assert not found, f"not under AotcheckError: {found}"

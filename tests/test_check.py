@@ -12,9 +12,9 @@ import pytest
 
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.outcome import Failure, Outcome, Reason
 from aotcheck.gate.verdict import GoldenAction, Verdict
-from aotcheck.errors import CompileError, OutOfMemory
+from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_from_json
 from aotcheck.programs.registry import ProgramNotFound
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
@@ -91,6 +91,51 @@ def test_missing_and_corrupt_goldens_say_how_to_fix(tmp_path):
     assert corrupt.verdict is Verdict.CORRUPT_GOLDEN and "is not valid JSON" in corrupt.message
     assert "--aot-golden-dir=golden -k step" in corrupt.message  # The accept command keeps a given golden dir.
     assert path.read_text() == "{oops"  # Never rewritten without --update-golden.
+
+
+def test_the_outcome_carries_the_errors_record_and_render_words_it(tmp_path):
+    """gate/ records why a case failed and the error's one JSON form; render/ words it."""
+    outcome = session(tmp_path, KeyError("vocab_size")).check(CASE)
+    failure = outcome.error
+    assert (failure.reason, failure.type, failure.text, failure.type_name) == (
+        Reason.USER_CODE, "builtins.KeyError", "vocab_size", "KeyError")
+    assert error_from_json(failure.record).args == ("vocab_size",)
+    assert outcome.message == "toy/step@v5e-4x1: KeyError while building or lowering it: vocab_size"
+    crash = WorkerCrashed("the v5e compile process died with SIGKILL", signal_name="SIGKILL", tail=("last",), log=("all",))
+    crashed = session(tmp_path, crash).check(CASE).error
+    assert (crashed.reason, crashed.log, crashed.fields) == (Reason.CRASHED, ("all",), {"signal_name": "SIGKILL", "tail": ["last"]})
+    assert type(error_from_json(crashed.record)) is WorkerCrashed
+    over = session(tmp_path, {**FIGURES, "peak_bytes": 17 * 2**30}).check(CASE).error
+    assert (over.reason, over.hbm.peak_bytes, over.hbm.topology, over.text) == (Reason.OVER_HBM, 17 * 2**30, "v5e-4", "")
+    for failed in (outcome, session(tmp_path, crash).check(CASE), session(tmp_path, {**FIGURES, "peak_bytes": 17 * 2**30}).check(CASE)):
+        assert Outcome.from_json(json.loads(json.dumps(failed.to_json()))) == failed
+    # A report written before reasons were recorded still reads: its verdict says what its error was.
+    old = {**outcome.to_json(), "verdict": "over-hbm", "error": {"text": "needs 17.00 GiB", "details": None, "log": []}}
+    assert Outcome.from_json(old).error == Failure(Reason.OVER_HBM, "needs 17.00 GiB")
+
+
+def test_an_unwritable_golden_is_recorded_with_its_path(tmp_path):
+    gate = session(tmp_path, FIGURES, update=True)
+
+    def refuse(*args, **kwargs):  # FAKE: the store's write, refused as a read-only directory refuses it.
+        raise PermissionError(13, "Permission denied", "somewhere")
+
+    gate.store.write = refuse
+    outcome = gate.check(CASE)
+    assert (outcome.verdict, outcome.error.reason, outcome.error.path) == (
+        Verdict.ERROR, Reason.GOLDEN_UNWRITABLE, gate.golden_file(CASE))
+    assert outcome.message == (f"toy/step@v5e-4x1: cannot write its golden file {gate.golden_file(CASE)}: "
+                               "Permission denied. Check the golden directory's permissions.")
+
+
+def test_every_accept_command_comes_from_one_builder(tmp_path):
+    from aotcheck.render.accept import accept_all_command
+
+    gate = session(tmp_path, FIGURES, golden_dir_option="ci/golden", libtpu_init_args_option="--xla_a=1")
+    expected = accept_all_command([CASE], extra=["--aot-golden-dir=ci/golden", "--aot-libtpu-init-args=--xla_a=1",
+                                                 "-k", "step"])
+    assert gate.accept_command(CASE) == expected and gate.check(CASE).message.endswith("To create it: " + expected)
+    assert accept_all_command([CASE.id]) == accept_all_command([CASE])
 
 
 @pytest.mark.parametrize("factor,strict,verdict,failed", [
@@ -172,7 +217,7 @@ def test_goldens_of_another_toolchain_give_one_upgrade_table(tmp_path):
     from aotcheck.gate.report import Report
     from aotcheck.render.markdown import markdown
     from aotcheck.gate.report import Merged
-    from aotcheck.render.text import session_summary
+    from aotcheck.render.summary import session_summary
 
     other = Case.of("toy", "step", "v4-8")
     for case in (CASE, other):

@@ -13,7 +13,7 @@ import aotcheck
 from aotcheck.figures.program import roofline
 from aotcheck.figures.hlo import parse_module
 from aotcheck.figures.loops import analyze_hlo, trip_count
-from aotcheck.figures.hbm import explain_oom, hbm_verdict
+from aotcheck.figures.hbm import HbmVerdict, explain_oom, hbm_verdict
 from aotcheck.models import lm
 from aotcheck.targets.topology import CHIPS
 
@@ -84,13 +84,21 @@ def test_roofline_uses_the_chip_figures():
     assert roofline(figures, "cpu-4") is None
 
 
-def test_hbm_verdict_in_plain_words():
-    assert hbm_verdict(int(17.3 * 2**30), "v5e-16") == "needs 17.30 GiB of 16.00 GiB HBM per device on v5e-16: 108%"
+def test_hbm_verdict_is_a_record_in_plain_words():
+    from aotcheck.render.text import hbm_words
+
+    over = hbm_verdict(int(17.3 * 2**30), "v5e-16")
+    assert (over.peak_bytes, over.capacity_bytes, over.limit_bytes, over.headroom, over.topology) == (
+        int(17.3 * 2**30), 16 * 2**30, 16 * 2**30, 1.0, "v5e-16")
+    assert HbmVerdict.from_json(json.loads(json.dumps(over.to_json()))) == over
+    assert hbm_words(over) == "needs 17.30 GiB of 16.00 GiB HBM per device on v5e-16: 108%"
     assert hbm_verdict(int(15.3 * 2**30), "v5e-16") is None
-    assert "headroom 95%" in hbm_verdict(int(15.3 * 2**30), "v5e-16", headroom=0.95)
+    tight = hbm_verdict(int(15.3 * 2**30), "v5e-16", headroom=0.95)
+    assert tight.limit_bytes == int(16 * 2**30 * 0.95) and "headroom 95% allows 15.20 GiB" in hbm_words(tight)
     # The boundary: exactly the capacity fits, one byte more does not.
     assert hbm_verdict(CHIPS["v4"].hbm_bytes, "v4-8") is None
-    assert hbm_verdict(CHIPS["v4"].hbm_bytes + 1, "v4-8").endswith("on v4-8: 100%")
+    assert hbm_words(hbm_verdict(CHIPS["v4"].hbm_bytes + 1, "v4-8")).endswith("on v4-8: 100%")
+    assert hbm_verdict(2**40, "cpu-4") is None  # No HBM known: nothing to check against.
 
 
 def test_xla_out_of_memory_is_explained():

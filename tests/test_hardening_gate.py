@@ -27,7 +27,7 @@ from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.render.markdown import markdown
-from aotcheck.render.text import session_summary
+from aotcheck.render.summary import session_summary
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
 
@@ -302,7 +302,7 @@ def test_toolchains_compare_as_versions(before, now, direction):
 
 
 def test_a_toolchain_change_that_is_neither_way_names_no_direction():
-    from aotcheck.render.text import upgrade_lines
+    from aotcheck.render.upgrade import upgrade_lines
 
     up = _upgrade({"jax": "0.12.0.1", "libtpu": "0.0.40"}, {"jax": "0.10.2", "libtpu": "0.0.50.1"})
     text = "\n".join(upgrade_lines(up, golden_dir="golden"))

@@ -19,7 +19,7 @@ from aotcheck.figures.hlo import parse_instruction
 from aotcheck.figures.loops import CollectiveOp, analyze_hlo, top_collectives
 from aotcheck.figures.program import Details
 from aotcheck.figures.sources import anchors, remap, source_sequence
-from aotcheck.render.text import buffers_table, collectives_table
+from aotcheck.render.tables import buffers_table, collectives_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = "/venv/lib/python3.12/site-packages"

@@ -66,6 +66,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aotcheck.errors import AotcheckError
 from aotcheck.figures.frames import Lines, instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_arrays, parse_module
 from aotcheck.figures.table import peak
@@ -93,7 +94,7 @@ _COPIES = frozenset({
 })
 
 
-class AttributionError(ValueError):
+class AttributionError(AotcheckError, ValueError):
     """The dump to attribute the peak from is missing or in a form this version does not read."""
 
 

@@ -1,7 +1,8 @@
 """Whether a program fits its chip's memory, said in plain words and numbers.
 
 Two ways to not fit HBM: the compiled peak exceeds the device's HBM (or the
-headroom a project allows), or XLA itself refuses with RESOURCE_EXHAUSTED.
+headroom a project allows: :func:`hbm_verdict`'s :class:`HbmVerdict`, a record that
+:mod:`aotcheck.render` words), or XLA itself refuses with RESOURCE_EXHAUSTED.
 A third is not HBM's at all: an op (a Pallas kernel) overflows another memory
 space, VMEM or SMEM (:class:`aotcheck.errors.OutOfMemorySpace`): :func:`explain_overflow`
 says which, how much of what limit, the op and its line, and how the limit is raised
@@ -10,8 +11,11 @@ where it can be; :func:`locate` finds the line in the lowered program.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from aotcheck.errors import Overflow
 from aotcheck.figures.fit import Fit
@@ -23,12 +27,49 @@ from aotcheck.targets.topology import Topology, parse_topology
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def hbm_verdict(peak_bytes: int, topology: str | Topology, *, headroom: float = 1.0) -> str | None:
-    """None if ``peak_bytes`` fits ``headroom`` x the device's HBM, else the reason.
+@dataclasses.dataclass(frozen=True)
+class HbmVerdict:
+    """A compiled peak over the HBM a device may use, in bytes per device (worded by
+    :func:`aotcheck.render.text.hbm_words`).
+
+    Attributes:
+        peak_bytes: The program's peak.
+        capacity_bytes: The device's HBM.
+        limit_bytes: What the project allows: ``headroom`` x the capacity (rounded down).
+        headroom: The share of the capacity the project allows (1.0: all of it).
+        topology: The topology's name (``v5e-16``).
+    """
+
+    peak_bytes: int
+    capacity_bytes: int
+    limit_bytes: int
+    headroom: float
+    topology: str
+
+    @property
+    def share(self) -> float:
+        """The peak's share of the capacity."""
+        return self.peak_bytes / self.capacity_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "HbmVerdict":
+        return cls(int(data["peak_bytes"]), int(data["capacity_bytes"]), int(data["limit_bytes"]),
+                   float(data["headroom"]), str(data["topology"]))
+
+
+def hbm_verdict(peak_bytes: int, topology: str | Topology, *, headroom: float = 1.0) -> HbmVerdict | None:
+    """None if ``peak_bytes`` fits ``headroom`` x the device's HBM (or the device's HBM is not known),
+    else the peak against the limit.
 
     Example:
-        >>> print(hbm_verdict(int(17.3 * 2**30), "v5e-16"))
-        needs 17.30 GiB of 16.00 GiB HBM per device on v5e-16: 108%
+        >>> over = hbm_verdict(17 * 2**30, "v5e-16")
+        >>> over
+        HbmVerdict(peak_bytes=18253611008, capacity_bytes=17179869184, limit_bytes=17179869184, headroom=1.0, topology='v5e-16')
+        >>> f"{over.share:.0%}", hbm_verdict(15 * 2**30, "v5e-16"), hbm_verdict(15 * 2**30, "v5e-16", headroom=0.9).limit_bytes
+        ('106%', None, 15461882265)
     """
     topo = parse_topology(topology)
     if topo.hbm_bytes is None:
@@ -36,11 +77,7 @@ def hbm_verdict(peak_bytes: int, topology: str | Topology, *, headroom: float = 
     limit = topo.hbm_bytes * headroom
     if peak_bytes <= limit:
         return None
-    allowed = f" (headroom {headroom:.0%} allows {fmt_bytes(limit)})" if headroom != 1.0 else ""
-    return (
-        f"needs {fmt_bytes(peak_bytes)} of {fmt_bytes(topo.hbm_bytes)} HBM per device on "
-        f"{topo.name}: {peak_bytes / topo.hbm_bytes:.0%}{allowed}"
-    )
+    return HbmVerdict(int(peak_bytes), int(topo.hbm_bytes), math.floor(limit), float(headroom), topo.name)
 
 
 def _size(number: str, unit: str) -> float:

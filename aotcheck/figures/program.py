@@ -18,6 +18,7 @@ from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import CollectiveOp, HloAnalysis, Uncounted, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
 from aotcheck.figures.table import comm, parse
+from aotcheck.targets.devices import host_device
 from aotcheck.targets.topology import Topology, parse_topology
 
 Figures = dict[str, int | float]
@@ -242,7 +243,7 @@ def _cost_model(compiled: Any) -> dict[str, float]:
     from jax._src.lib import _jax  # noqa: PLC0415
 
     modules = compiled.runtime_executable().hlo_modules()
-    return dict(_jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, modules[0]))
+    return dict(_jax.hlo_module_cost_analysis(host_device().client, modules[0]))
 
 
 # XLA's raw count includes elementwise work that ``flops`` leaves out: up to a fifth of a tiny model's

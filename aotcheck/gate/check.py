@@ -20,7 +20,8 @@ figures new or gone against it         METRICS_CHANGED (PASS with a warning
                                        when ``metric_drift="warn"``)
 =====================================  =====================================
 
-The outcome carries data, not prose: :mod:`aotcheck.render.text` words it.
+The outcome carries data, not prose: the verdict, and for a failure its :class:`~aotcheck.gate.outcome.Reason`
+and the error's record (a :class:`~aotcheck.gate.outcome.Failure`); :mod:`aotcheck.render.text` words it.
 
 Example (FAKE: a ``measure`` that fails as XLA would, so nothing compiles):
     >>> import tempfile
@@ -30,8 +31,8 @@ Example (FAKE: a ``measure`` that fails as XLA would, so nothing compiles):
     ...     raise OutOfMemory("RESOURCE_EXHAUSTED: Ran out of memory. Used 20.00G of 15.75G hbm.")
     >>> outcome = check_case(Case.of("lm", "train_step", "v5e-16"), measure=measure,
     ...                      store=GoldenStore(tempfile.mkdtemp()))
-    >>> outcome.verdict, outcome.failed
-    (<Verdict.OUT_OF_MEMORY: 'out-of-memory'>, True)
+    >>> outcome.verdict, outcome.failed, outcome.error.reason, outcome.error.type
+    (<Verdict.OUT_OF_MEMORY: 'out-of-memory'>, True, <Reason.OUT_OF_MEMORY: 'out-of-memory'>, 'aotcheck.errors.OutOfMemory')
 """
 
 from __future__ import annotations
@@ -39,25 +40,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from aotcheck import _runtime
 from aotcheck.figures.attribution import PEAK_FIGURES
-from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
+from aotcheck.errors import AotcheckError, CompileError, OutOfMemory, UserCodeError, WorkerCrashed
 from aotcheck.figures.hbm import hbm_verdict
-from aotcheck.figures.hlo import HloParseError
-from aotcheck.figures.program import Details
 from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.gate.outcome import Failure, Outcome
+from aotcheck.gate.outcome import Failure, Outcome, Reason
 from aotcheck.gate.verdict import Verdict
 
 Measure = Callable[[Case], Measurement]
 
-# aotcheck's own errors explain themselves (a wrong config, mesh, partitioning,
-# topology or registry name: all ValueErrors; the host's: HostError); anything else
-# user code raised is named by its type.
-SELF_EXPLAINING: tuple[type[Exception], ...] = (ValueError, _runtime.HostError, HloParseError)
+# aotcheck's own errors explain themselves (a wrong config, mesh, partitioning, topology or registry name,
+# the host, a dump it could not read: all AotcheckErrors); anything else user code raised, a ValueError of
+# its own included, is named by its class (UserCodeError: a class that could not cross from the worker).
 
 
 def check_case(
@@ -92,27 +89,25 @@ def _decide(
     try:
         result = measure(case)
     except WorkerCrashed as e:
-        return Outcome(case, Verdict.CRASHED, error=Failure(str(e), log=tuple(e.log)))
+        return Outcome(case, Verdict.CRASHED, error=Failure.of(Reason.CRASHED, e))
     except OutOfMemory as e:  # HBM's, or another memory space's (a kernel's VMEM: its Overflow says which).
-        overflow = e.overflow if isinstance(e, OutOfMemorySpace) else None
-        return Outcome(case, Verdict.OUT_OF_MEMORY,
-                       error=Failure(str(e), Details.from_json(e.details) if e.details is not None else None,
-                                     overflow=overflow))
+        return Outcome(case, Verdict.OUT_OF_MEMORY, error=Failure.of(Reason.OUT_OF_MEMORY, e))
     except CompileError as e:
-        return Outcome(case, Verdict.COMPILE_ERROR, error=Failure(str(e)))
-    except SELF_EXPLAINING as e:
-        return Outcome(case, Verdict.ERROR, error=Failure(str(e)))
-    except Exception as e:  # User code (tracing, building, make_args) raised: name it, never a traceback.
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        return Outcome(case, Verdict.ERROR, error=Failure(f"{error_type(e)} while building or lowering it: {message}"))
+        return Outcome(case, Verdict.COMPILE_ERROR, error=Failure.of(Reason.COMPILE_ERROR, e))
+    except UserCodeError as e:
+        return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.USER_CODE, e))
+    except AotcheckError as e:
+        return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.INPUT, e))
+    except Exception as e:  # User code (tracing, building, make_args) raised: named by its class, never a traceback.
+        return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.USER_CODE, e))
     figures = result.figures
     # What the figures may miss is said on the case every run (its golden records it too).
     doubts = [f"{case.id}: {u.describe()}" for u in result.details.uncounted]
     measured = dict(measured=result, notes=[*([result.attribution_problem] if result.attribution_problem else []),
                                             *doubts])
     over = hbm_verdict(int(figures["peak_bytes"]), case.topology, headroom=hbm_headroom)
-    if over:
-        return Outcome(case, Verdict.OVER_HBM, error=Failure(over), **measured)
+    if over is not None:
+        return Outcome(case, Verdict.OVER_HBM, error=Failure(Reason.OVER_HBM, hbm=over), **measured)
     if update:
         try:
             previous = store.read(case)
@@ -124,14 +119,14 @@ def _decide(
             # The golden keeps a view of the measurement (its figures settled against the last golden's).
             action = store.write(case, written, toolchain=case.topology.platform.toolchain(),
                                  **result.view("compiler_options", "details"))
-        except OSError as e:
-            return Outcome(case, Verdict.ERROR, error=Failure(f"cannot write its golden file {store.path(case)}: "
-                           f"{e.strerror or e}. Check the golden directory's permissions."), **measured)
+        except OSError as e:  # Its strerror is the words to keep (its str repeats the path).
+            return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.GOLDEN_UNWRITABLE, e, text=e.strerror or str(e),
+                                                                 path=str(store.path(case))), **measured)
         return Outcome(case, Verdict.ACCEPTED, golden_action=action, **measured)
     try:
         golden = store.read(case)
     except GoldenError as e:
-        return Outcome(case, Verdict.CORRUPT_GOLDEN, error=Failure(str(e)), **measured)
+        return Outcome(case, Verdict.CORRUPT_GOLDEN, error=Failure.of(Reason.CORRUPT_GOLDEN, e), **measured)
     if golden is None:
         return Outcome(case, Verdict.MISSING_GOLDEN, **measured)
     rows = compare(golden.figures, figures, tolerances)

@@ -24,11 +24,12 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from aotcheck.errors import AotcheckError
 from aotcheck.figures.table import ANY_KNOB, FIGURES, Unit, Worse, describe, fit_max, parse
 from aotcheck.gate.verdict import Verdict
 
 
-class ToleranceError(ValueError):
+class ToleranceError(AotcheckError, ValueError):
     """A tolerance line that does not parse."""
 
 
@@ -117,7 +118,7 @@ def _names(known: Sequence[str], knobs: Collection[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _over_knobs(glob: str) -> bool:
+def over_knobs(glob: str) -> bool:
     """Whether a tolerance's glob is over ``fit_max_<knob>`` figures (whose knobs come with the configs)."""
     name = parse(glob)
     return name is not None and name.family == "fit_max"
@@ -170,7 +171,7 @@ def parse_tolerances(
         names = _names(known, knobs)
         for (glob, _, unit), line in zip(parsed, given):
             matched = [n for n in names if fnmatch.fnmatchcase(n, glob)]
-            if not matched and (knobs is not None or not _over_knobs(glob)):
+            if not matched and (knobs is not None or not over_knobs(glob)):
                 raise _no_figure(glob, line, names)
             _check_unit(glob, line, unit, matched or [ANY_KNOB])
     return tuple((glob, tolerance) for glob, tolerance, _ in parsed) + DEFAULT_TOLERANCES
@@ -189,7 +190,7 @@ def check_knob_tolerances(tolerances: Sequence[tuple[str, Tolerance]], *, known:
     """
     names = _names(known, knobs)
     for glob, tolerance in tolerances:
-        if _over_knobs(glob) and not any(fnmatch.fnmatchcase(n, glob) for n in names):
+        if over_knobs(glob) and not any(fnmatch.fnmatchcase(n, glob) for n in names):
             parts = [f"{tolerance.rel * 100:g}%"] if tolerance.rel or not tolerance.abs else []
             parts += [f"{tolerance.abs:g}"] if tolerance.abs else []
             raise _no_figure(glob, f"{glob} = {' + '.join(parts)}", names)

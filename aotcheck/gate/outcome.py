@@ -4,8 +4,9 @@ An :class:`Outcome` crosses every boundary with its type: from the check to the
 pytest item, through pytest-xdist (as JSON in the report's ``user_properties``),
 into the JSON report, and back out of it for the Markdown summary and the chart.
 It holds the records it was judged from (the :class:`Measurement`, the
-:class:`~aotcheck.gate.golden.Golden`, or the :class:`Failure` that left no figures)
-and the one worded field, ``message``, that the session words with :mod:`aotcheck.render.text`.
+:class:`~aotcheck.gate.golden.Golden`, or the :class:`Failure` that left no figures: a
+:class:`Reason` and the error's record, never prose) and the one worded field, ``message``,
+that the session words with :mod:`aotcheck.render.text`.
 
 Example:
     >>> from aotcheck.pipeline.case import Case
@@ -23,11 +24,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aotcheck.errors import Overflow
+from aotcheck.errors import Overflow, error_to_json
+from aotcheck.figures.hbm import HbmVerdict
 from aotcheck.figures.program import Details, Figures
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.golden import Golden, toolchain_note
@@ -36,29 +39,115 @@ from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 
 
+class Reason(enum.Enum):
+    """Why a case failed: a code, worded by :mod:`aotcheck.render.text` (the verdict says less: an
+    ``error`` may be the config's, user code's, an unwritable golden's or a failure outside the check)."""
+
+    CRASHED = "crashed"  # The compile process died: a WorkerCrashed.
+    OUT_OF_MEMORY = "out-of-memory"  # XLA refused it for HBM (OutOfMemory) or another memory space (OutOfMemorySpace).
+    COMPILE_ERROR = "compile-error"  # XLA refused it otherwise.
+    INPUT = "input"  # aotcheck's own error, which explains itself: the config, mesh, rules, a name, the host, HLO.
+    USER_CODE = "user-code"  # Code of the user's raised while building or lowering it.
+    OVER_HBM = "over-hbm"  # It compiled, to a peak over the HBM the project allows (``hbm``).
+    CORRUPT_GOLDEN = "corrupt-golden"  # Its golden file cannot be read.
+    GOLDEN_UNWRITABLE = "golden-unwritable"  # Its golden file (``path``) cannot be written.
+    INTERNAL = "internal"  # It failed outside the check (``text``: pytest's report of it).
+
+
+# What a report written before reasons were recorded meant by each verdict's error.
+_REASON_OF_VERDICT = {Verdict.CRASHED: Reason.CRASHED, Verdict.OUT_OF_MEMORY: Reason.OUT_OF_MEMORY,
+                      Verdict.COMPILE_ERROR: Reason.COMPILE_ERROR, Verdict.OVER_HBM: Reason.OVER_HBM,
+                      Verdict.CORRUPT_GOLDEN: Reason.CORRUPT_GOLDEN}
+
+
 @dataclasses.dataclass(frozen=True)
 class Failure:
-    """What went wrong with a case, as text: an error that left no figures (then ``details`` may say
-    what filled the memory, ``overflow`` which memory space other than HBM an op overflowed, and
-    ``log`` is what a compile process that died printed, whole), or why figures that exist fail
-    (over HBM, a golden that cannot be read or written)."""
+    """What went wrong with a case, as a record: why (``reason``), and the error that said so in its
+    one JSON form (:func:`aotcheck.errors.error_to_json`: ``type``, its message as ``text``, its
+    ``fields``, those a reader needs typed: ``details``, ``log``, ``overflow``); or, for figures
+    that exist but fail, the peak against the HBM allowed (``hbm``) or the golden file (``path``).
+    No prose of aotcheck's: :mod:`aotcheck.render.text` words it.
 
-    text: str
+    Attributes:
+        reason: Why the case failed.
+        text: The error's own message, verbatim (XLA's, a config error's, pytest's report); "" when none.
+        type: The error's class as its JSON record names it (``builtins.KeyError``); None when none.
+        fields: The error's other fields (a crash's signal and last lines, a user error's class name).
+        details: What filled the memory of a compile that ran out of it (and a fit search after it).
+        log: What a compile process that died printed, whole.
+        overflow: Which memory space other than HBM an op overflowed.
+        hbm: The peak over the HBM the project allows (``OVER_HBM``).
+        path: The golden file it concerns (``GOLDEN_UNWRITABLE``).
+
+    Example:
+        >>> from aotcheck.errors import error_from_json, error_type
+        >>> failure = Failure.of(Reason.USER_CODE, KeyError("vocab_size"))
+        >>> failure.text, failure.type, failure.type_name
+        ('vocab_size', 'builtins.KeyError', 'KeyError')
+        >>> error_from_json(failure.record)
+        KeyError('vocab_size')
+        >>> Failure.from_json(failure.to_json()) == failure
+        True
+    """
+
+    reason: Reason
+    text: str = ""
+    type: str | None = None
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     details: Details | None = None
     log: tuple[str, ...] = ()
     overflow: Overflow | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"text": self.text, "details": self.details.to_json() if self.details is not None else None,
-               "log": list(self.log)}
-        return {**out, "overflow": self.overflow.to_json()} if self.overflow is not None else out
+    hbm: HbmVerdict | None = None
+    path: str | None = None
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Failure":
-        details, overflow = data.get("details"), data.get("overflow")
-        return cls(str(data["text"]), Details.from_json(details) if details is not None else None,
+    def of(cls, reason: Reason, error: BaseException, **more: Any) -> "Failure":
+        """The record of ``error`` (its JSON form, its details, log and overflow typed); ``more`` sets other
+        attributes (``path``; ``text`` where the error's message is not the words to keep)."""
+        record = error_to_json(error)
+        fields = dict(record.get("fields") or {})
+        details, log, overflow = fields.pop("details", None), fields.pop("log", ()), fields.pop("overflow", None)
+        return cls(reason, **{"text": record["message"], **more}, type=record["type"], fields=fields,
+                   details=Details.from_json(details) if details is not None else None,
+                   log=tuple(str(line) for line in log), overflow=Overflow.from_json(overflow) if overflow else None)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The error's JSON form (:func:`aotcheck.errors.error_from_json` makes it again); {} when no error said it."""
+        if self.type is None:
+            return {}
+        fields = {**self.fields, **({"details": self.details.to_json()} if self.details is not None else {}),
+                  **({"log": list(self.log)} if self.log else {}),
+                  **({"overflow": self.overflow.to_json()} if self.overflow is not None else {})}
+        return {"type": self.type, "message": self.text, **({"fields": fields} if fields else {})}
+
+    @property
+    def type_name(self) -> str | None:
+        """The error's class as user code raised it, even across a worker (:func:`aotcheck.errors.error_type`)."""
+        if self.type is None:
+            return None
+        return str(self.fields.get("type_name") or self.type.rpartition(".")[2])
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"text": self.text, "details": self.details.to_json() if self.details is not None else None,
+                               "log": list(self.log)}
+        if self.overflow is not None:
+            out["overflow"] = self.overflow.to_json()
+        out["reason"] = self.reason.value
+        more = {"type": self.type, "fields": self.fields or None, "hbm": self.hbm.to_json() if self.hbm else None,
+                "path": self.path}
+        return {**out, **{k: v for k, v in more.items() if v is not None}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, reason: Reason = Reason.INPUT) -> "Failure":
+        """The inverse of :meth:`to_json`; ``reason``: what a document written before reasons were means."""
+        details, overflow, hbm = data.get("details"), data.get("overflow"), data.get("hbm")
+        return cls(Reason(data["reason"]) if data.get("reason") else reason, str(data.get("text") or ""),
+                   data.get("type"), dict(data.get("fields") or {}),
+                   Details.from_json(details) if details is not None else None,
                    tuple(str(line) for line in data.get("log") or ()),
-                   Overflow.from_json(overflow) if overflow else None)
+                   Overflow.from_json(overflow) if overflow else None,
+                   HbmVerdict.from_json(hbm) if hbm else None, data.get("path"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +161,7 @@ class Outcome:
         measured: What measuring it produced (None if it did not compile).
         golden: The golden it was compared with (None: none was, or none could be read).
         changes: The metrics that are not within tolerance.
-        error: What went wrong, when something did.
+        error: What went wrong, when something did: its record (:class:`Failure`).
         golden_action: What ``--update-golden`` did, when it ran.
         notes: What the session had to say once while checking it (e.g. a cache that stopped working).
         message: One paragraph for the user (a table for regressions), with the fix: worded by the session.
@@ -91,13 +180,14 @@ class Outcome:
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
-        """A case not run, with the reason."""
+        """A case not run, with the reason (the plan's words, kept as the message: no session words a skip)."""
         return cls(case, Verdict.SKIPPED, message=reason)
 
     @classmethod
-    def internal_error(cls, case: Case, message: str) -> "Outcome":
-        """A case that failed outside the check, so that it is not lost from the report."""
-        return cls(case, Verdict.ERROR, failed=True, error=Failure(message), message=message)
+    def internal_error(cls, case: Case, report: str) -> "Outcome":
+        """A case that failed outside the check, so that it is not lost from the report: ``report`` is
+        pytest's, kept verbatim (it is also the message: no session words it)."""
+        return cls(case, Verdict.ERROR, failed=True, error=Failure(Reason.INTERNAL, report), message=report)
 
     # Views of the records, as the readers of an outcome ask for them.
 
@@ -173,7 +263,8 @@ class Outcome:
             measured=Measurement.from_json(measured, case=case) if measured is not None else None,
             golden=Golden.from_json(golden, path=Path(case.golden_relpath)) if golden is not None else None,
             changes=[Row.from_json(r) for r in data.get("changes") or []],
-            error=Failure.from_json(error) if error is not None else None,
+            error=Failure.from_json(error, reason=_REASON_OF_VERDICT.get(Verdict(data["verdict"]), Reason.INPUT))
+            if error is not None else None,
             golden_action=GoldenAction(data["golden_action"]) if data.get("golden_action") else None,
             notes=list(data.get("notes") or []),
             message=data.get("message") or "",

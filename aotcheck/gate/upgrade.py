@@ -4,8 +4,8 @@ upgrade (this run's versions newer), a downgrade (the goldens' newer: the CI loc
 them, and their figures are not to be overwritten), or a change that is neither.
 
 The most reported memory regressions in this field come from toolchain bumps, so a run under a new
-jax or libtpu says in one table what the bump did (:mod:`aotcheck.render.text` and
-:mod:`aotcheck.render.markdown` word it), with the one command that accepts it all.
+jax or libtpu says in one table what the bump did (:mod:`aotcheck.render.upgrade` words it for the
+terminal and the Markdown summary), with the one command that accepts it all (:mod:`aotcheck.render.accept`).
 
 Example:
     >>> from aotcheck.pipeline.case import Case
@@ -31,11 +31,9 @@ Example:
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.golden import version_step
 from aotcheck.gate.outcome import Outcome
@@ -99,27 +97,3 @@ def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) 
     direction = "upgrade" if ways == {"newer"} else "downgrade" if ways == {"older"} else "change"
     return Upgrade(before, dict(now), moved, unmoved, [o.case.id for o in sorted(foreign, key=lambda o: o.case.id)],
                    direction, said)
-
-
-def accept_all_command(case_ids: Sequence[str], *, golden_dir: str | None = None, extra: Sequence[str] = ()) -> str:
-    """One command that accepts these cases' current figures as their goldens (``golden_dir``: as the
-    run named it, None for the default; ``extra``: options of the run that decide the figures, such as
-    its launch flags, repeated).
-
-    Example:
-        >>> accept_all_command(["lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1"])
-        'pytest --update-golden --aot-configs=lm,toy --aot-topologies=v4-8x1,v5e-16x2'
-        >>> accept_all_command(["lm/prefill@v4-8x1"], extra=["--aot-libtpu-init-args=--xla_a=1 --xla_b=2"])
-        "pytest --update-golden --aot-configs=lm --aot-topologies=v4-8x1 '--aot-libtpu-init-args=--xla_a=1 --xla_b=2'"
-    """
-    cases = [Case.parse(c) for c in case_ids]
-    args = ["pytest", "--update-golden", "--aot-configs=" + ",".join(sorted({glob_quote(c.config) for c in cases})),
-            "--aot-topologies=" + ",".join(sorted({str(c.target) for c in cases}))]
-    if golden_dir and golden_dir != "golden":
-        args.append(f"--aot-golden-dir={golden_dir}")
-    return shlex.join([*args, *extra])
-
-
-def glob_quote(name: str) -> str:
-    """A config name as a glob that matches only it (``lm[v2]`` -> ``lm[[]v2]``)."""
-    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)

@@ -18,10 +18,10 @@ from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
 from aotcheck.gate.upgrade import Upgrade, find_upgrade
-from aotcheck.render.text import (
-    SUMMARY_HEADERS, UNSHARDED_CAUSES, source_line, summary_row, upgrade_advice, upgrade_heading, upgrade_rows,
-    upgrade_summary,
-)
+from aotcheck.render.summary import SUMMARY_HEADERS, summary_row
+from aotcheck.render.tables import source_line
+from aotcheck.render.text import UNSHARDED_CAUSES
+from aotcheck.render.upgrade import upgrade_advice, upgrade_heading, upgrade_rows, upgrade_summary
 from aotcheck.units import fmt_bytes, fmt_pct
 
 

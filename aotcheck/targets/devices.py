@@ -108,3 +108,11 @@ def _cpu_devices(count: int) -> list[Any]:
             f"{len(devices)}. Set JAX_NUM_CPU_DEVICES={count} before JAX initializes."
         )
     return list(devices[:count])
+
+
+def host_device() -> Any:
+    """One of this host's CPU devices, whatever the targets: its client runs XLA's analyses that need a
+    client but no accelerator (figures/program.py's cost model of a GPU executable)."""
+    import jax
+
+    return jax.devices(CPU.name)[0]

@@ -122,7 +122,7 @@ class Topology:
         Example:
             >>> row = parse_topology("h100-8").listing()
             >>> row["cuda_topology"], row["device_kind"], row["hbm_per_device"], row["platform"]
-            ('1x1x8', 'NVIDIA H100 80GB HBM3', '79.1 GiB', 'gpu')
+            ('1x1x8', 'NVIDIA H100 80GB HBM3', '79.11 GiB', 'gpu')
         """
         row: dict[str, Any] = {"name": self.name, "libtpu_name": None, "chip_config": None}
         if isinstance(self.hardware, Chip):

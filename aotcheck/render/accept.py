@@ -1,0 +1,47 @@
+"""The command that accepts cases' current figures as their goldens: one builder for every place that
+shows one (a case's message through the session's :meth:`~aotcheck.session.GateSession.accept_command`,
+the toolchain upgrade's advice in :mod:`aotcheck.render.upgrade`).
+
+Example:
+    >>> accept_all_command(["lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1"])
+    'pytest --update-golden --aot-configs=lm,toy --aot-topologies=v4-8x1,v5e-16x2'
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from aotcheck.pipeline.case import Case
+
+
+def accept_all_command(cases: Sequence[Case | str], *, extra: Sequence[str] = ()) -> str:
+    """One command that accepts these cases' (or case ids') current figures as their goldens; ``extra``:
+    the options of the run that decide the figures or where goldens are (the golden directory, its
+    launch flags, ...), repeated after the selection, quoted for a shell.
+
+    Example:
+        >>> accept_all_command([Case.of("lm", "prefill", "v4-8")], extra=["--aot-libtpu-init-args=--xla_a=1 --xla_b=2"])
+        "pytest --update-golden --aot-configs=lm --aot-topologies=v4-8x1 '--aot-libtpu-init-args=--xla_a=1 --xla_b=2'"
+        >>> accept_all_command(["lm[v2]/step@v4-8x1"], extra=[*golden_dir_option("ci/golden"), "-k", "step"])
+        "pytest --update-golden '--aot-configs=lm[[]v2]' --aot-topologies=v4-8x1 --aot-golden-dir=ci/golden -k step"
+    """
+    parsed = [c if isinstance(c, Case) else Case.parse(c) for c in cases]
+    args = ["pytest", "--update-golden", "--aot-configs=" + ",".join(sorted({glob_quote(c.config) for c in parsed})),
+            "--aot-topologies=" + ",".join(sorted({str(c.target) for c in parsed}))]
+    return shlex.join([*args, *extra])
+
+
+def golden_dir_option(golden_dir: str | None) -> list[str]:
+    """The option naming a golden directory as a report records it: none for the default (``golden``).
+
+    Example:
+        >>> golden_dir_option("golden"), golden_dir_option(None), golden_dir_option("ci/golden")
+        ([], [], ['--aot-golden-dir=ci/golden'])
+    """
+    return [f"--aot-golden-dir={golden_dir}"] if golden_dir and golden_dir != "golden" else []
+
+
+def glob_quote(name: str) -> str:
+    """A config name as a glob that matches only it (``lm[v2]`` -> ``lm[[]v2]``)."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)
