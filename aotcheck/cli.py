@@ -58,7 +58,6 @@ from aotcheck.render.text import fit_lines, hbm_words
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, read_settings
 from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
-from aotcheck.units import fmt_bytes, fmt_count
 
 
 def _load(modules: Sequence[str] | None, rootdir: Path | None = None) -> None:

@@ -123,7 +123,7 @@ def test_cpu_topology_needs_no_libtpu():
 @pytest.mark.parametrize("topology,slices", FAMILIES)
 def test_the_preset_table_agrees_with_a_probe_of_this_libtpu(topology, slices):
     # KNOWN_REFUSALS says, per libtpu, which presets a chip refuses; a probe asks the running libtpu.
-    family = Target.of(topology, slices).topology.chip.family
+    family = Target.of(topology, slices).topology.family
     known = presets.known_refusal(family)
     assert known is not None, f"libtpu {toolchain()['libtpu']} (the lock's) is not in KNOWN_REFUSALS"
     assert presets.probe_refused_presets(topology, slices) == known

@@ -11,7 +11,7 @@ No libtpu compile runs in the process of the session (pytest's, or the CLI's):
   :mod:`aotcheck.targets.families`), and a golden must not depend on which cases
   happened to run before it: a worker compiles for one family only.
 
-A worker speaks JSON lines on a private pipe: a request names a case, the
+A worker (:mod:`aotcheck.gate.worker`) speaks JSON lines on a private pipe: a request names a case, the
 modules that register configs (imported in the worker exactly as the parent
 imported them) and the figures cache; a reply carries the figures and the
 worker's peak host memory for that case, or the error's type and message, so
@@ -23,8 +23,6 @@ and the last lines kept for a crash report.
 from __future__ import annotations
 
 import collections
-import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -33,21 +31,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from aotcheck import _runtime
-from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_from_json, error_to_json
+from aotcheck.errors import WorkerCrashed, error_from_json
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
-from aotcheck.pipeline.measure import measure
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.programs.compile import warm_up
-from aotcheck.programs.loader import (LoaderError, import_main_script, import_sources, imported, loaded_sources,
-                                      main_has_no_file, main_script)
-from aotcheck.programs.lowering import lower_config
-from aotcheck.programs.options import OptionsError, probe_notes, recheck_presets, unknown_xla_flags
+from aotcheck.programs.loader import LoaderError, loaded_sources, main_has_no_file, main_script
+from aotcheck.programs.options import OptionsError, unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
+from aotcheck.gate.worker import WorkerRequest
 from aotcheck.targets.topology import Topology
 
 
@@ -103,7 +98,7 @@ class FamilyWorker:
         env.update(topology.platform.environment)  # No runtime: JAX_PLATFORMS=cpu (targets/platform.py).
         warm = None if topology.platform.host_devices else family  # What to warm up while the parent collects.
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from aotcheck.gate.isolation import serve; serve({write_fd}, {warm!r})"],
+            [sys.executable, "-c", f"from aotcheck.gate.worker import serve; serve({write_fd}, {warm!r})"],
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(write_fd,),
@@ -177,7 +172,7 @@ class FamilyWorker:
             tail = tuple(self.tail)
         text = "\n".join(f"  {t}" for t in tail) or "  (nothing)"
         raise WorkerCrashed(
-            f"the {self.family} compile process died with {how} while compiling {message.get('case')}"
+            f"the {self.family} compile process died with {how} while compiling {request.case}"
             f"{killed_by_host(code)}. Its last lines:\n{text}",
             signal_name=how, tail=tail, log=log,
         )
@@ -213,43 +208,6 @@ def _write_stderr(text: str) -> None:
         sys.stderr.write(text)
     except (OSError, ValueError):  # Our stderr is gone (session shutting down): keep reading.
         pass
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class WorkerRequest:
-    """What the session asks a compile worker: one case, measured as the plan decided, with one JSON form.
-
-    Example:
-        >>> request = WorkerRequest(case="lm/prefill@v4-8x1", sources=(("conftest", "/p/conftest.py"),), fit="batch")
-        >>> WorkerRequest.from_json(json.loads(json.dumps(request.to_json()))) == request
-        True
-    """
-
-    case: str  # Case id.
-    # What the parent imported to register (conftest files, config modules), then the modules defining
-    # what the registry holds (a builder imported from elsewhere, a script's own): (module, path) pairs.
-    sources: tuple[tuple[str, str], ...] = ()
-    registry: tuple[str, str] | None = None  # Where the registry is (module, name); None: aotcheck.REGISTRY.
-    main: str | None = None  # The parent's own script, imported there when nothing else registered the config.
-    build: Mapping[str, Any] | None = None  # The session's build of the config (its digest; whether builds differ).
-    cache_dir: str | None = None
-    hlo: bool = False  # Bring back the optimized HLO text (--explain, --dump-hlo).
-    hbm_headroom: float = 1.0  # What a fit search may fill.
-    fit: str | None = None  # The knob whose largest fitting size to search (the plan chose it), or None.
-    compiler_options: Mapping[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
-    presets: bool = True  # aotcheck's per-chip presets under them.
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "sources": [list(s) for s in self.sources],
-                "registry": list(self.registry) if self.registry else None,
-                "build": dict(self.build) if self.build is not None else None,
-                "compiler_options": dict(self.compiler_options)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "WorkerRequest":
-        return cls(**{**data, "sources": tuple(tuple(s) for s in data["sources"]),
-                      "registry": tuple(data["registry"]) if data.get("registry") else None,
-                      "hbm_headroom": float(data["hbm_headroom"])})
 
 
 class Measurer:
@@ -401,127 +359,3 @@ class Measurer:
         deadline = time.monotonic() + (0 if kill else FamilyWorker.STOP_SECONDS)
         for worker in workers:
             worker.close(timeout=deadline - time.monotonic())
-
-
-def _watch_parent(parent: int) -> None:
-    # A worker whose session process is gone (killed, or it died) stops at once, with its dump
-    # directories, rather than finish a compile nobody will read.
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent:
-            _runtime.remove_dumps(pid=os.getpid())
-            os._exit(1)
-
-
-def _registry(where: Sequence[str] | None) -> Registry:
-    """The registry a request names (None: ``aotcheck.REGISTRY``), found in the module the parent found it in."""
-    if not where:
-        return REGISTRY
-    found = getattr(imported(where[0]), where[1], None)
-    if not isinstance(found, Registry):
-        raise RegistryError(f"The compile worker imported {where[0]} and found no Registry named {where[1]} there: "
-                            "the parent made it where an import does not run (e.g. under "
-                            "`if __name__ == '__main__':`). Make it at the module's top level.")
-    return found
-
-
-def serve(reply_fd: int, warm: str | None = None) -> None:
-    """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``; ``warm``: the
-    chip family whose compiler to warm up first."""
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="aotcheck-parent-watch", daemon=True).start()
-    os.set_inheritable(reply_fd, False)  # A process the compile starts must not hold the reply pipe open.
-    replies = os.fdopen(reply_fd, "w")
-    os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.
-    if warm:
-        warm_up(warm)  # While the parent still collects: the first case's compile cost is its own.
-    caches: dict[str, FiguresCache] = {}
-    for line in sys.stdin:
-        try:
-            request = WorkerRequest.from_json(json.loads(line))
-            measured = measure_request(request, caches)
-            reply: dict[str, Any] = {"measurement": measured.to_json()}
-        except Exception as e:  # Reported to the parent, which re-raises it as its own class.
-            reply = {"error": error_to_json(e)}
-        reply["notes"] = [n for c in caches.values() for n in c.notes] + probe_notes()
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
-
-
-def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | None = None) -> Measurement:
-    """Measures the case a worker's request names, as the request says (its registry found the way the
-    parent found it). A compile refused under presets a presets file said libtpu accepts is measured
-    once more after a fresh probe (:func:`aotcheck.programs.options.recheck_presets`)."""
-    caches = {} if caches is None else caches
-    sources = list(request.sources)
-    import_sources(sources)
-    registry = _registry(request.registry)
-    case = Case.parse(request.case)
-    main = request.main
-    try:
-        entry = registry.get(case.config)
-    except ConfigNotFound:
-        if main:  # A script run as `python script.py` registered it (a config built by a helper's function).
-            import_main_script(main)
-        try:
-            entry = registry.get(case.config)
-        except ConfigNotFound as e:
-            looked = ", ".join(dict.fromkeys([path for _, path in sources] + ([main] if main else []))) or "nothing"
-            raise ConfigNotFound(f"{e} The compile process imported what registers configs in the session "
-                                 f"({looked}), and none of it registered {case.config!r} at its top level.") from None
-    _check_same_program(entry, case, request.build)
-    cache_dir = request.cache_dir
-    cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
-    presets = request.presets
-
-    def once() -> Measurement:
-        _runtime.reset_peak_rss()
-        return measure(case, registry=registry, cache=cache, fit=request.fit, hbm_headroom=request.hbm_headroom,
-                       compiler_options=dict(request.compiler_options), presets=presets)
-
-    try:
-        result = once()
-    except CompileError as e:
-        # libtpu refused the program: if a presets file answered which presets it takes, the file may be
-        # what is wrong (stale, edited): probe again and, when the probe disagrees, compile once more.
-        if isinstance(e, OutOfMemory) or not presets or recheck_presets(case.topology, case.num_slices) is None:
-            raise
-        result = once()
-    hlo = result.compiled.as_text() if request.hlo and result.compiled is not None else None
-    return dataclasses.replace(result, host_peak_bytes=_runtime.peak_rss_bytes(), hlo_text=hlo)
-
-
-def _check_same_program(entry: Any, case: Case, seen: dict[str, Any] | None) -> None:
-    """Raises RegistryError when the config's builder gives another program on another call. Asked only
-    where the builds differ (the session built it twice and got two configs, or this process's build is
-    not the session's): the case's program is lowered from this process's build and from two fresh
-    ones, and compared as text. Builds that differ only where the program does not (a temporary path,
-    a counter in a name) pass."""
-    if not seen:
-        return
-    mine = entry.fingerprint()
-    if mine is None:  # It does not build here: measuring says why.
-        return
-    why = seen.get("unstable")
-    if why is None and mine.digest == seen.get("digest"):
-        return
-    builds = [entry.configs()] + [entry.rebuilt()[0] for _ in range(2)]
-    texts = []
-    for configs in builds:
-        config = next((c for c in configs if case.program in c.programs), None)
-        if config is None:
-            texts.append("(no such program)")
-            continue
-        lowered = lower_config(config, case.target, program=case.program)[case.program]
-        texts.append(hashlib.sha256(lowered.as_text().encode()).hexdigest()[:16])
-    if len(set(texts)) == 1:
-        return
-    where = (f"a second build in the session differed at {why}" if why is not None else
-             f"this process's build is not the session's (fingerprints {mine.digest[:12]} and "
-             f"{str(seen.get('digest'))[:12]})")
-    raise RegistryError(
-        f"Config {entry.name!r} builds a different program on each call: its {case.program} for {case.target}, "
-        f"lowered from three builds in one compile process, gave {len(set(texts))} different programs "
-        f"(sha256 {', '.join(texts)}), and {where}. "
-        "aotcheck builds a config in the session and again in each compile process, so its figures, and their "
-        "verdict against the golden, would be those of whichever build a process got. Make the builder return the "
-        "same config on every call: seed any randomness, and read no clock, counter or environment into it.")

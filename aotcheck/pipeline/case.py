@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from aotcheck.errors import ConfigError
 from aotcheck.targets.topology import Target, Topology
 
 _ID = re.compile(r"^(?P<config>[^/@\s]+)/(?P<program>[^/@\s]+)@(?P<target>[^/@\s]+)$")
@@ -56,7 +55,7 @@ class Case:
         """Parses an id; ValueError (TopologyError for a bad target) if it is not one."""
         match = _ID.match(text)
         if not match:
-            raise ConfigError(f"Not a case id: {text!r} (expected CONFIG/PROGRAM@TOPOLOGYxSLICES).")
+            raise ValueError(f"Not a case id: {text!r} (expected CONFIG/PROGRAM@TOPOLOGYxSLICES).")
         return cls(match["config"], match["program"], Target.parse(match["target"]))
 
     def __str__(self) -> str:
