@@ -15,7 +15,7 @@
   parameters) as the ``esm2quinox`` package publishes it, an Equinox port by Equinox's
   author; it has no shardings of its own, so FSDP decides every parameter.
 
-Their goldens are under golden/; the default run checks them on v5e-16 (tests/test_adapters.py),
+Their goldens are under golden/; the default run checks them on v5e-16 (tests/unit/adapters/test_base.py),
 the main job on every topology.
 """
 

@@ -1,5 +1,5 @@
 """The Llama of tests/adapter_models.py with the shard helpers model code is written with
-(loaded by tests/test_sharding.py with ``--module``; not in the ini's aot_config_modules).
+(loaded by tests/unit/figures/test_sharding.py with ``--module``; not in the ini's aot_config_modules).
 
 - ``llama-legacy``: the pre-``jax.set_mesh`` idiom: no constraint when the legacy physical mesh
   (``with mesh:``, ``thread_resources``) is empty.
@@ -10,7 +10,7 @@
 ``nnx-llama`` itself decides by ``jax.sharding.get_abstract_mesh()``, as README advises.
 
 ``small_llama_config`` builds a one-layer Llama on a 2-D mesh ``(fsdp, tp)`` of any shape, for the
-lint's tests in mesh axes (compiled in-process by tests/test_sharding.py, not registered);
+lint's tests in mesh axes (compiled in-process by tests/unit/figures/test_sharding.py, not registered);
 ``heads_over_data`` constrains as ``always`` does, but the attention scores keep the whole batch
 with their heads split over ``fsdp`` instead.
 """

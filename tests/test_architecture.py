@@ -211,3 +211,92 @@ def test_every_error_is_an_aotcheck_error():
                 if isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, AotcheckError):
                     found.append(f"{module}.{node.name}")
     assert not found, f"not under AotcheckError: {found}"
+
+
+TESTS = PACKAGE.parent / "tests"
+
+# Modules whose tests live in another module's file (or in a run end to end): where, and why no file of
+# their own. A module not here has tests/unit/<package>/test_<module>.py (tests/unit/test_<module>.py at
+# the top); every module also runs its docstring examples (tests/test_doctests.py).
+TESTED_ELSEWHERE = {
+    "aotcheck.__main__": ("tests/e2e/test_cli.py", "two lines: `python -m aotcheck`, run by every CLI test"),
+    "aotcheck._files": ("tests/e2e/test_hardening_process.py", "whole-or-nothing writes: shown by a run killed mid-write"),
+    "aotcheck._runtime": ("tests/e2e/test_plugin.py", "the environment libtpu loads in: what a real run prints"),
+    "aotcheck.errors": ("tests/unit/gate/test_check.py", "each error as the gate judges it, across its JSON form"),
+    "aotcheck.ini": ("tests/e2e/test_hardening_input.py", "an ini read without pytest, through `aotcheck check`"),
+    "aotcheck.cli": ("tests/e2e/test_cli.py", "a front end: its commands run end to end"),
+    "aotcheck.plugin": ("tests/e2e/test_plugin.py", "a front end: pytest runs it end to end"),
+    "aotcheck.session": ("tests/e2e/test_gate.py", "one run of the gate: the end-to-end runs"),
+    "aotcheck.targets.tpu": ("tests/unit/targets/test_topology.py", "the TPU table, row by row against its names"),
+    "aotcheck.targets.devices": ("tests/unit/targets/test_topology.py", "libtpu's device counts for the table"),
+    "aotcheck.targets.families": ("tests/unit/gate/test_isolation.py", "the books the isolation keeps"),
+    "aotcheck.programs.options": ("tests/unit/programs/test_compile.py", "presets and launch flags, as compiles take them"),
+    "aotcheck.programs.registry": ("tests/unit/targets/test_partition.py", "named configs beside their rules"),
+    "aotcheck.programs.knobs": ("tests/unit/figures/test_fit.py", "the sizes a fit search moves"),
+    "aotcheck.programs.loader": ("tests/e2e/test_frontends.py", "imports in the compile workers, as the parent did"),
+    "aotcheck.adapters.flax_linen": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
+    "aotcheck.adapters.flax_nnx": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
+    "aotcheck.adapters.equinox": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
+    "aotcheck.adapters.maxtext": ("tests/e2e/test_maxtext.py", "MaxText itself, installed in a fresh venv"),
+    "aotcheck.figures.flops": ("tests/unit/figures/test_loops.py", "FLOPs per instruction, counted inside loops"),
+    "aotcheck.figures.sources": ("tests/unit/pipeline/test_cache.py", "source lines that follow an edit on a cache hit"),
+    "aotcheck.figures.splits": ("tests/unit/figures/test_sharding.py", "the shardings the lint reads"),
+    "aotcheck.figures.table": ("tests/unit/test_properties.py", "figure names and tolerances, as properties"),
+    "aotcheck.gate.compare": ("tests/unit/test_properties.py", "tolerances and comparison, as properties"),
+    "aotcheck.gate.golden": ("tests/unit/test_properties.py", "golden files written and read back, as properties"),
+    "aotcheck.gate.outcome": ("tests/unit/gate/test_check.py", "the outcome the decision table makes"),
+    "aotcheck.gate.verdict": ("tests/unit/gate/test_check.py", "each verdict, a row of the decision table"),
+    "aotcheck.gate.shard": ("tests/e2e/test_gate.py", "shards balanced by recorded seconds, and run"),
+    "aotcheck.gate.upgrade": ("tests/unit/gate/test_report.py", "an upgrade as the report says it"),
+    "aotcheck.gate.why": ("tests/unit/figures/test_attribution.py", "why the peak moved, from its attribution"),
+    "aotcheck.pipeline.case": ("tests/unit/test_properties.py", "case ids, as properties"),
+    "aotcheck.pipeline.measure": ("tests/unit/figures/test_fit.py", "the stages with the cache and the fit search"),
+    "aotcheck.pipeline.measurement": ("tests/unit/gate/test_report.py", "the record, through the report's JSON"),
+    "aotcheck.pipeline.stages": ("tests/unit/programs/test_lowering.py", "lowered -> compiled -> measured"),
+    "aotcheck.render.accept": ("tests/unit/gate/test_check.py", "the accept command each message gives"),
+    "aotcheck.render.chart": ("tests/unit/figures/test_attribution.py", "the peak against capacity, drawn"),
+    "aotcheck.render.explain": ("tests/e2e/test_cli.py", "`aotcheck compile` and `--explain`, run"),
+    "aotcheck.render.markdown": ("tests/unit/gate/test_report.py", "the job summary from a report"),
+    "aotcheck.render.summary": ("tests/unit/gate/test_report.py", "the session summary from a report"),
+    "aotcheck.render.tables": ("tests/unit/figures/test_frames.py", "buffer tables with their source lines"),
+    "aotcheck.render.text": ("tests/unit/gate/test_check.py", "each verdict's message"),
+    "aotcheck.render.upgrade": ("tests/unit/gate/test_report.py", "an upgrade's advice"),
+}
+
+
+def own_test_file(module: str) -> Path:
+    """``aotcheck.targets.topology`` -> tests/unit/targets/test_topology.py."""
+    *package, name = module.split(".")[1:]
+    return TESTS.joinpath("unit", *package, f"test_{name}.py")
+
+
+def test_every_module_has_its_test_file_or_says_where_its_tests_are():
+    """A newcomer finds a module's tests at tests/unit/<package>/test_<module>.py, or in TESTED_ELSEWHERE,
+    which names the file (it must exist and name the module) and why. End-to-end runs are in tests/e2e/."""
+    problems = []
+    for module, path in MODULES.items():
+        if path.name == "__init__.py":
+            continue
+        own = own_test_file(module)
+        if own.exists():
+            if module in TESTED_ELSEWHERE:
+                problems.append(f"{module} has {own.relative_to(TESTS.parent)}: take it off TESTED_ELSEWHERE")
+            continue
+        if module not in TESTED_ELSEWHERE:
+            problems.append(f"{module}: no {own.relative_to(TESTS.parent)}, and TESTED_ELSEWHERE does not say where")
+            continue
+        where = TESTS.parent / TESTED_ELSEWHERE[module][0]
+        short = module.rpartition(".")[2]
+        if not where.exists() or (module not in where.read_text() and f"import {short}" not in where.read_text()
+                                  and module.partition(".")[2] not in where.read_text()):
+            problems.append(f"{module}: {where.relative_to(TESTS.parent)} does not exist or does not name it")
+    problems += [f"{m}: in TESTED_ELSEWHERE but no such module" for m in TESTED_ELSEWHERE if m not in MODULES]
+    assert not problems, "\n".join(problems)
+
+
+def test_tests_are_laid_out_as_unit_by_module_and_end_to_end_apart():
+    top = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert top == ["test_architecture.py", "test_doctests.py", "test_repo.py"], top  # The repository's own shape.
+    assert list(TESTS.glob("e2e/test_*.py")) and list(TESTS.glob("unit/*/test_*.py"))
+    names = [p.name for p in TESTS.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "test files share a name (pytest imports them by it)"

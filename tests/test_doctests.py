@@ -10,7 +10,7 @@ import aotcheck
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(aotcheck.__path__, "aotcheck.") if m.name != "aotcheck.__main__")
 # Modules without examples, and why: packages only describe their layer; the plugin's hooks
-# need a pytest session (tests/test_plugin.py runs it for real). Importing __main__ runs the CLI.
+# need a pytest session (tests/e2e/test_plugin.py runs it for real). Importing __main__ runs the CLI.
 WITHOUT_EXAMPLES = {"aotcheck.plugin"} | {
     m.name for m in pkgutil.walk_packages(aotcheck.__path__, "aotcheck.") if m.ispkg}
 

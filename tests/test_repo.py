@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Each lock and the Python it is tested on (tests/test_toolchains.py; CI itself runs the first).
+# Each lock and the Python it is tested on (tests/e2e/test_toolchains.py; CI itself runs the first).
 LOCKS = {"requirements.lock": "3.12", "requirements-oldest.lock": "3.11"}
 
 
@@ -46,7 +46,7 @@ def test_each_lock_pins_a_toolchain_the_package_ranges_admit(lock_name):
     requirements = [Requirement(r) for r in project["dependencies"]]
     requirements += [Requirement(r) for name, extra in project["optional-dependencies"].items() for r in extra
                      if name != "maxtext"]
-    # aotcheck[maxtext] is pinned apart, over the lock (tests/test_maxtext.py installs it with both).
+    # aotcheck[maxtext] is pinned apart, over the lock (tests/e2e/test_maxtext.py installs it with both).
     maxtext = [Requirement(r) for r in project["optional-dependencies"]["maxtext"]]
     pins = {**lock, **read_lock("requirements-maxtext.lock")}
     applied = 0

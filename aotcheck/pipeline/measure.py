@@ -85,7 +85,7 @@ def measure(
     XLA dumps its buffer assignment and live ranges into a temporary directory
     (always removed) for :mod:`aotcheck.figures.attribution` to split the peak by
     class; the dump leaves the program, its figures and its cache key as they are
-    (tests/test_attribution.py compares). A dump that cannot be read leaves the
+    (tests/unit/figures/test_attribution.py compares). A dump that cannot be read leaves the
     ``peak_*`` figures out and says why in ``attribution_problem``.
 
     ``compiler_options`` (the caller's: the gate's launch flags) go over the config's, which go over

@@ -60,7 +60,7 @@ _RUNTIME_ONLY = re.compile(
     r"^(megascale_.*|xla_tpu_use_enhanced_launch_barrier|xla_tpu_enable_megascale_barrier|xla_dump_.*)$"
 )
 
-# Which presets each libtpu refuses, per chip family (measured with tests/test_compile.py's probe
+# Which presets each libtpu refuses, per chip family (measured with tests/unit/programs/test_compile.py's probe
 # test, which fails when this table and the running libtpu disagree). libtpu 0.0.50.1 refuses
 # continuation fusion for AllGather on every chip but v5e ("not supported/recommended on platforms
 # other than TPU v5e"); 0.0.42.1 accepted every preset everywhere. A libtpu not listed here is

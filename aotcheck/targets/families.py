@@ -5,7 +5,7 @@ compiles the *same* lowered v4 multi-slice program differently (lm-1b prefill on
 v4-8 x2: 308 all-gathers instead of 200, +3.4 GiB of collectives per device),
 while a fresh process, or one that only ever compiled for v4, always gives the
 same figures. Loading a topology does not do it; compiling does. libtpu 0.0.50.1 compiles
-that program the same either way (tests/test_isolation.py); the books and the isolation stay
+that program the same either way (tests/unit/gate/test_isolation.py); the books and the isolation stay
 for the oldest supported libtpu and for programs that may still show state.
 
 This module only keeps the books (the compile path notes each family it

@@ -17,7 +17,7 @@ Example:
     >>> print(gpu.missing_plugin())  # doctest: +ELLIPSIS
     Compiling for NVIDIA GPUs needs XLA's GPU compiler, which comes with JAX's CUDA plugin: pip install 'aotcheck[cuda]' ...
 
-(tests/test_gpu.py reads every spec of the topology table from the installed plugin.)
+(tests/unit/targets/test_gpu.py reads every spec of the topology table from the installed plugin.)
 """
 
 from __future__ import annotations

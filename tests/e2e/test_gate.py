@@ -1,4 +1,5 @@
-"""The CI gate: figures cache, shards, report merging and rendering, the reusable action and its workflow."""
+"""The CI gate (aotcheck.session run by both front ends): figures cache, shards, report merging and rendering,
+the reusable action and its workflow."""
 
 import dataclasses
 import json
@@ -28,7 +29,7 @@ from aotcheck.targets.topology import topology_names
 
 from toy import INI, golden, plant_stale, run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 KEY_INPUTS = dict(module_text="module @m {}", compiler_options={"a": "1"}, topology="v4-8", num_slices=1,
                   toolchain={"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}, figures_version=2)

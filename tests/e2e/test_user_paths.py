@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from toy import run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_script() -> str:

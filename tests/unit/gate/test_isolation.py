@@ -1,7 +1,6 @@
 """Chip families are compiled in separate processes, because libtpu carries state across them."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,44 +10,11 @@ from pathlib import Path
 import pytest
 
 from aotcheck.targets import families
-
-WIDE = """
-import dataclasses
-import aotcheck
-from aotcheck.models import lm
-
-# lm-1b's widths, 2 layers: big enough for libtpu's cross-family state to show.
-WIDE = dataclasses.replace(lm.ONE_B, n_layers=2)
-aotcheck.register("wide", lambda: lm.inference_config(WIDE, methods={"prefill": lambda p, b: lm.prefill(WIDE, p, b)}))
-"""
-
-QUIRK = WIDE + """
-import sys
-if sys.argv[1] == "after-v5e":
-    aotcheck.compile_inference_programs(lm.inference_config(lm.TINY), input_batch_spec=None, topology="v5e-4",
-                                        method="prefill")
-out = aotcheck.compile_inference_programs(lm.inference_config(WIDE), input_batch_spec=None, topology="v4-8",
-                                          topology_num_slices=2, method="prefill")
-print(aotcheck.program_figures(out["prefill"])["comm_all_gather_count"])
-"""
-
-
-def quirk_counts(python: str, tmp_path: Path) -> dict[str, int]:
-    """All-gathers of the same v4 x2 program compiled in a fresh process, and after a v5e compile."""
-    script = tmp_path / "quirk.py"
-    script.write_text(QUIRK)
-    counts = {}
-    for mode in ("fresh", "after-v5e"):
-        env = {k: v for k, v in os.environ.items() if k != "TPU_LIBRARY_PATH"}  # The child's own libtpu.
-        out = subprocess.run([python, "-W", "ignore", str(script), mode], capture_output=True, text=True, env=env)
-        assert out.returncode == 0, out.stderr[-2000:]
-        counts[mode] = int(out.stdout.split()[-1])
-    return counts
-
+from quirks import WIDE, quirk_counts
 
 @pytest.mark.heavy
 def test_the_locked_libtpu_no_longer_carries_this_state_across_families(tmp_path):
-    # Why aotcheck isolates families: with libtpu 0.0.42.1 (the oldest lock; tests/test_toolchains.py
+    # Why aotcheck isolates families: with libtpu 0.0.42.1 (the oldest lock; tests/e2e/test_toolchains.py
     # checks it there) the same v4 x2 program compiled differently after a v5e compile in the same
     # process. libtpu 0.0.50.1 compiles it the same. Isolation stays: the oldest toolchain needs it, a
     # crash fails one case only, and other programs may still show state; it costs a worker start.
@@ -88,13 +54,13 @@ def test_note_family_warns_once_on_a_second_family():
 @pytest.mark.heavy
 def test_7x_compiles_with_the_locked_libtpu_and_passes_its_goldens(pytester):
     # libtpu 0.0.42.1 (the oldest lock) kills the compiler on lm-tiny's 7x train_step and sample_decode
-    # (SIGSEGV, a stack overflow; tests/test_toolchains.py checks those crashes end as 'crashed' cases);
+    # (SIGSEGV, a stack overflow; tests/e2e/test_toolchains.py checks those crashes end as 'crashed' cases);
     # the locked libtpu compiles all three, and they pass the committed 7x goldens.
     pytester.makeconftest(
         "import aotcheck\nfrom aotcheck.models import lm\n"
         "aotcheck.register('lm-tiny', lambda: lm.gate_configs(lm.TINY, fit_upper=8))\n")  # As the repo does.
     pytester.makeini("[pytest]\naot_golden_dir = golden\n")
-    repo_goldens = Path(__file__).resolve().parents[1] / "golden" / "lm-tiny"
+    repo_goldens = Path(__file__).resolve().parents[3] / "golden" / "lm-tiny"
     shutil.copytree(repo_goldens, pytester.path / "golden" / "lm-tiny")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--aot-topologies=tpu7x-8",
                                            "--aot-report=report.json")

@@ -25,14 +25,14 @@ from aotcheck.adapters.base import AdapterError
 from aotcheck.programs.lowering import place, trainer_state_specs
 from aotcheck.targets.partition import PartitionError, path_to_str
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 OPT = optax.adamw(1e-3)
 
 
 def _adapter_models():
     """tests/adapter_models.py as the ini's aot_config_modules loaded it (importing it again would
     register its configs twice), or imported here when this run's ini does not load it."""
-    path = Path(__file__).with_name("adapter_models.py").resolve()
+    path = (Path(__file__).resolve().parents[3] / "tests" / "adapter_models.py").resolve()
     for module in list(sys.modules.values()):
         if getattr(module, "__file__", None) and Path(module.__file__).resolve() == path:
             return module

@@ -80,10 +80,10 @@ def test_vmem_over_the_scoped_limit_is_vmem_with_its_size_limit_op_line_and_flag
     # XLA names the op by a stack frame of a program it did not finish: the lowered program has the line.
     lowered = jax.jit(vmem_blocks).lower(x).as_text(dialect="hlo", debug_info=True)
     located = error.located(locate(o, lowered)).overflow
-    assert located.source == f"tests/test_memory_spaces.py:{KERNEL_LINE}"
+    assert located.source == f"tests/unit/figures/test_hbm.py:{KERNEL_LINE}"
     text = explain_overflow(located, "v5e-1")
     assert text.startswith("does not fit in VMEM on v5e-1: the Pallas kernel jit(vmem_blocks)/pallas_call at "
-                           f"tests/test_memory_spaces.py:{KERNEL_LINE} (XLA's %"), text
+                           f"tests/unit/figures/test_hbm.py:{KERNEL_LINE} (XLA's %"), text
     assert ("needs a scoped VMEM allocation of 32.00 MiB; the scoped VMEM limit is 16.00 MiB (over by 16.00 MiB)"
             in text), text
     assert "--xla_tpu_scoped_vmem_limit_kib=32768" in text and "aot_libtpu_init_args" in text, text
@@ -124,12 +124,12 @@ def test_the_gate_says_vmem_with_the_line_and_never_an_hbm_table(tmp_path):
     store = GoldenStore(str(tmp_path))
     outcome = check_case(case, measure=lambda c: measure(c, config=function_config()), store=store)
     assert outcome.verdict is Verdict.OUT_OF_MEMORY and outcome.failed
-    assert outcome.error.overflow.source == f"tests/test_memory_spaces.py:{KERNEL_LINE}"
+    assert outcome.error.overflow.source == f"tests/unit/figures/test_hbm.py:{KERNEL_LINE}"
     assert outcome.details is None  # XLA's HBM dump is not what overflowed: none is read.
     assert Outcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome  # The report and xdist keep it.
     message = outcome_message(outcome, golden_file="golden/kernel/step@v5e-1x1.json", accept="(accept)")
     assert message.startswith("kernel/step@v5e-1x1 does not fit in VMEM on v5e-1: the Pallas kernel "
-                              f"jit(vmem_blocks)/pallas_call at tests/test_memory_spaces.py:{KERNEL_LINE}"), message
+                              f"jit(vmem_blocks)/pallas_call at tests/unit/figures/test_hbm.py:{KERNEL_LINE}"), message
     assert "32.00 MiB" in message and "16.00 MiB" in message and "--xla_tpu_scoped_vmem_limit_kib=32768" in message
     assert "HBM on" not in message and "largest buffers" not in message, message
     # The launch flags the verdict names, as a config (or aot_libtpu_init_args) gives them: it compiles.
@@ -163,7 +163,7 @@ def test_scratch_over_the_chip_is_said_in_its_space_with_no_flag(scratch, space,
     lowered = jax.jit(scratch_kernel).lower(x).as_text(dialect="hlo", debug_info=True)
     text = explain_overflow(raised.value.located(locate(o, lowered)).overflow, "v5e-1")
     assert text.startswith(f"does not fit in {space.upper()} on v5e-1: the Pallas kernel "), text
-    assert f"tests/test_memory_spaces.py:{KERNEL_LINE}" in text and words in text, text
+    assert f"tests/unit/figures/test_hbm.py:{KERNEL_LINE}" in text and words in text, text
     assert "No flag raises it" in text and "--xla_tpu" not in text and "HBM on" not in text, text
 
 
@@ -245,7 +245,7 @@ def test_aotcheck_check_says_vmem_end_to_end(tmp_path):
     line = next(i for i, text in enumerate(textwrap.dedent(KERNELS).splitlines(), 1) if "pl.pallas_call" in text)
     out = subprocess.run([sys.executable, "-m", "aotcheck", "check", "--module", "kernels.py", "--topologies", "v5e-1",
                           "--golden-dir=golden", "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                         timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert (f"kernel/step@v5e-1x1 does not fit in VMEM on v5e-1: the Pallas kernel jit(step)/pallas_call at "
@@ -255,7 +255,7 @@ def test_aotcheck_check_says_vmem_end_to_end(tmp_path):
     # `aotcheck compile` says the same, not XLA's raw text.
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "kernel", "--module", "kernels.py", "--topology",
                           "v5e-1"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"does not fit in VMEM on v5e-1: the Pallas kernel jit(step)/pallas_call at kernels.py:{line}" in out.stderr
     assert "RESOURCE_EXHAUSTED" not in out.stderr, out.stderr

@@ -39,7 +39,7 @@ from aotcheck.programs.lowering import lower_config, place
 from aotcheck.render.markdown import markdown
 from aotcheck.targets.topology import Target
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HELPERS = "tests/shard_helpers.py"
 
 

@@ -1,5 +1,6 @@
 """The field's programs measured whole: Pallas kernels inside the layer scan, routed experts through
-``ragged_dot``, and an HLO reader that never loses an instruction (real compiles, deviceless TPUs).
+``ragged_dot``, and an HLO reader that never loses an instruction (real compiles, deviceless TPUs):
+aotcheck.figures.loops, with the FLOPs of each instruction from aotcheck.figures.flops.
 
 Independent truths: the FLOPs a kernel declares (read by XLA's own raw count for a loop body once),
 2·M·K·N for a ragged dot, the PaLM-appendix count for the reference LMs, and XLA's own parse of each
@@ -25,7 +26,7 @@ from aotcheck.figures.loops import analyze_hlo
 from aotcheck.models import lm
 from aotcheck.targets import families
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 B, H, S, D, LAYERS = 2, 2, 512, 128, 3
 
 
@@ -82,7 +83,7 @@ def test_a_kernel_config_with_raw_newlines_is_read_whole(splash):
     assert analysis.flops == LAYERS * 2 * B * H * S * D * D  # The einsums; splash declares nothing.
     [kernel] = analysis.uncounted()
     assert (kernel.kind, kernel.name, kernel.count) == ("kernel", "splash_mha_fwd_no_residuals", LAYERS)
-    assert kernel.source and kernel.source.startswith("tests/test_kernels.py:")
+    assert kernel.source and kernel.source.startswith("tests/unit/figures/test_loops.py:")
 
 
 @pytest.mark.parametrize("damage", ["garbage", "no-root", "undefined-operand", "unterminated", "missing-call",

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.toolchains
 
 FAMILIES = "v4-8,v5p-8,v5e-16,v6e-8,7x-8"
@@ -191,9 +191,9 @@ def test_compile_lm_tiny_on_every_family_without_any_option_of_the_users(which, 
 
 
 def test_the_oldest_libtpu_carries_state_across_chip_families(oldest, tmp_path):
-    # Why aotcheck compiles each chip family in its own process (tests/test_isolation.py has the
+    # Why aotcheck compiles each chip family in its own process (tests/unit/gate/test_isolation.py has the
     # locked libtpu, where this program no longer shows it).
-    from test_isolation import quirk_counts
+    from quirks import quirk_counts
 
     counts = quirk_counts(oldest, tmp_path)
     assert counts["fresh"] != counts["after-v5e"], counts

@@ -37,8 +37,8 @@ from aotcheck.models import lm
 from aotcheck.programs.lowering import lower_config, place, trainer_state_specs
 from aotcheck.targets.topology import Target
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
-HERE = "tests/test_attribution.py"
+GOLDEN = Path(__file__).resolve().parents[3] / "golden"
+HERE = "tests/unit/figures/test_attribution.py"
 
 
 def analytic_param_bytes(config: aotcheck.TrainerConfig, target: Target) -> int:

@@ -1,4 +1,5 @@
-"""``python -m aotcheck`` as a user runs it: a subprocess from the repository root."""
+"""``python -m aotcheck`` as a user runs it: a subprocess from the repository root (aotcheck.cli and
+aotcheck.__main__, with the tables of aotcheck.render.explain)."""
 
 import json
 import os
@@ -10,7 +11,7 @@ import pytest
 
 from aotcheck.pipeline.measurement import COST_FIGURES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args, cwd=ROOT):

@@ -28,7 +28,7 @@ import pytest
 
 from test_toolchains import clean_env, make_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.toolchains
 
 SMALL = dict(base_emb_dim=256, base_num_query_heads=4, base_num_kv_heads=4, base_mlp_dim=512,

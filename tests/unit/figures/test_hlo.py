@@ -182,7 +182,7 @@ def test_collectives_inside_sparsecore_calls_are_counted_on_7x(tmp_path):
     # (the CLI's), since this libtpu can crash on 7x depending on what the process compiled before.
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "lm-tiny", "--topology", "7x-8",
                           "--method", "prefill", "--json", "--dump-hlo", str(tmp_path)],
-                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+                         cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     figures = json.loads(out.stdout)["prefill"]["figures"]
     hlo = (tmp_path / "lm-tiny.prefill@7x-8x1.hlo.txt").read_text()

@@ -16,7 +16,7 @@ from aotcheck.pipeline.measurement import figure_names
 from aotcheck.targets.topology import MAX_CPU_DEVICES, Target, TopologyError
 from toy import CONFTEST, INI, run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def no_traceback(text):

@@ -21,7 +21,7 @@ from aotcheck.figures.program import Details
 from aotcheck.figures.sources import anchors, remap, source_sequence
 from aotcheck.render.tables import buffers_table, collectives_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SITE = "/venv/lib/python3.12/site-packages"
 
 # Innermost first, each frame's parent the next: an op of a packaged model (esm2quinox) under

@@ -28,7 +28,7 @@ from aotcheck.targets.topology import (
     split_target,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 needs_plugin = pytest.mark.skipif(gpu.plugin_version() is None, reason="JAX's CUDA plugin is not installed")
 
 

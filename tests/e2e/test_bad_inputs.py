@@ -425,7 +425,7 @@ def cli_dir(tmp_path):
 
 @pytest.mark.parametrize("args,words", CLI, ids=[" ".join(a) for a, _ in CLI])
 def test_cli_bad_input_is_one_clear_line(cli_dir, args, words, capsys, monkeypatch):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root if args[0] in ("compile", "fit") else cli_dir)
     code = cli.main(args)
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""check_case's decision table, row by row, fast.
+"""check_case's decision table, row by row, fast, and each verdict's message (aotcheck.render.text).
 
 FAKE: these tests measure nothing. A fake ``measure`` returns chosen figures or
 raises a chosen error, so every row of the table (aotcheck.gate.check) runs in
