@@ -329,7 +329,7 @@ class GateSession:
         if not s.update and not self.store.root.is_dir():
             lines.append(f"aotcheck: WARNING: the golden directory {self.store.root} does not exist, so every case "
                          f"will be missing its golden. The rootdir is {s.rootdir}; if your goldens are elsewhere, "
-                         "pass --aot-golden-dir=PATH (with '='), or create them with --update-golden.")
+                         f"pass {s.flags['golden_dir']}=PATH (with '='), or create them with {s.flags['update']}.")
         return lines
 
     def platforms(self) -> list[Platform]:

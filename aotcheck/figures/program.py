@@ -177,6 +177,7 @@ _COST = (
     ("transcendentals_xla", "transcendentals"),
     ("bytes_accessed_xla", "bytes accessed"),
 )
+RAW_COST_FIGURES = tuple(name for name, _ in _COST)  # XLA's raw figures: absent when its analysis fails.
 
 
 def memory_figures(compiled: Any) -> dict[str, int]:

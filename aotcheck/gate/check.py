@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.errors import AotcheckError, CompileError, OutOfMemory, UserCodeError, WorkerCrashed
 from aotcheck.figures.hbm import hbm_verdict
+from aotcheck.figures.program import RAW_COST_FIGURES
 from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
 from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
@@ -132,6 +133,8 @@ def _decide(
     rows = compare(golden.figures, figures, tolerances)
     if result.attribution_problem:  # The peak's split is missing this time (said in a note): judge the rest.
         rows = [r for r in rows if not (r.metric in PEAK_FIGURES and r.change is Change.GONE)]
+    if any(u.kind == "xla_cost" for u in result.details.uncounted):  # XLA's raw cost failed (a note says so).
+        rows = [r for r in rows if not (r.metric in RAW_COST_FIGURES and r.change is Change.GONE)]
     found = verdict(rows)
     if found is Verdict.PASS and any(r.change in (Change.NEW, Change.GONE) for r in rows):
         found = Verdict.METRICS_CHANGED
