@@ -36,18 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from aotcheck.pipeline.case import Case
-from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
+from aotcheck.errors import AotcheckError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
 from aotcheck.figures.hbm import explain_overflow, hbm_verdict
 from aotcheck.figures.program import Details
-from aotcheck.figures.hlo import HloParseError
-from aotcheck import _runtime
 from aotcheck.gate.isolation import Measurer
-from aotcheck.gate.report import ReportError, merge_reports
-from aotcheck.ini import Ini, IniError, find_ini
+from aotcheck.gate.report import merge_reports
+from aotcheck.ini import Ini, find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
-from aotcheck.programs.lowering import LoweringError
 from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
-from aotcheck.scaffold import InitError, plan_init, write_init
+from aotcheck.scaffold import plan_init, write_init
 from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
@@ -198,9 +195,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     except OutOfMemorySpace as e:  # A kernel's VMEM or SMEM, not HBM: said as such, never XLA's raw text.
         print(f"aotcheck: error: {entry.name} {explain_overflow(e.overflow, target.topology)}", file=sys.stderr)
         return 2
-    except USER_ERRORS:
+    except AotcheckError:
         raise
-    except Exception as e:  # User code raised while building or tracing: name it, no traceback.
+    except Exception as e:  # User code raised while building or tracing (a ValueError of its own too): name it.
         print(f"aotcheck: error: {error_type(e)} while building or lowering {entry.name}: {e}", file=sys.stderr)
         return 2
     finally:
@@ -452,9 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Errors that explain themselves: printed as one line, exit status 2.
-USER_ERRORS = (TopologyError, RegistryError, LoaderError, CompileError, LoweringError, SettingsError, IniError,
-               ReportError, InitError, ValueError, _runtime.HostError, HloParseError)
+# Errors that explain themselves (every error of aotcheck's, and a value a command line cannot use): printed
+# as one line, exit status 2.
+USER_ERRORS = (AotcheckError, ValueError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

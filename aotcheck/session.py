@@ -54,7 +54,7 @@ from aotcheck.render.accept import accept_all_command
 from aotcheck.render.summary import header_lines
 from aotcheck.render.text import outcome_message
 from aotcheck.settings import GateSettings, SettingsError, flag_names
-from aotcheck.targets.platform import TPU, Platform
+from aotcheck.targets.platform import GPU, TPU, Platform
 
 
 class Interruption:
@@ -162,7 +162,7 @@ class GateSession:
         report = self.settings.report_path
         if report is not None and report.parent.exists() and not os.access(report.parent, os.W_OK):
             raise SettingsError(f"the report's directory {report.parent} is not writable; "
-                                f"give {self.settings.flags['report']} a path you can write")
+                                f"give {flag_names('pytest')['report']} (or {flag_names('cli')['report']}) a path you can write")
         # cpu-N needs N host devices, fixed when JAX's CPU backend starts: the compile workers
         # (which alone compile) read the count from the environment.
         cpu = max((t.num_devices for t in self.settings.targets if t.topology.platform.host_devices), default=0)
@@ -327,14 +327,16 @@ class GateSession:
             lines.append(f"aotcheck: fit search of {s.fit!r} on every config that offers it (a few compiles each; "
                          f"gated as {fit_max(s.fit)})")
         if not s.update and not self.store.root.is_dir():
+            with_equals = " (with '=')" if s.front_end == "pytest" else ""  # pytest reads a path after a space.
             lines.append(f"aotcheck: WARNING: the golden directory {self.store.root} does not exist, so every case "
                          f"will be missing its golden. The rootdir is {s.rootdir}; if your goldens are elsewhere, "
-                         f"pass {s.flags['golden_dir']}=PATH (with '='), or create them with {s.flags['update']}.")
+                         f"pass {s.flags['golden_dir']}=PATH{with_equals}, or create them with {s.flags['update']}.")
         return lines
 
     def platforms(self) -> list[Platform]:
         """The platforms of this run's targets (TPU's when there are none), the TPU's first."""
-        return sorted({t.topology.platform for t in self.settings.targets} or {TPU}, key=lambda p: p is not TPU)
+        # The CUDA plugin's version last, as the header has always said it (TPU and host both say libtpu's).
+        return sorted({t.topology.platform for t in self.settings.targets} or {TPU}, key=lambda p: (p is GPU, p.name))
 
     def toolchain(self) -> dict[str, str | None]:
         """The versions behind this run's figures: jax's, libtpu's where a target is a TPU (or the host's

@@ -318,6 +318,13 @@ def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], 
 
 FRONT_ENDS = ("pytest", "cli")
 
+# The order the rows are read in: with several bad values, the error names the first of these (as it always
+# has); the rows' own order is the options' order in --help.
+_CHECKED_FIRST = ("slices", "topologies", "tolerances", "hbm_headroom", "fit", "shard", "metric_drift",
+                  "libtpu_init_args", "default_options", "report")
+PARSE_ORDER = tuple(sorted(SETTINGS, key=lambda s: _CHECKED_FIRST.index(s.name) if s.name in _CHECKED_FIRST
+                           else len(_CHECKED_FIRST)))
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GateSettings:
@@ -362,12 +369,13 @@ class GateSettings:
         default); SettingsError names the bad one: by its flag, or by its ini key when the ini gave it
         (``from_ini``, from :func:`read_settings`)."""
         unknown = sorted(set(values) - set(BY_NAME))
-        if unknown or front_end not in FRONT_ENDS:
-            raise TypeError(f"GateSettings.parse() got unknown settings {unknown or [front_end]}; "
-                            f"the settings are {', '.join(BY_NAME)}")
+        if unknown:
+            raise TypeError(f"GateSettings.parse() got unknown settings {unknown}; the settings are {', '.join(BY_NAME)}")
+        if front_end not in FRONT_ENDS:
+            raise TypeError(f"GateSettings.parse(front_end={front_end!r}): the front ends are {', '.join(FRONT_ENDS)}")
         given = {s.name: values.get(s.name, s.default) for s in SETTINGS}
         reading = Reading(Path(rootdir), names_in_messages(flag_names(front_end), from_ini), given)
-        fields = {s.field if s.field is not None else s.name: s.parsed(given[s.name], reading) for s in SETTINGS}
+        fields = {s.field if s.field is not None else s.name: s.parsed(given[s.name], reading) for s in PARSE_ORDER}
         fields.pop("", None)
         return cls(rootdir=reading.rootdir, front_end=front_end, golden_dir_option=golden_dir_option,
                    libtpu_init_args_option=libtpu_init_args_option, **fields)

@@ -58,7 +58,8 @@ class WorkerRequest:
     presets: bool = True  # aotcheck's per-chip presets under them.
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "sources": [list(s) for s in self.sources],
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                "sources": [list(s) for s in self.sources],
                 "registry": list(self.registry) if self.registry else None,
                 "build": dict(self.build) if self.build is not None else None,
                 "compiler_options": dict(self.compiler_options)}

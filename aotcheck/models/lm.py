@@ -1,9 +1,8 @@
 """A decoder-only transformer LM in plain JAX + optax: aotcheck's reference model.
 
-Pre-norm blocks (RMSNorm, causal multi-head attention, GELU MLP), layers stacked
-on a leading axis and run with ``lax.scan`` (or a Python loop, for comparison)
-under ``jax.checkpoint``, bf16 compute over fp32 parameters, AdamW. Partition
-rules shard weights FSDP over ``data`` and tensor-parallel over ``model``.
+Pre-norm blocks (RMSNorm, causal multi-head attention, GELU MLP), layers stacked on a leading axis and run
+with ``lax.scan`` (or a Python loop, for comparison) under ``jax.checkpoint``, bf16 compute over fp32
+parameters, AdamW. Partition rules shard weights FSDP over ``data`` and tensor-parallel over ``model``.
 
 :func:`trainer_config` and :func:`inference_config` build the configs aotcheck
 compiles; the inference config offers ``prefill`` and ``sample_decode`` (prefill

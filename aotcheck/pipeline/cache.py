@@ -51,7 +51,8 @@ from aotcheck._files import atomic_write_text, probe_writable
 #     declared costs and ragged dots in flops; details carry what flops may miss (uncounted), a model
 #     library's own line, the lint in mesh axes; FunctionConfig argument kinds.
 # 13: a packaged model's step called by aotcheck's adapter (MaxText's) is sourced at the library's line.
-FIGURES_VERSION = 13
+# 14: XLA's raw costs absent (not zeros) where its cost analysis fails, with an xla_cost record in the details.
+FIGURES_VERSION = 14
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

@@ -1,8 +1,7 @@
 """Building abstract, sharded programs: placement (devices and mesh), train state and batch,
 the train step, and lowering for each config kind. Nothing here runs XLA's compiler.
 
-The trainer owns *what* (the step, built from the config's loss and optimizer);
-:mod:`aotcheck.targets` owns *where* (devices, mesh); lowering joins the two.
+The trainer owns *what* (the step, built from its loss and optimizer); :mod:`aotcheck.targets` owns *where*.
 
 Example:
     >>> from aotcheck.models import lm

@@ -181,8 +181,6 @@ def hbm_words(verdict: HbmVerdict) -> str:
             f"{verdict.topology}: {verdict.share:.0%}{allowed}")
 
 
-# Whose crash a dead compile worker's usually is, by platform.
-
 UNSHARDED_CAUSES = (
     "Likely causes: the model skips its sharding constraints on a CPU host (a helper that checks "
     "jax.devices() or jax.default_backend(); decide by the mesh in context instead: "

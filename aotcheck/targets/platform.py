@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from aotcheck import _runtime
 from aotcheck.errors import ConfigError
@@ -63,7 +63,7 @@ class Platform:
             the next family's in one process (libtpu: hence one worker process per family).
         fresh_worker_families: Families whose compiles depend on what their process compiled before
             within the family (libtpu 0.0.42.1's 7x): each case gets a fresh worker.
-        environment: What a compile worker sets over its parent's environment.
+        worker_env: What a compile worker sets over its parent's environment (``environment`` as a dict).
         extra: The extra of aotcheck's that installs its compiler (``aotcheck[cuda]``), if any.
         host_devices: Whether its devices are this host's own (their count is fixed by the environment a
             process starts with, so its worker starts once that is set, and has no compiler to warm up).
@@ -77,10 +77,14 @@ class Platform:
     option_presets: bool = False
     state_crosses_families: bool = False
     fresh_worker_families: frozenset[str] = frozenset()
-    environment: Mapping[str, str] = dataclasses.field(
-        default_factory=lambda: MappingProxyType({"JAX_PLATFORMS": "cpu"}), hash=False)
+    worker_env: tuple[tuple[str, str], ...] = (("JAX_PLATFORMS", "cpu"),)
     extra: str | None = None
     host_devices: bool = False
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What a compile worker sets over its parent's environment."""
+        return dict(self.worker_env)
 
     def toolchain(self) -> dict[str, str | None]:
         """The versions its goldens record: jax, jaxlib and its compiler's package."""
@@ -88,6 +92,10 @@ class Platform:
 
     def __str__(self) -> str:
         return self.name
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # One value per platform: a copy, or one unpickled in another process, is the same object (`is TPU`).
+        return (platform_named, (self.name,))
 
 
 # Every worker compiles for deviceless targets only, which need no runtime: JAX_PLATFORMS=cpu, whatever

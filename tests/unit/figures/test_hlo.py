@@ -15,7 +15,7 @@ from aotcheck.figures.hlo import parse_module
 from aotcheck.figures.loops import analyze_hlo, trip_count
 from aotcheck.figures.hbm import HbmVerdict, explain_oom, hbm_verdict
 from aotcheck.models import lm
-from aotcheck.targets.topology import CHIPS
+from aotcheck.targets.tpu import CHIPS
 
 # Four layers, no remat: the PaLM appendix formula (6N per token + attention) is exact.
 NO_REMAT = dataclasses.replace(lm.TINY, n_layers=4, remat=False)

@@ -66,3 +66,11 @@ def test_a_failed_raw_cost_leaves_its_figures_absent_and_says_why(compiled, monk
     details = Details(uncounted=uncounted)
     assert Details.from_json(json.loads(json.dumps(details.to_json()))) == details
     assert "flops_xla" not in program_figures(NoCostAnalysis(compiled))
+
+
+def test_the_cache_takes_an_entry_whose_raw_costs_are_absent_together():
+    from aotcheck.figures.program import RAW_COST_FIGURES, REQUIRED_FIGURES, figures_problem
+
+    whole = dict.fromkeys(REQUIRED_FIGURES, 1.0)
+    assert figures_problem({k: v for k, v in whole.items() if k not in RAW_COST_FIGURES}) is None  # A failed analysis.
+    assert figures_problem({k: v for k, v in whole.items() if k != "flops_xla"}) == "figure 'flops_xla' is missing"

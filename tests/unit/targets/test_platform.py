@@ -48,3 +48,13 @@ def test_a_platform_is_a_frozen_value_named_by_its_json_form():
     assert {TPU: 1}[platform_named("tpu")] == 1  # Hashable: platforms key sets and dicts.
     with pytest.raises(Exception, match="Unknown platform 'npu': the platforms are tpu, gpu, cpu"):
         platform_named("npu")
+
+
+def test_a_copied_or_unpickled_platform_is_the_same_value():
+    # Code past targets/ may ask `platform is GPU`: a topology deep-copied or sent through pickle keeps that true.
+    import copy
+    import pickle
+
+    topology = parse_topology("h100-8")
+    assert pickle.loads(pickle.dumps(topology)).platform is GPU and copy.deepcopy(topology).platform is GPU
+    assert pickle.loads(pickle.dumps(topology)) == topology
