@@ -8,10 +8,13 @@
 - ``lm-flash``, ``lm-splash``: attention by jax's own Pallas TPU kernels inside the
   layer scan (flash declares its cost, splash none); ``lm-moe``: routed experts through
   ``jax.lax.ragged_dot``. The field's program shapes, for the main job.
+- ``llm``: the reference server (``aotcheck.models.serve``): a scheduler step over token buckets
+  and sampling over token x request buckets, its paged KV cache read by jax's ragged paged
+  attention kernel on TPU targets, its KV budget (``fit_max_pages``) searched on the largest step.
 """
 
 import aotcheck
-from aotcheck.models import lm
+from aotcheck.models import lm, serve
 
 
 @aotcheck.register("lm-tiny", description=f"tiny decoder LM, {lm.TINY.num_params():,} params")
@@ -41,6 +44,11 @@ def lm_splash():
 @aotcheck.register("lm-moe", description=f"MoE LM, {lm.MOE.experts} experts top-{lm.MOE.top_k} via ragged_dot")
 def lm_moe():
     return [lm.trainer_config(lm.MOE), lm.inference_config(lm.MOE)]
+
+
+@aotcheck.register("llm", description="reference server: paged KV cache, ragged paged attention, buckets")
+def llm():
+    return serve.serving_config(serve.TINY)
 
 
 def _only(cfg, name):

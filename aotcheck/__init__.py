@@ -5,6 +5,7 @@ Public surface::
     from aotcheck import (
         register, REGISTRY,                              # named configs
         TrainerConfig, InferenceConfig, FunctionConfig, MeshSpec,
+        ServingConfig, Bucketed, Limits, doubling, padded,  # a server over its shape buckets
         compile_trainer_programs, compile_inference_programs, compile_function,
         get_devices_for_topology, parse_topology,
         fsdp, replicate,                                 # partition rules for unannotated models
@@ -34,6 +35,7 @@ from aotcheck.programs.compile import (
 )
 from aotcheck.programs.config import FunctionConfig, InferenceConfig, Knob, TrainerConfig
 from aotcheck.programs.options import OptionsError, default_compiler_options, parse_libtpu_init_args
+from aotcheck.programs.serving import BucketError, Bucketed, Limits, ServingConfig, doubling, padded
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, ProgramNotFound, Registry, RegistryError, register
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
@@ -46,6 +48,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "REGISTRY",
+    "BucketError",
+    "Bucketed",
+    "Limits",
+    "ServingConfig",
+    "doubling",
+    "padded",
     "Case",
     "CompileError",
     "ConfigError",

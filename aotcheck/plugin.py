@@ -234,6 +234,8 @@ class AotPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not hasattr(self.config, "workerinput"):  # The controller finishes; xdist workers do not.
             self.report = self.session.finish()
+            if any(bill.failed for bill in self.report.bills):  # No item holds a bill: the run fails itself.
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.report is not None and (self.report.outcomes or self.report.stale or self.report.removed

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aotcheck.figures.table import fit_max
+from aotcheck.gate.bill import startup_bills
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
@@ -292,9 +293,11 @@ class GateSession:
                 f"aotcheck: interrupted ({self.interruption.signal}) after {len(self.outcomes)} of {planned} cases: "
                 "the finished ones are reported" + (" and their goldens written" if self.settings.update else "")
                 + "; the rest did not run, and no stale golden was removed.")
-        report = Report(list(self.outcomes.values()), golden_dir=self.settings.golden_label, stale=stale,
+        outcomes = list(self.outcomes.values())
+        report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
-                        notes=self.notes(), toolchain=self.toolchain())
+                        notes=self.notes(), toolchain=self.toolchain(),
+                        bills=startup_bills(outcomes, self.settings.tolerances, judge=not self.settings.update))
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)
@@ -369,5 +372,5 @@ def _platform_of(golden_path: str) -> Platform:
 
 
 def exit_status(report: Report) -> int:
-    """0 when every case passed and every config built, else 1."""
+    """0 when every case passed, every config built and no start-up bill grew, else 1."""
     return 0 if report.passed else 1

@@ -28,6 +28,7 @@ from typing import Any
 from aotcheck.errors import AotcheckError
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
+from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill, startup_bills
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 
@@ -54,6 +55,7 @@ class Report:
         toolchain: The versions behind the figures: jax, jaxlib and each target platform's compiler (the
             session's; libtpu's when not given).
         notes: What the session had to say once (an unwritable cache, ...).
+        bills: Each server's start-up bill per target (:mod:`aotcheck.gate.bill`).
     """
 
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
@@ -64,6 +66,7 @@ class Report:
     shard: tuple[int, int] | None = None
     toolchain: dict[str, str | None] = dataclasses.field(default_factory=_runtime.toolchain)
     notes: list[str] = dataclasses.field(default_factory=list)
+    bills: list[Bill] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.outcomes = sort_outcomes(list(self.outcomes))
@@ -74,8 +77,8 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """No case failed and every config built."""
-        return not self.failed and not self.broken
+        """No case failed, every config built, and no server's start-up bill grew beyond its tolerance."""
+        return not self.failed and not self.broken and not any(b.failed for b in self.bills)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class Report:
             "removed_goldens": list(self.removed),
             "broken_configs": dict(self.broken),
             "notes": list(self.notes),
+            "startup_bills": [b.to_json() for b in self.bills],
         }
 
     @classmethod
@@ -107,6 +111,7 @@ class Report:
             shard=(int(shard[0]), int(shard[1])) if shard else None,
             toolchain=dict(doc.get("toolchain") or {}),
             notes=list(doc.get("notes") or []),
+            bills=[Bill.from_json(b) for b in doc.get("startup_bills") or []],
         )
 
 
@@ -184,6 +189,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     toolchain: dict[str, str | None] | None = None
     problems: list[str] = []
     seen_shards: set[int] = set()
+    judged: list[Bill] = []  # A shard's judged bill carries the tolerance the run used.
     for path in paths:
         try:
             report = load_report(path)
@@ -203,6 +209,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         golden_dir = report.golden_dir
         notes += [n for n in report.notes if n not in notes]
         toolchain = toolchain or report.toolchain
+        judged += [b for b in report.bills if b.row is not None]
         if report.shard:
             seen_shards.add(report.shard[0])
     for (first, later), cases in shared.items():
@@ -212,6 +219,9 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     if expect_shards:
         missing = sorted(set(range(1, expect_shards + 1)) - seen_shards)
         problems += [f"shard {k}/{expect_shards} has no report: its runner crashed or was cancelled" for k in missing]
+    # A server's buckets may run in several shards: its bills are summed again over the merged cases.
+    bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].row.tolerance)] if judged else (),
+                          judge=bool(judged))
     merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
-                    broken=broken, notes=notes, **({"toolchain": toolchain} if toolchain else {}))
+                    broken=broken, notes=notes, bills=bills, **({"toolchain": toolchain} if toolchain else {}))
     return Merged(merged, problems)

@@ -74,6 +74,12 @@ class _Common:
             PartitionSpecs in sharding constraints resolve. Turn it off for code that
             keeps arrays it computed while tracing (Equinox's rotary tables): made under
             one target's mesh, they would break the next target's trace in the process.
+        trace_as_target: While the program is traced and lowered, ``jax.devices()``,
+            ``jax.local_devices()``, the device counts and ``jax.default_backend()`` answer with the
+            target's (deviceless) devices, not this host's: a kernel that picks its block sizes from
+            ``jax.devices()[0].device_kind`` (jax's ragged paged attention), or model code that takes
+            its TPU path only on a TPU backend, traces as it would on the target. What runs eagerly
+            while tracing still runs on this host.
     """
 
     mesh: MeshSpec = MeshSpec()
@@ -82,6 +88,7 @@ class _Common:
     min_devices: int = 1
     platforms: tuple[str, ...] = ()
     trace_in_mesh: bool = True
+    trace_as_target: bool = True
 
     def __post_init__(self) -> None:
         parse_libtpu_init_args(self.libtpu_init_args, what="libtpu_init_args")  # Bad flags fail at build time.

@@ -28,7 +28,7 @@ from aotcheck.errors import ConfigError
 from aotcheck.programs.config import ARGUMENT_KINDS, BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
 from aotcheck.targets.mesh import build_mesh
 from aotcheck.targets.partition import check_spec, match_partition_specs, named_shardings, with_shardings
-from aotcheck.targets.devices import get_devices_for_topology
+from aotcheck.targets.devices import get_devices_for_topology, traced_as
 from aotcheck.targets.topology import Target, Topology
 
 
@@ -352,7 +352,7 @@ def lower_trainer(config: TrainerConfig, target: Target) -> dict[str, jax.stages
         out_shardings=(state_shardings, replicated),
         donate_argnums=(0,),
     )
-    with lowering_context(config, placement.mesh):
+    with lowering_context(config, placement.mesh), _as_target(config, placement):
         return {"train_step": step.lower(state, batch)}
 
 
@@ -376,7 +376,7 @@ def lower_inference(
         config.methods[method],
         in_shardings=(param_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
     )
-    with lowering_context(config, placement.mesh):
+    with lowering_context(config, placement.mesh), _as_target(config, placement):
         return {method: fn.lower(with_shardings(params, param_shardings), batch)}
 
 
@@ -384,7 +384,7 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
     """``{config.program: Lowered}`` for the escape hatch: its arguments (``make_args``), or its function
     and arguments (``make_program``), made for the target on the target's mesh."""
     placement = place(config, target)
-    with lowering_context(config, placement.mesh), _mesh_clash(config, placement.mesh):
+    with lowering_context(config, placement.mesh), _as_target(config, placement), _mesh_clash(config, placement.mesh):
         if config.make_program is not None:
             fn, args = _made_program(config, placement)
         else:
@@ -447,6 +447,13 @@ def _mesh_clash(config: Config, mesh: jax.sharding.Mesh) -> Iterator[None]:
             f"(MaxText and other trainers that own their mesh do), give its config trace_in_mesh=False so that it "
             f"traces under its own mesh only; otherwise give the config a mesh=MeshSpec(...) with that axis."
         ) from e
+
+
+def _as_target(config: Config, placement: Placement) -> contextlib.AbstractContextManager[None]:
+    """jax's device questions answered as the target while tracing (``trace_as_target``)."""
+    if not config.trace_as_target:
+        return contextlib.nullcontext()
+    return traced_as(placement.mesh.devices.flat, placement.target.topology)
 
 
 def lower_config(config: Config, target: Target, *, program: str | None = None) -> dict[str, jax.stages.Lowered]:

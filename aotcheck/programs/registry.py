@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from aotcheck.errors import ConfigError
 from aotcheck.programs.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.serving import ServingConfig
 
 Builder = Callable[[], Config | list[Config] | tuple[Config, ...]]
 
@@ -37,11 +38,14 @@ def name_problem(name: object, what: str) -> str | None:
 
     Example:
         >>> name_problem("train_step", "Program"), name_problem("my step", "Program")
-        (None, "Program name 'my step' must be non-empty, without '/', '@', ',' or spaces.")
+        (None, "Program name 'my step' must be non-empty, without '/', '@' or spaces.")
     """
-    # '/' and '@' separate a case id's parts; ',' and spaces separate the names of --aot-configs.
-    if not isinstance(name, str) or not name or any(c in "/@," or c.isspace() for c in name) or name in (".", ".."):
-        return f"{what} name {name!r} must be non-empty, without '/', '@', ',' or spaces."
+    # '/' and '@' separate a case id's parts; ',' and spaces separate the names of --aot-configs (a
+    # program's name is never listed there: a bucket's, step[tokens=16,seqs=8], has commas).
+    banned = "/@," if what == "Config" else "/@"
+    if not isinstance(name, str) or not name or any(c in banned or c.isspace() for c in name) or name in (".", ".."):
+        return f"{what} name {name!r} must be non-empty, without " + \
+            ("'/', '@', ',' or spaces." if what == "Config" else "'/', '@' or spaces.")
     return None
 
 
@@ -116,6 +120,8 @@ class Entry:
         except Exception as e:
             raise RegistryError(f"Building config {self.name!r} failed: {type(e).__name__}: {e}") from e
         configs = list(built) if isinstance(built, (list, tuple)) else [built]
+        # A server is a config per bucket (programs.serving): the rest of aotcheck sees those.
+        configs = [c for config in configs for c in (config.expand() if isinstance(config, ServingConfig) else [config])]
         if not configs:
             raise RegistryError(f"Config {self.name!r} built no config (its builder returned an empty "
                                 f"{type(built).__name__}); return a TrainerConfig, InferenceConfig or FunctionConfig.")
@@ -124,7 +130,7 @@ class Entry:
             if not isinstance(config, (TrainerConfig, InferenceConfig, FunctionConfig)):
                 raise RegistryError(
                     f"Config {self.name!r} built a {type(config).__name__}; expected a "
-                    "TrainerConfig, InferenceConfig or FunctionConfig (or a list of them)."
+                    "TrainerConfig, InferenceConfig, FunctionConfig or ServingConfig (or a list of them)."
                 )
             if not config.programs:
                 raise RegistryError(f"Config {self.name!r} defines no program (an {type(config).__name__} with "

@@ -28,7 +28,7 @@ from xml.sax.saxutils import escape
 
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
 from aotcheck.gate.outcome import Outcome
-from aotcheck.render.summary import hbm_fraction
+from aotcheck.render.tables import hbm_fraction
 from aotcheck.units import fmt_bytes, fmt_share
 
 

@@ -25,7 +25,8 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.gate.upgrade import find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
-from aotcheck.render.tables import fmt_value, table
+from aotcheck.render.serving import serving_lines
+from aotcheck.render.tables import fmt_value, hbm_fraction, table, verdict_label
 from aotcheck.render.text import unsharded_lines
 from aotcheck.render.upgrade import upgrade_lines
 from aotcheck.units import fmt_bytes, fmt_count, fmt_seconds, fmt_share
@@ -53,23 +54,6 @@ def header_lines(
 def case_line(outcome: Outcome) -> str:
     """One line as a case finishes (the CLI's progress)."""
     return f"{outcome.case.id}: {verdict_label(outcome)}" + (" FAILED" if outcome.failed else "")
-
-
-def hbm_fraction(outcome: Outcome) -> float | None:
-    """Peak bytes per device over the chip's HBM capacity (None without figures or a chip)."""
-    figures = outcome.figures or {}
-    hbm = outcome.case.topology.hbm_bytes
-    if "peak_bytes" not in figures or hbm is None:
-        return None
-    return figures["peak_bytes"] / hbm
-
-
-def verdict_label(outcome: Outcome) -> str:
-    """The verdict column: the golden action for accepted cases, FAILED where only strictness failed it."""
-    if outcome.verdict is Verdict.ACCEPTED and outcome.golden_action:
-        return outcome.golden_action.value
-    label = outcome.verdict.value
-    return label + " (FAILED)" if outcome.failed and not outcome.verdict.fails() else label
 
 
 SUMMARY_HEADERS = ["case", "compile", "compile CPU", "host RSS", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=",
@@ -103,6 +87,8 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
 def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] = ()) -> list[str]:
     """The end-of-session lines: the table, notes on improvements, what an update did, stale goldens."""
     lines = [summary_table(report.outcomes)] if report.outcomes else []
+    served = serving_lines(report)
+    lines += ["", *served] if served else []
     for o in report.outcomes:
         if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:
             lines += ["", o.message if o.drift_warning else f"note: {o.message}"]

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.figures.loops import CollectiveOp
 from aotcheck.figures.table import describe
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.verdict import Verdict
 from aotcheck.units import fmt_bytes, fmt_count
 
 
@@ -75,3 +77,20 @@ def collectives_table(ops: Sequence[CollectiveOp], *, limit: int = 10, width: in
     return table(["collective", "count", "bytes/device", "op", "source"],
                  [[op.kind, op.count, fmt_bytes(op.bytes), clip(op.name, width), source_line(op) or "-"]
                   for op in ops[:limit]])
+
+
+def hbm_fraction(outcome: Outcome) -> float | None:
+    """Peak bytes per device over the chip's HBM capacity (None without figures or a chip)."""
+    figures = outcome.figures or {}
+    hbm = outcome.case.topology.hbm_bytes
+    if "peak_bytes" not in figures or hbm is None:
+        return None
+    return figures["peak_bytes"] / hbm
+
+
+def verdict_label(outcome: Outcome) -> str:
+    """The verdict column: the golden action for accepted cases, FAILED where only strictness failed it."""
+    if outcome.verdict is Verdict.ACCEPTED and outcome.golden_action:
+        return outcome.golden_action.value
+    label = outcome.verdict.value
+    return label + " (FAILED)" if outcome.failed and not outcome.verdict.fails() else label

@@ -100,7 +100,9 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         message = f"{case.id} {explain_oom(detail, case.topology)}"
         if outcome.details is not None and outcome.details.peak_buffers:
             message += "\nThe largest buffers at XLA's peak (from its dump):\n" + buffers_table(outcome.details.peak_buffers)
-        return "\n\n".join([message, *unsharded_lines(outcome)])
+        fit = outcome.details.fit if outcome.details is not None else None  # How far down it fits, when searched.
+        found = ["\n".join(fit_lines(case.id, fit, case.topology))] if fit is not None else []
+        return "\n\n".join([message, *found, *unsharded_lines(outcome)])
     if verdict is Verdict.OVER_HBM:
         # It compiled (a GPU compile never refuses for size; a TPU's may leave less headroom than the
         # project allows): its own peak says what fills the memory, and a fit search how far down it fits.

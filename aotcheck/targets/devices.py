@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from aotcheck import _runtime
@@ -116,3 +117,55 @@ def host_device() -> Any:
     import jax
 
     return jax.devices(CPU.name)[0]
+
+
+# What code asks jax about the devices it runs on, answered as the target while tracing as it.
+_ASKED = ("devices", "local_devices", "device_count", "local_device_count", "default_backend")
+
+
+@contextlib.contextmanager
+def traced_as(devices: Sequence[Any], topology: Topology) -> Iterator[None]:
+    """While inside, ``jax.devices()``, ``jax.local_devices()``, ``jax.device_count()``,
+    ``jax.local_device_count()`` and ``jax.default_backend()`` answer with ``devices`` (a target's
+    deviceless devices) and its platform, as they would on the target: code that asks what chip it
+    runs on (jax's ragged paged attention reads ``jax.devices()[0].device_kind`` for its block sizes;
+    a model takes its Pallas path on ``"tpu"``) traces as it would there. A call naming another
+    backend (``jax.devices("cpu")``) still gets this host's. Nothing changes for a host target.
+
+    Example:
+        >>> import jax
+        >>> target = parse_topology("v5e-8")
+        >>> with traced_as(get_devices_for_topology(target).devices, target):
+        ...     jax.default_backend(), jax.device_count(), jax.devices()[0].device_kind
+        ('tpu', 8, 'TPU v5 lite')
+        >>> jax.default_backend()
+        'cpu'
+    """
+    platform = topology.platform
+    if platform is CPU:
+        yield
+        return
+    import jax  # noqa: PLC0415  (targets/ reads jax's module only here)
+
+    original = {name: getattr(jax, name) for name in _ASKED}
+    mine = list(devices)
+
+    def ours(backend: Any) -> bool:
+        return backend is None or backend == platform.name
+
+    answers = {
+        "devices": lambda backend=None: list(mine) if ours(backend) else original["devices"](backend),
+        "local_devices": lambda process_index=None, backend=None, host_id=None: list(mine) if ours(backend)
+        else original["local_devices"](process_index, backend, host_id),
+        "device_count": lambda backend=None: len(mine) if ours(backend) else original["device_count"](backend),
+        "local_device_count": lambda backend=None: len(mine) if ours(backend)
+        else original["local_device_count"](backend),
+        "default_backend": lambda: platform.name,
+    }
+    try:
+        for name, answer in answers.items():
+            setattr(jax, name, answer)
+        yield
+    finally:
+        for name, fn in original.items():
+            setattr(jax, name, fn)

@@ -513,7 +513,7 @@ def test_configs_that_cannot_have_a_golden_of_their_own_fail_to_build(project):
         "Config 'twin-programs' defines programs 'Decode' and 'decode', which differ only in letter case",
         "Config 'nothing' built no config (its builder returned an empty list)",
         "Config 'no-methods' defines no program (an InferenceConfig with methods={})",
-        "Config 'bad-program': Program name 'my step' must be non-empty, without '/', '@', ',' or spaces.",
+        "Config 'bad-program': Program name 'my step' must be non-empty, without '/', '@' or spaces.",
         "Config 'slashed': Program name 'a/b' must be non-empty",
     ]:
         assert words in out, (words, out[-3000:])

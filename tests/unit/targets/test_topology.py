@@ -129,3 +129,23 @@ def test_per_device_figures_are_the_chip_figures_over_its_devices(family):
     assert chip.peak_bf16_flops * chip.devices_per_chip == pytest.approx(flops)
     assert chip.hbm_bytes * chip.devices_per_chip == hbm
     assert chip.hbm_limit_bytes < chip.hbm_bytes  # XLA's limit sits below the capacity.
+
+
+def test_traced_as_answers_jaxs_device_questions_as_the_target_and_restores_them():
+    import jax
+
+    from aotcheck.targets.devices import get_devices_for_topology, traced_as
+
+    host = jax.devices()
+    for name, backend, kind in (("v5e-8", "tpu", "TPU v5 lite"), ("h100-8", "gpu", "H100")):
+        topology = parse_topology(name)
+        devices = get_devices_for_topology(topology).devices
+        with pytest.raises(KeyError):  # An error inside leaves jax as it was.
+            with traced_as(devices, topology):
+                assert (jax.default_backend(), jax.device_count(), jax.local_device_count()) == (backend, 8, 8)
+                assert kind in jax.devices()[0].device_kind and jax.local_devices() == devices
+                assert jax.devices("cpu") == host  # A backend named explicitly is still this host's.
+                raise KeyError("inside")
+        assert jax.default_backend() == "cpu" and jax.devices() == host
+    with traced_as(host, parse_topology("cpu-2")):  # A host target: nothing to answer differently.
+        assert jax.devices() == host

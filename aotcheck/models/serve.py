@@ -1,0 +1,206 @@
+"""aotcheck's reference server: the reference LM served from a paged KV cache, as vLLM on TPU serves.
+
+Two programs, compiled over the buckets a server compiles at start-up (:mod:`aotcheck.programs.serving`):
+
+- ``step[tokens=T]``: one scheduler step of ``T`` tokens from up to ``max_num_seqs`` sequences,
+  prefill and decode mixed: each layer writes its keys and values into the pages of the pool
+  (donated, updated in place) and attends over them by **jax's own ragged paged attention kernel**
+  (``jax.experimental.pallas.ops.tpu.ragged_paged_attention``) on a TPU, by XLA over the gathered
+  pages elsewhere. Which is decided as production code decides it, by ``jax.default_backend()``,
+  and the kernel picks its own block sizes from ``jax.devices()[0].device_kind``: both answer as the
+  target while aotcheck traces (``trace_as_target``).
+- ``sample[tokens=T,seqs=S]``: the logits of ``S`` sequences' last tokens from a step's hidden
+  states, and the greedy next tokens.
+
+Tensor parallel over ``model`` (attention heads, MLP columns, the pool's KV heads), replicated
+over ``data`` (each replica a server of its own).
+
+Example:
+    >>> config = serving_config(TINY)
+    >>> [c.program for c in config.expand()][:3], TINY.pages_per_seq
+    (['step[tokens=16]', 'step[tokens=32]', 'step[tokens=64]'], 16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from aotcheck.models.lm import LMConfig, Params, init_params
+from aotcheck.programs.serving import Bucketed, Limits, ServingConfig, doubling, pages_for
+from aotcheck.targets.mesh import MeshSpec
+from aotcheck.targets.platform import TPU
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+    """The model and how it is served.
+
+    Attributes:
+        model: The weights' shapes (an :class:`~aotcheck.models.lm.LMConfig`; its head width a
+            multiple of 128, as the kernel's blocks want).
+        page_size: Tokens per KV page.
+        pages: The KV pool's configured size, in pages (per replica).
+        limits: The scheduler's limits (tpu-inference's names).
+        min_tokens: The smallest token bucket (tpu-inference starts at 16).
+        min_seqs: The smallest request bucket.
+        mesh: ``("data", "model")``: replicas, tensor parallel.
+        num_kv_pages_per_block: The kernel's block sizes, or None for its own tuned table (read from
+        num_queries_per_block:   the device kind: a deviceless trace needs ``trace_as_target``).
+        vmem_limit_bytes: The kernel's VMEM limit (None: the compiler's).
+    """
+
+    model: LMConfig
+    page_size: int = 16
+    pages: int = 256
+    limits: Limits = Limits(max_num_seqs=16, max_num_batched_tokens=64, max_model_len=256)
+    min_tokens: int = 16
+    min_seqs: int = 8
+    mesh: MeshSpec = MeshSpec(("data", "model"), (-1, 8), overrides={"v4-8": (-1, 4)})
+    num_kv_pages_per_block: int | None = None
+    num_queries_per_block: int | None = None
+    vmem_limit_bytes: int | None = None
+
+    @property
+    def pages_per_seq(self) -> int:
+        """A sequence's page table: enough pages for ``max_model_len`` tokens."""
+        return pages_for(self.limits.max_model_len, self.page_size)
+
+    def kv_pool(self, pages: int) -> list[jax.ShapeDtypeStruct]:
+        """Per layer ``[pages, page_size, 2 x heads, head_dim]`` bf16, keys and values interleaved by head."""
+        m = self.model
+        return [jax.ShapeDtypeStruct((pages, self.page_size, 2 * m.n_heads, m.head_dim), jnp.bfloat16)
+                for _ in range(m.n_layers)]
+
+
+RULES = (
+    # Tensor parallel over "model"; nothing over "data" (replicas hold the whole model each).
+    (r"layers/attn/w[qkv]$", P(None, None, "model")),
+    (r"layers/attn/wo$", P(None, "model", None)),
+    (r"layers/mlp/wi$", P(None, None, "model")),
+    (r"layers/mlp/wo$", P(None, "model", None)),
+    (r"^unembed$", P(None, "model")),
+    (r".*", P()),
+)
+
+_HEADS = P(None, "model", None)        # [tokens, heads, head_dim]
+_POOL = P(None, None, "model", None)   # [pages, page_size, 2 x heads, head_dim]
+
+
+def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6) * scale).astype(x.dtype)
+
+
+def _xla_paged_attention(q: jax.Array, pool: jax.Array, page_indices: jax.Array, cu_q_lens: jax.Array,
+                         positions: jax.Array, scale: float) -> jax.Array:
+    """Attention over each token's own sequence's pages, by XLA: gather the pages, mask the future."""
+    tokens, heads, _ = q.shape
+    seq = jnp.minimum(jnp.searchsorted(cu_q_lens[1:], jnp.arange(tokens), side="right"), page_indices.shape[0] - 1)
+    kv = pool[page_indices[seq]]  # [T, pages_per_seq, page_size, 2h, D]
+    kv = kv.reshape(tokens, -1, 2 * heads, kv.shape[-1])
+    k, v = kv[:, :, 0::2], kv[:, :, 1::2]
+    logits = jnp.einsum("thd,tlhd->thl", q, k).astype(jnp.float32) * scale
+    seen = jnp.arange(kv.shape[1])[None, None] <= positions[:, None, None]
+    probs = jax.nn.softmax(jnp.where(seen, logits, jnp.finfo(jnp.float32).min), axis=-1).astype(q.dtype)
+    return jnp.einsum("thl,tlhd->thd", probs, v)
+
+
+def _paged_attention(cfg: ServeConfig, q: jax.Array, k: jax.Array, v: jax.Array, pool: jax.Array,
+                     batch: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """Writes this step's keys and values into their slots of the pool, then attends: per device, on
+    its own heads (XLA does not partition a kernel: ``shard_map`` hands it its shard)."""
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ragged_paged_attention  # noqa: PLC0415
+
+    scale = cfg.model.head_dim**-0.5
+
+    def local(q, k, v, pool, slots, kv_lens, page_indices, cu_q_lens, num_seqs, positions):  # noqa: ANN001, ANN202
+        tokens, heads, dim = q.shape
+        new = jnp.stack([k, v], axis=2).reshape(tokens, 2 * heads, dim)
+        pool = pool.reshape(-1, 2 * heads, dim).at[slots].set(new).reshape(pool.shape)
+        if jax.default_backend() == TPU.name:  # As the target answers it while aotcheck traces.
+            out = ragged_paged_attention(q, pool, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=scale,
+                                         num_kv_pages_per_block=cfg.num_kv_pages_per_block,
+                                         num_queries_per_block=cfg.num_queries_per_block,
+                                         vmem_limit_bytes=cfg.vmem_limit_bytes)
+        else:
+            out = _xla_paged_attention(q, pool, page_indices, cu_q_lens, positions, scale)
+        return out, pool
+
+    names = ("slots", "kv_lens", "page_indices", "cu_q_lens", "num_seqs", "positions")
+    return jax.shard_map(local, mesh=jax.sharding.get_abstract_mesh(),
+                         in_specs=(_HEADS, _HEADS, _HEADS, _POOL, *(P(),) * len(names)),
+                         out_specs=(_HEADS, _POOL), check_vma=False)(q, k, v, pool, *(batch[n] for n in names))
+
+
+def step(cfg: ServeConfig, params: Params, kv: list[jax.Array], batch: Mapping[str, jax.Array]) -> tuple[jax.Array, Any]:
+    """One scheduler step: the hidden states of every token ``[T, d_model]`` and the pool, updated."""
+    m = cfg.model
+    x = params["embed"].astype(jnp.bfloat16)[batch["tokens"]]
+    pool = []
+    for i in range(m.n_layers):
+        layer = jax.tree_util.tree_map(lambda w: w[i], params["layers"])  # noqa: B023
+        h = _rms_norm(x, layer["ln1"])
+        q, k, v = ((h @ layer["attn"][w].astype(h.dtype)).reshape(-1, m.n_heads, m.head_dim) for w in ("wq", "wk", "wv"))
+        attended, kv_i = _paged_attention(cfg, q, k, v, kv[i], batch)
+        x = x + attended.reshape(-1, m.d_model) @ layer["attn"]["wo"].astype(h.dtype)
+        h = _rms_norm(x, layer["ln2"])
+        x = x + jax.nn.gelu(h @ layer["mlp"]["wi"].astype(h.dtype)) @ layer["mlp"]["wo"].astype(h.dtype)
+        pool.append(kv_i)
+    return x, pool
+
+
+def sample(params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
+    """Greedy next tokens ``[S]`` from the hidden states at each sequence's last token."""
+    h = _rms_norm(batch["hidden"][batch["logits_indices"]], params["final_ln"])
+    return jnp.argmax((h @ params["unembed"].astype(h.dtype)).astype(jnp.float32), axis=-1).astype(jnp.int32)
+
+
+def _step_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
+    tokens, seqs = point["tokens"], cfg.limits.max_num_seqs
+    i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)  # noqa: E731
+    return {"tokens": i32(tokens), "positions": i32(tokens), "slots": i32(tokens), "kv_lens": i32(seqs),
+            "page_indices": i32(seqs, cfg.pages_per_seq), "cu_q_lens": i32(seqs + 1), "num_seqs": i32(1)}
+
+
+def _sample_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
+    return {"hidden": jax.ShapeDtypeStruct((point["tokens"], cfg.model.d_model), jnp.bfloat16),
+            "logits_indices": jax.ShapeDtypeStruct((point["seqs"],), jnp.int32)}
+
+
+def serving_config(cfg: ServeConfig, **overrides: Any) -> ServingConfig:
+    """The server's :class:`ServingConfig`: ``step`` over token buckets doubling from ``min_tokens`` to the
+    token budget, ``sample`` over their product with request buckets up to ``max_num_seqs`` (no more
+    requests than tokens); ``overrides`` replace any of its fields."""
+    limits = cfg.limits
+    tokens = doubling(cfg.min_tokens, limits.max_num_batched_tokens)
+    fields: dict[str, Any] = dict(
+        init_fn=lambda rng: init_params(cfg.model, rng),
+        partition_rules=RULES,
+        mesh=cfg.mesh,
+        bucketed={
+            "step": Bucketed(fn=lambda params, kv, batch: step(cfg, params, kv, batch),
+                             inputs=lambda point: _step_inputs(cfg, point), axes={"tokens": tokens},
+                             covers={"tokens": "max_num_batched_tokens"}),
+            "sample": Bucketed(fn=sample, inputs=lambda point: _sample_inputs(cfg, point), uses_kv=False,
+                               axes={"tokens": tokens, "seqs": doubling(cfg.min_seqs, limits.max_num_seqs)},
+                               covers={"tokens": "max_num_batched_tokens", "seqs": "max_num_seqs"},
+                               when=lambda point: point["seqs"] <= point["tokens"]),
+        },
+        kv=cfg.kv_pool,
+        kv_partition=_POOL,
+        pages=cfg.pages,
+        limits=limits,
+        fit_upper=2**23,  # Pages of a few KiB each: the largest HBM holds millions.
+    )
+    return ServingConfig(**{**fields, **overrides})
+
+
+# A small model with production's head width (128, as the kernel's blocks want) and 8 heads to
+# split over 8 devices; 18.9M parameters, compiled in seconds per bucket.
+TINY = ServeConfig(model=LMConfig(vocab=1024, d_model=1024, n_layers=2, n_heads=8, d_ff=2048))

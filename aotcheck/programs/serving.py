@@ -1,0 +1,310 @@
+"""A server's programs over the shape buckets it compiles at start-up, one case per bucket.
+
+Every JAX serving engine compiles a matrix of shapes when it starts: tpu-inference (vLLM on
+TPU) compiles token counts doubling from 16 to ``max_num_batched_tokens`` and request counts
+doubling to ``max_num_seqs``, and their products for logits and sampling; JetStream and
+MaxText's offline inference compile power-of-two prefill lengths. A :class:`ServingConfig`
+declares a server's programs (:class:`Bucketed`: a function, its inputs at a bucket, the axes
+it is bucketed over), its KV pool and the scheduler's :class:`Limits`. :meth:`ServingConfig.expand`
+makes one :class:`~aotcheck.programs.config.FunctionConfig` per bucket, named as the bucket
+(``step[tokens=64]``, so its case is ``llm/step[tokens=64]@v5e-8x1``), the KV pool a donated
+argument whose size is the knob ``pages``, searched on each program's largest bucket: the KV
+budget.
+
+Building a config checks its buckets against its limits (:func:`bucket_problems`): a shape the
+scheduler can send that no bucket covers (a compile mid-traffic) and a bucket the scheduler never
+fills (a wasted compile at start-up) are each named, with the fix.
+
+Example:
+    >>> doubling(16, 128), padded(16, 600, gap=256)
+    ((16, 32, 64, 128), (16, 32, 64, 128, 256, 512, 768))
+    >>> bucket_name("sample", {"tokens": 64, "seqs": 8}), parse_bucket("sample[tokens=64,seqs=8]")
+    ('sample[tokens=64,seqs=8]', ('sample', {'tokens': 64, 'seqs': 8}))
+    >>> parse_bucket("train_step") is None
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from aotcheck.errors import ConfigError
+from aotcheck.programs.config import FunctionConfig, Knob, _Common
+from aotcheck.targets.partition import Rules, match_partition_specs, named_shardings, with_shardings
+
+Point = Mapping[str, int]
+"""One bucket: a size per axis (``{"tokens": 64, "seqs": 8}``)."""
+
+KV_KNOB = "pages"
+"""The knob of a bucket that holds the KV pool: the pool's size in pages (``fit_max_pages``)."""
+
+
+class BucketError(ConfigError):
+    """Buckets that do not match the scheduler's limits: a shape it can send that no bucket covers, a
+    bucket over its budget, an axis that is not a list of sizes. The message names each and the fix."""
+
+
+def doubling(minimum: int, maximum: int) -> tuple[int, ...]:
+    """``minimum``, twice that, ... up to the first size >= ``maximum``, as the engines make their
+    token and request buckets (tpu-inference's paddings with no gap, JetStream's prefill lengths).
+
+    Example:
+        >>> doubling(8, 8), doubling(16, 100)
+        ((8,), (16, 32, 64, 128))
+    """
+    _check_sizes(minimum, maximum)
+    sizes = [minimum]
+    while sizes[-1] < maximum:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
+
+
+def padded(minimum: int, maximum: int, *, gap: int) -> tuple[int, ...]:
+    """Doubling from ``minimum`` up to ``gap``, then every ``gap`` up to the first size >= ``maximum``:
+    vLLM's token paddings with a padding gap (fewer, closer buckets where the sizes are large).
+
+    Example:
+        >>> padded(16, 1024, gap=512)
+        (16, 32, 64, 128, 256, 512, 1024)
+    """
+    _check_sizes(minimum, maximum)
+    if isinstance(gap, bool) or not isinstance(gap, int) or gap < minimum:
+        raise BucketError(f"padded(gap={gap!r}): the gap is a size >= the minimum ({minimum}), e.g. gap=512.")
+    sizes = [size for size in doubling(minimum, min(gap, maximum)) if size <= gap]
+    while sizes[-1] < maximum:
+        sizes.append(sizes[-1] + gap)
+    return tuple(sizes)
+
+
+def _check_sizes(minimum: int, maximum: int) -> None:
+    for name, size in (("minimum", minimum), ("maximum", maximum)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise BucketError(f"A bucket's {name} is a size >= 1, got {size!r}.")
+    if maximum < minimum:
+        raise BucketError(f"The largest bucket ({maximum}) is below the smallest ({minimum}); swap them.")
+
+
+def bucket_name(program: str, point: Point) -> str:
+    """The program's name at a bucket: ``step[tokens=64]`` (axes in their declared order)."""
+    return f"{program}[{','.join(f'{axis}={size}' for axis, size in point.items())}]"
+
+
+_BUCKET = re.compile(r"^(?P<program>[^\[\]]+)\[(?P<point>[^\[\]]+)\]$")
+
+
+def parse_bucket(name: str) -> tuple[str, dict[str, int]] | None:
+    """``(program, point)`` of a bucket's program name, None for a program that is not a bucket."""
+    match = _BUCKET.match(name)
+    if not match:
+        return None
+    point = {}
+    for part in match["point"].split(","):
+        axis, _, size = part.partition("=")
+        if not size.isdigit():
+            return None
+        point[axis] = int(size)
+    return match["program"], point
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What the scheduler may send: the engines' own settings, under their own names.
+
+    Attributes:
+        max_num_seqs: Requests in one step.
+        max_num_batched_tokens: Tokens in one step (the token budget).
+        max_model_len: Tokens of one sequence, prompt and output.
+    """
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BucketError(f"Limits.{field.name}={value!r}: give the engine's setting, an int >= 1.")
+
+
+LIMIT_NAMES = tuple(f.name for f in dataclasses.fields(Limits))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Bucketed:
+    """One program of a server and the buckets it is compiled at.
+
+    Attributes:
+        fn: ``(params, kv, inputs) -> (out, kv)`` (the KV pool donated, updated in place), or
+            ``(params, inputs) -> out`` with ``uses_kv=False`` (logits and sampling).
+        inputs: ``point -> {name: jax.ShapeDtypeStruct}``: the program's global inputs at a bucket.
+        axes: ``axis -> sizes``, the buckets of each axis (:func:`doubling`, :func:`padded`, or a
+            list); the program compiles at every point of their product that ``when`` keeps.
+        covers: ``axis -> a field of Limits`` the axis must cover (``{"tokens":
+            "max_num_batched_tokens"}``): its largest bucket is that limit, neither below (a shape
+            no bucket covers) nor above (a bucket the scheduler never fills).
+        partition: ``input name -> PartitionSpec``; an input not named is replicated.
+        uses_kv: Whether ``fn`` reads and writes the KV pool.
+        when: ``point -> bool``: the points of the product that are compiled (e.g. no more requests
+            than tokens); None: all.
+    """
+
+    fn: Callable[..., Any]
+    inputs: Callable[[Point], Mapping[str, jax.ShapeDtypeStruct]]
+    axes: Mapping[str, Sequence[int]]
+    covers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    partition: Mapping[str, PartitionSpec] = dataclasses.field(default_factory=dict)
+    uses_kv: bool = True
+    when: Callable[[Point], bool] | None = None
+
+    def points(self) -> list[dict[str, int]]:
+        """Every bucket compiled, smallest first (the product of the axes, as ``when`` keeps it)."""
+        names = list(self.axes)
+        product = (dict(zip(names, sizes)) for sizes in itertools.product(*(sorted(self.axes[a]) for a in names)))
+        return [point for point in product if self.when is None or self.when(point)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServingConfig(_Common):
+    """A server: its programs over their buckets, the KV pool they share, the scheduler's limits.
+
+    Besides ``mesh``, ``compiler_options``, ``libtpu_init_args``, ``min_devices``, ``platforms``,
+    ``trace_in_mesh`` and ``trace_as_target``:
+
+    Attributes:
+        init_fn: ``rng -> params``; only traced.
+        partition_rules: How the parameters are sharded (as a model config's).
+        bucketed: The server's programs, ``name -> Bucketed``.
+        kv: ``pages -> the KV pool`` (a pytree of ``jax.ShapeDtypeStruct``, global shapes).
+        kv_partition: ``PartitionSpec`` of every leaf of the pool (e.g. its KV heads over ``model``).
+        pages: The pool's configured size, in pages.
+        limits: The scheduler's :class:`Limits`: buckets are checked against them when the config is built.
+        kv_budget: Search the largest pool (``fit_max_pages``) on each KV program's largest bucket:
+            how many pages fit per device beside the weights and that bucket's activations.
+        fit_upper: The most pages the search tries (None: 4096 x ``pages``).
+        fit_targets: Globs over the targets where the search runs.
+    """
+
+    init_fn: Callable[[jax.Array], Any]
+    partition_rules: Rules
+    bucketed: Mapping[str, Bucketed]
+    kv: Callable[[int], Any]
+    kv_partition: PartitionSpec = PartitionSpec()
+    pages: int
+    limits: Limits | None = None
+    kv_budget: bool = True
+    fit_upper: int | None = None
+    fit_targets: tuple[str, ...] = ("*",)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.fit_targets, str):
+            object.__setattr__(self, "fit_targets", (self.fit_targets,))
+        if isinstance(self.pages, bool) or not isinstance(self.pages, int) or self.pages < 1:
+            raise BucketError(f"ServingConfig.pages={self.pages!r}: give the KV pool's size in pages, an int >= 1.")
+        problems = bucket_problems(self.bucketed, self.limits)
+        if problems:
+            raise BucketError("The buckets do not match the scheduler's limits:\n  " + "\n  ".join(problems))
+
+    def expand(self) -> list[FunctionConfig]:
+        """One FunctionConfig per bucket of every program, named as the bucket; the largest bucket of
+        each program that uses the pool searches its size (``kv_budget``).
+
+        Example:
+            >>> from aotcheck.models import serve
+            >>> configs = serve.serving_config(serve.TINY).expand()
+            >>> [(c.program, c.fit) for c in configs][:4]
+            [('step[tokens=16]', None), ('step[tokens=32]', None), ('step[tokens=64]', 'pages'), ('sample[tokens=16,seqs=8]', None)]
+        """
+        out = []
+        for name, program in self.bucketed.items():
+            points = program.points()
+            for point in points:
+                largest = point is points[-1] and program.uses_kv and self.kv_budget
+                out.append(self.bucket(name, point, pages=self.pages, search=largest))
+        return out
+
+    def bucket(self, name: str, point: Point, *, pages: int, search: bool = False) -> FunctionConfig:
+        """The FunctionConfig of program ``name`` at ``point`` with a pool of ``pages``."""
+        program = self.bucketed[name]
+        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(_Common)}
+        kinds = ("params", "other", "batch") if program.uses_kv else ("params", "batch")
+        knobs = {KV_KNOB: Knob(pages, lambda n: self.bucket(name, point, pages=n, search=search))} \
+            if program.uses_kv else {}
+        return FunctionConfig(
+            **common, fn=jax.jit(program.fn, donate_argnums=(1,) if program.uses_kv else ()),
+            make_args=lambda mesh: self._args(program, point, pages, mesh), program=bucket_name(name, point),
+            arg_kinds=kinds, knobs=knobs, fit=KV_KNOB if search else None,
+            fit_upper=self.fit_upper, fit_targets=self.fit_targets)
+
+    def _args(self, program: Bucketed, point: Point, pages: int, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
+        axis_sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+        params = jax.eval_shape(self.init_fn, jax.ShapeDtypeStruct((2,), jax.numpy.uint32))
+        params = with_shardings(params, named_shardings(
+            match_partition_specs(params, self.partition_rules, axis_sizes=axis_sizes), mesh))
+        inputs = {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
+                                          sharding=NamedSharding(mesh, program.partition.get(k, PartitionSpec())))
+                  for k, v in program.inputs(point).items()}
+        if not program.uses_kv:
+            return params, inputs
+        pool = jax.tree_util.tree_map(
+            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, self.kv_partition)),
+            self.kv(pages))
+        return params, pool, inputs
+
+
+def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> list[str]:
+    """What is wrong with the programs' buckets against the scheduler's limits, one line each: an
+    axis that is not a list of sizes, a shape no bucket covers, a bucket over its limit.
+
+    Example:
+        >>> step = Bucketed(fn=None, inputs=None, axes={"tokens": (16, 32)}, covers={"tokens": "max_num_batched_tokens"})
+        >>> bucket_problems({"step": step}, Limits(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=512))
+        ['step: a step of 64 tokens (max_num_batched_tokens=64) has no bucket, the largest is tokens=32: add 64 to its tokens buckets, or lower max_num_batched_tokens to 32']
+    """
+    problems = []
+    for name, program in programs.items():
+        for axis, sizes in program.axes.items():
+            if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes or any(
+                    isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+                problems.append(f"{name}: axis {axis!r} is {sizes!r}; give its sizes, e.g. doubling(16, 512)")
+        for axis, limit in program.covers.items():
+            if axis not in program.axes:
+                problems.append(f"{name}: covers names axis {axis!r}, which it does not have ({', '.join(program.axes)})")
+                continue
+            if limit not in LIMIT_NAMES:
+                problems.append(f"{name}: covers {axis!r} by {limit!r}, not a limit ({', '.join(LIMIT_NAMES)})")
+                continue
+            sizes = sorted(program.axes[axis]) if not any(p.startswith(f"{name}: axis {axis!r}") for p in problems) \
+                else []
+            if limits is None or not sizes:
+                continue
+            most = getattr(limits, limit)
+            what = _UNITS.get(limit, axis)
+            if sizes[-1] < most:
+                problems.append(f"{name}: a step of {most} {what} ({limit}={most}) has no bucket, the largest is "
+                                f"{axis}={sizes[-1]}: add {most} to its {axis} buckets, or lower {limit} to {sizes[-1]}")
+            over = [s for s in sizes if s > most]
+            if over:
+                problems.append(f"{name}: bucket{'s' if len(over) > 1 else ''} {', '.join(f'{axis}={s}' for s in over)} "
+                                f"over the budget ({limit}={most}): the scheduler never sends more than {most} {what}, "
+                                f"so {'they are' if len(over) > 1 else 'it is'} compiled at start-up for nothing; "
+                                f"make the largest bucket {most} (e.g. doubling(..., {most}) with {most} a power of two, "
+                                f"or an explicit list ending at {most})")
+    return problems
+
+
+_UNITS = {"max_num_batched_tokens": "tokens", "max_num_seqs": "requests", "max_model_len": "tokens of one sequence"}
+
+
+def pages_for(length: int, page_size: int) -> int:
+    """Pages a sequence of ``length`` tokens holds: ``ceil(length / page_size)``."""
+    return math.ceil(length / page_size)

@@ -1,0 +1,92 @@
+"""A server's matrix in words: per (config, target) a table by bucket, largest first, and its start-up bill.
+
+Each bucket's row has its peak per device and share of HBM, its compile CPU seconds, its memory
+spaces (``fit``, or the space an op of it overflows: a kernel's VMEM or SMEM, by how much) and the KV
+budget where it was searched; the bill's line says what compiling the whole matrix costs and how it
+compares with the goldens' sum.
+
+Example:
+    >>> from aotcheck.gate.bill import Bill
+    >>> from aotcheck.gate.report import Report
+    >>> from aotcheck.gate.verdict import Verdict
+    >>> from aotcheck.pipeline.case import Case
+    >>> from aotcheck.pipeline.measurement import Measurement
+    >>> def bucket(tokens, peak):
+    ...     case = Case.of("llm", f"step[tokens={tokens}]", "v5e-8")
+    ...     return Outcome(case, Verdict.PASS, measured=Measurement(case, {"peak_bytes": peak, "compile_cpu_seconds": 1.5}, {}, 1.5))
+    >>> report = Report([bucket(16, 2**30), bucket(64, 3 * 2**30)], bills=[Bill("llm", "v5e-8x1", 2, 3.0, False)])
+    >>> print("\\n".join(serving_lines(report)))  # doctest: +NORMALIZE_WHITESPACE
+    aotcheck: server llm on v5e-8x1: 2 buckets, start-up bill 3.00s of compile CPU
+    bucket           peak/device  of HBM  compile CPU  memory spaces  KV budget  verdict
+    ---------------  -----------  ------  -----------  -------------  ---------  -------
+    step[tokens=64]  3.00 GiB     18.8%   1.50s        fit            -          pass
+    step[tokens=16]  1.00 GiB     6.2%    1.50s        fit            -          pass
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aotcheck.figures.table import fit_max
+from aotcheck.gate.bill import Bill, served
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Report
+from aotcheck.programs.serving import KV_KNOB, parse_bucket
+from aotcheck.render.tables import fmt_value, hbm_fraction, table, verdict_label
+from aotcheck.units import fmt_bytes, fmt_share
+
+HEADERS = ["bucket", "peak/device", "of HBM", "compile CPU", "memory spaces", "KV budget", "verdict"]
+
+
+def memory_spaces(outcome: Outcome) -> str:
+    """``fit`` when it compiled; the space an op overflows (``VMEM 340.00 KiB > 330.00 KiB``) when XLA
+    refused it for one; ``-`` otherwise."""
+    overflow = outcome.error.overflow if outcome.error is not None else None
+    if overflow is not None:
+        where = f" ({overflow.instruction})" if overflow.instruction else ""
+        return f"{overflow.space.upper()} {fmt_bytes(overflow.size_bytes)} > {fmt_bytes(overflow.limit_bytes)}{where}"
+    return "fit" if outcome.figures else "-"
+
+
+def bucket_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
+    """One row per bucket: programs in the order they came, each's buckets largest first."""
+    order: dict[str, int] = {}
+    keyed = []
+    for o in outcomes:
+        program, point = parse_bucket(o.case.program) or (o.case.program, {})
+        order.setdefault(program, len(order))
+        keyed.append(((order[program], tuple(-size for size in point.values())), o))
+    rows = []
+    for _, o in sorted(keyed, key=lambda pair: pair[0]):
+        figures = o.figures or {}
+        pages = figures.get(fit_max(KV_KNOB))
+        rows.append([o.case.program, fmt_bytes(figures.get("peak_bytes")) if figures else "-", fmt_share(hbm_fraction(o)),
+                     fmt_value("compile_cpu_seconds", figures.get("compile_cpu_seconds")), memory_spaces(o),
+                     f"{int(pages):,} pages" if pages is not None else "-", verdict_label(o)])
+    return rows
+
+
+def bill_line(bill: Bill) -> str:
+    """What compiling the server's matrix costs on the target, against the goldens' sum when judged."""
+    line = (f"aotcheck: server {bill.config} on {bill.target}: {bill.buckets} buckets, start-up bill "
+            f"{fmt_value('compile_cpu_seconds', bill.seconds)} of compile CPU")
+    row = bill.row
+    if row is None or row.golden is None:
+        return line
+    verdict = "REGRESSION, beyond" if bill.failed else "within" if row.change.value == "ok" else "below"
+    return (f"{line} (goldens {fmt_value('compile_cpu_seconds', row.golden)}: {verdict} its tolerance "
+            f"{row.tolerance})")
+
+
+def groups(report: Report) -> list[tuple[Bill, list[Outcome]]]:
+    """Each bill with its buckets' outcomes."""
+    return [(bill, [o for o in report.outcomes if served(o) and o.case.config == bill.config
+                    and o.case.target.name == bill.target]) for bill in report.bills]
+
+
+def serving_lines(report: Report) -> list[str]:
+    """The terminal's serving section: per server and target, the bill's line and the bucket table."""
+    lines: list[str] = []
+    for bill, outcomes in groups(report):
+        lines += ["" if lines else None, bill_line(bill), table(HEADERS, bucket_rows(outcomes))]
+    return [line for line in lines if line is not None]

@@ -1,0 +1,117 @@
+"""A server's start-up bill (aotcheck.gate.bill) and its table (aotcheck.render.serving): the sum of its
+buckets' compile CPU seconds per target, gated like one case's, and the buckets worded largest first.
+
+Outcomes are made by hand here (no compile): pure logic over the records. The gate's real runs of
+the reference server are in tests/e2e/test_serving.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, strategies as st
+
+from aotcheck.errors import OutOfMemorySpace, Overflow
+from aotcheck.gate.bill import Bill, startup_bills
+from aotcheck.gate.compare import Change, Tolerance
+from aotcheck.gate.golden import Golden
+from aotcheck.gate.outcome import Failure, Outcome, Reason
+from aotcheck.gate.report import Report, load_report, merge_reports, write_report
+from aotcheck.gate.verdict import Verdict
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
+from aotcheck.render.markdown import markdown
+from aotcheck.gate.report import Merged
+from aotcheck.render.serving import memory_spaces, serving_lines
+
+TOLERANCE = [("compile_cpu_seconds", Tolerance(1.0, 1.0))]  # 100% + 1 s, measured from the smaller.
+
+
+def bucket(program: str, now: float | None, before: float | None, target: str = "v5e-8") -> Outcome:
+    case = Case.of("llm", program, target)
+    measured = Measurement(case, {"compile_cpu_seconds": now, "peak_bytes": 2**30}, {}, now) if now is not None else None
+    golden = Golden({"compile_cpu_seconds": before}, {}, {}, Path("g")) if before is not None else None
+    return Outcome(case, Verdict.PASS, measured=measured, golden=golden)
+
+
+def test_many_small_slowdowns_within_each_buckets_tolerance_fail_the_bill():
+    """Each bucket 0.1 s -> 0.6 s is within 100% + 1 s; the nine together, 0.9 s -> 5.4 s, are not."""
+    outcomes = [bucket(f"step[tokens={16 * 2**i}]", 0.6, 0.1) for i in range(9)]
+    bill, = startup_bills(outcomes, TOLERANCE)
+    assert (round(bill.seconds, 9), round(bill.row.golden, 9), bill.row.change, bill.failed) == \
+        (5.4, 0.9, Change.REGRESSION, True)
+    assert not Report(outcomes, bills=[bill]).passed
+    assert Report(outcomes, bills=startup_bills(outcomes, TOLERANCE, judge=False)).passed  # --update-golden accepts.
+
+
+@given(st.lists(st.tuples(st.floats(0.01, 100), st.floats(0.01, 100)), min_size=1, max_size=12))
+def test_a_bill_is_the_sum_of_its_buckets_and_judged_as_one_figure(seconds):
+    outcomes = [bucket(f"step[tokens={i + 1}]", now, before) for i, (now, before) in enumerate(seconds)]
+    bill, = startup_bills(outcomes, TOLERANCE)
+    total, golden = sum(n for n, _ in seconds), sum(b for _, b in seconds)
+    assert abs(bill.seconds - total) < 1e-9 and abs(bill.row.golden - golden) < 1e-9
+    grew = total - golden > max(min(total, golden), 1.0)
+    assert bill.failed == grew
+    assert Bill.from_json(bill.to_json()) == bill
+
+
+def test_a_bill_with_a_bucket_that_did_not_compile_or_has_no_golden_is_not_judged():
+    failed = bucket("step[tokens=64]", None, 0.1)
+    new = bucket("step[tokens=32]", 9.0, None)
+    bills = startup_bills([bucket("step[tokens=16]", 9.0, 0.1), failed, new], TOLERANCE)
+    assert [(b.buckets, b.seconds, b.complete, b.row, b.failed) for b in bills] == [(3, 18.0, False, None, False)]
+
+
+def test_bills_are_per_server_and_target_and_leave_other_cases_out():
+    outcomes = [bucket("step[tokens=16]", 1.0, 1.0), bucket("step[tokens=16]", 2.0, 2.0, target="h100-8"),
+                Outcome(Case.of("lm-tiny", "train_step", "v5e-8"), Verdict.PASS),
+                Outcome.skip(Case.of("llm", "step[tokens=32]", "v5e-8"), "too few devices")]
+    assert [(b.config, b.target, b.buckets) for b in startup_bills(outcomes)] == [("llm", "v5e-8x1", 1),
+                                                                                 ("llm", "h100-8x1", 1)]
+
+
+def test_the_bill_survives_the_report_and_a_merge_of_shards_sums_it_again(tmp_path):
+    one = [bucket("step[tokens=16]", 0.6, 0.1), bucket("step[tokens=32]", 0.6, 0.1)]
+    two = [bucket("step[tokens=64]", 5.0, 0.1)]
+    paths = []
+    for k, outcomes in enumerate((one, two), start=1):
+        report = Report(outcomes, shard=(k, 2), bills=startup_bills(outcomes, TOLERANCE))
+        paths.append(tmp_path / f"{k}.json")
+        write_report(paths[-1], report)
+        assert load_report(paths[-1]).bills == report.bills
+    assert not any(b.failed for b in load_report(paths[0]).bills)  # Alone, the first shard's two are within.
+    merged = merge_reports(paths, expect_shards=2)
+    bill, = merged.report.bills
+    assert (bill.buckets, bill.seconds, bill.failed) == (3, 6.2, True) and merged.failed
+
+
+def vmem_overflow(program: str) -> Outcome:
+    case = Case.of("llm", program, "v5e-8")
+    error = OutOfMemorySpace("E1001: CompileTimeScopedVmemOom", overflow=Overflow(
+        "vmem", 348160, 337920, "scoped", instruction="ragged_paged_attention_kernel.2", kernel=True))
+    return Outcome(case, Verdict.OUT_OF_MEMORY, failed=True, error=Failure.of(Reason.OUT_OF_MEMORY, error))
+
+
+def test_the_table_names_a_bucket_whose_kernel_overflows_vmem_and_lists_buckets_largest_first():
+    outcomes = [bucket("step[tokens=16]", 0.5, 0.5), vmem_overflow("step[tokens=32]"),
+                bucket("sample[tokens=16,seqs=8]", 0.1, 0.1), bucket("sample[tokens=16,seqs=16]", 0.1, 0.1)]
+    report = Report(outcomes, bills=startup_bills(outcomes, TOLERANCE))
+    lines = serving_lines(report)
+    assert lines[0] == ("aotcheck: server llm on v5e-8x1: 4 buckets, start-up bill 0.70s of compile CPU")
+    rows = lines[1].splitlines()[2:]
+    # Programs as the report orders its cases (failures first), each's buckets largest first.
+    assert [row.split()[0] for row in rows] == ["step[tokens=32]", "step[tokens=16]", "sample[tokens=16,seqs=16]",
+                                                "sample[tokens=16,seqs=8]"]
+    assert memory_spaces(outcomes[1]) == "VMEM 340.00 KiB > 330.00 KiB (ragged_paged_attention_kernel.2)"
+    assert "VMEM 340.00 KiB > 330.00 KiB" in rows[0] and rows[0].endswith("out-of-memory")
+    assert "  fit  " in rows[1]
+    summary = markdown(Merged(report, []))
+    assert "### Servers: buckets, largest first, and the start-up bill" in summary
+    assert "| step[tokens=32] |" in summary and "server llm on v5e-8x1: 4 buckets" in summary
+
+
+def test_a_judged_bill_says_how_it_compares():
+    outcomes = [bucket(f"step[tokens={16 * 2**i}]", 0.6, 0.1) for i in range(9)]
+    line = serving_lines(Report(outcomes, bills=startup_bills(outcomes, TOLERANCE)))[0]
+    assert line == ("aotcheck: server llm on v5e-8x1: 9 buckets, start-up bill 5.40s of compile CPU "
+                    "(goldens 0.90s: REGRESSION, beyond its tolerance 100% + 1)")

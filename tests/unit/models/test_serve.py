@@ -1,0 +1,93 @@
+"""The reference server (aotcheck.models.serve), compiled for real: jax's ragged paged attention on a TPU
+target only when aotcheck traces as the target, XLA's attention on a GPU target, a bucket whose
+kernel overflows VMEM, and its KV budget against an analytic count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import pytest
+
+from aotcheck.errors import OutOfMemorySpace
+from aotcheck.models import serve
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measure import measure
+from aotcheck.pipeline.stages import lower
+from aotcheck.programs.lowering import lower_config
+from aotcheck.programs.serving import Bucketed, ServingConfig
+from aotcheck.targets.topology import Target
+
+
+def bucket(program: str, **changes):
+    return {c.program: c for c in serve.serving_config(serve.TINY, **changes).expand()}[program]
+
+
+def kernels(program: str, topology: str, **changes) -> int:
+    """How many Pallas TPU kernels the compiled program calls."""
+    config = dataclasses.replace(bucket(program), **changes)
+    with lower(Case.of("llm", program, topology), config).compile() as compiled:
+        return compiled.compiled.as_text().count("custom_call_target=\"tpu_custom_call\"")
+
+
+def test_the_server_takes_its_kernel_path_on_a_tpu_only_when_traced_as_the_target():
+    assert kernels("step[tokens=16]", "v5e-8") == serve.TINY.model.n_layers  # One ragged paged attention per layer.
+    # Traced as this host (a CPU backend), the same code takes its XLA path: not the program the TPU runs.
+    assert kernels("step[tokens=16]", "v5e-8", trace_as_target=False) == 0
+
+
+def test_the_kernel_alone_asks_the_host_what_chip_it_runs_on():
+    """jax's ragged paged attention picks its block sizes from jax.devices()[0].device_kind: traced as this
+    host it refuses; traced as the target it compiles deviceless."""
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ragged_paged_attention
+
+    tokens, seqs, heads, dim = 16, 4, 1, 128
+
+    def attend(params, kv, batch):
+        out = ragged_paged_attention(batch["q"], kv, batch["kv_lens"], batch["page_indices"], batch["cu_q_lens"],
+                                     batch["num_seqs"])
+        return out, kv
+
+    i32 = lambda *s: jax.ShapeDtypeStruct(s, "int32")  # noqa: E731
+    config = ServingConfig(
+        init_fn=lambda rng: {}, partition_rules=(), pages=64, mesh=serve.TINY.mesh.__class__(("x",), (-1,)),
+        kv=lambda pages: jax.ShapeDtypeStruct((pages, 16, 2 * heads, dim), "bfloat16"),
+        bucketed={"attend": Bucketed(fn=attend, axes={"tokens": (tokens,)}, inputs=lambda point: {
+            "q": jax.ShapeDtypeStruct((point["tokens"], heads, dim), "bfloat16"), "kv_lens": i32(seqs),
+            "page_indices": i32(seqs, 4), "cu_q_lens": i32(seqs + 1), "num_seqs": i32(1)})})
+    step, = config.expand()
+    with pytest.raises(NotImplementedError, match="TPU version must be 4 or higher"):
+        lower_config(dataclasses.replace(step, trace_as_target=False), Target.of("v5e-1"))
+    assert "attend[tokens=16]" in lower_config(step, Target.of("v5e-1"))
+
+
+def test_on_a_gpu_target_the_server_attends_by_xla():
+    figures = measure(Case.of("llm", "step[tokens=16]", "h100-8"), config=bucket("step[tokens=16]", kv_budget=False))
+    assert figures.figures["peak_bytes"] > 0
+
+
+def test_a_bucket_whose_kernel_overflows_vmem_is_named_with_its_kernel():
+    """The kernel's VMEM grows with its query block, min(tokens, 32) here: under a 330 KiB limit the
+    16-token bucket fits (323,584 bytes) and the 32-token one does not (348,160)."""
+    tight = dataclasses.replace(serve.TINY, vmem_limit_bytes=330 * 1024)
+    configs = {c.program: c for c in serve.serving_config(tight, kv_budget=False).expand()}
+    assert measure(Case.of("llm", "step[tokens=16]", "v5e-8"), config=configs["step[tokens=16]"]).figures["peak_bytes"]
+    with pytest.raises(OutOfMemorySpace) as raised:
+        measure(Case.of("llm", "step[tokens=32]", "v5e-8"), config=configs["step[tokens=32]"])
+    overflow = raised.value.overflow
+    assert (overflow.space, overflow.size_bytes, overflow.limit_bytes, overflow.kernel) == ("vmem", 348160, 337920, True)
+    assert "ragged_paged_attention" in overflow.op_name
+
+
+@pytest.mark.heavy  # A search of 26 compiles on v5e-8: its line bends near the limit, and bisection finds it.
+def test_the_kv_budget_matches_an_analytic_count():
+    """fit_max_pages against (the compiler's limit - what the program holds besides the pool) / a page's
+    bytes per device; the pool is donated and updated in place, so it is held once."""
+    case = Case.of("llm", "step[tokens=64]", "v5e-8")
+    found = measure(case, config=bucket("step[tokens=64]"))
+    model, per_device_heads = serve.TINY.model, 2 * serve.TINY.model.n_heads // 8
+    page = model.n_layers * serve.TINY.page_size * per_device_heads * model.head_dim * 2  # bf16 bytes per device
+    besides_pool = found.figures["peak_bytes"] - serve.TINY.pages * page
+    analytic = (case.topology.memory_limit_bytes - besides_pool) // page
+    assert found.figures["fit_max_pages"] == pytest.approx(analytic, rel=0.01), (found.figures, analytic)
