@@ -103,15 +103,10 @@ class _Common:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Searchable(_Common):
-    """The sizes a fit search may move on a config, and where it runs (fields every config kind shares).
+class _Bounded(_Common):
+    """Where a fit search runs and how far it goes (fields of every config that has one).
 
     Attributes:
-        fit: Search the largest size of this knob that fits HBM (``"batch"``, or a
-            name in ``knobs``) on every case, as the gated figure ``fit_max_<knob>``
-            (a few compiles each; see :mod:`aotcheck.figures.fit`); over the gate's ``--aot-fit``. None: no search.
-        knobs: Other sizes a fit search may move, by name (sequence length, KV-cache
-            length, a per-device batch, ...): each a :class:`Knob` that rebuilds the config at a size.
         fit_upper: The largest size the fit search tries (None: 4096 x the configured
             size). A small model's real limit can be far away, where compiles are slow.
         fit_targets: Globs over the targets (``v5e-16x1``, ``v4-8x*``; one glob alone is
@@ -120,8 +115,6 @@ class _Searchable(_Common):
             enough. ``aotcheck fit`` runs anywhere.
     """
 
-    fit: str | None = None
-    knobs: Mapping[str, "Knob"] = dataclasses.field(default_factory=dict)
     fit_upper: int | None = None
     fit_targets: tuple[str, ...] = ("*",)
 
@@ -130,6 +123,27 @@ class _Searchable(_Common):
         # One glob alone is a tuple of one: iterating "*x1" by character would match every target.
         if isinstance(self.fit_targets, str):
             object.__setattr__(self, "fit_targets", (self.fit_targets,))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Searchable(_Bounded):
+    """The sizes a fit search may move on a config (fields every config kind shares), and where it runs.
+
+    Attributes:
+        fit: Search the largest size of this knob that fits HBM (``"batch"``, or a
+            name in ``knobs``) on every case, as the gated figure ``fit_max_<knob>``
+            (a few compiles each; see :mod:`aotcheck.figures.fit`); over the gate's ``--aot-fit``. None: no search.
+        knobs: Other sizes a fit search may move, by name (sequence length, KV-cache
+            length, a per-device batch, ...): each a :class:`Knob` that rebuilds the config at a size.
+
+    and ``fit_upper``, ``fit_targets`` (:class:`_Bounded`).
+    """
+
+    fit: str | None = None
+    knobs: Mapping[str, "Knob"] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._check_fit_upper()
 
     def _check_fit_upper(self) -> None:

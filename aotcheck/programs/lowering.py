@@ -296,12 +296,12 @@ def _batch_args(
     return out
 
 
-def _abstract_params(config: TrainerConfig | InferenceConfig) -> Any:
+def abstract_params(config: Any) -> Any:
     # Traced, never run: a 100B-parameter init costs nothing here.
     return jax.eval_shape(config.init_fn, jax.ShapeDtypeStruct((2,), jax.numpy.uint32))
 
 
-def _param_shardings(config: TrainerConfig | InferenceConfig, params: Any, mesh: jax.sharding.Mesh) -> Any:
+def param_shardings(config: Any, params: Any, mesh: jax.sharding.Mesh) -> Any:
     specs = match_partition_specs(params, config.partition_rules, axis_sizes=_axis_sizes(mesh))
     return named_shardings(specs, mesh)
 
@@ -309,8 +309,8 @@ def _param_shardings(config: TrainerConfig | InferenceConfig, params: Any, mesh:
 def trainer_state_specs(config: TrainerConfig, placement: Placement) -> tuple[Any, Any]:
     """Abstract, sharded train state and batch for ``config`` on ``placement``."""
     mesh = placement.mesh
-    params = _abstract_params(config)
-    param_shardings = _param_shardings(config, params, mesh)
+    params = abstract_params(config)
+    params_shardings = param_shardings(config, params, mesh)
     replicated = NamedSharding(mesh, PartitionSpec())
     opt_state = jax.eval_shape(config.optimizer.init, params)
     # Optimizer moments follow their parameters; counts and the like replicate.
@@ -318,12 +318,12 @@ def trainer_state_specs(config: TrainerConfig, placement: Placement) -> tuple[An
         config.optimizer,
         lambda _, sharding: sharding,
         opt_state,
-        param_shardings,
+        params_shardings,
         transform_non_params=lambda _: replicated,
         is_leaf=lambda x: isinstance(x, NamedSharding),
     )
     state = {"params": params, "opt_state": opt_state, "step": jax.ShapeDtypeStruct((), jax.numpy.int32)}
-    shardings = {"params": param_shardings, "opt_state": opt_shardings, "step": replicated}
+    shardings = {"params": params_shardings, "opt_state": opt_shardings, "step": replicated}
     return with_shardings(state, shardings), _batch_args(config.batch_spec, config.batch_partition, mesh)
 
 
@@ -365,8 +365,8 @@ def lower_inference(
             f"Inference method {method!r} is not defined; this config offers {', '.join(config.methods)}."
         )
     placement = place(config, target)
-    params = _abstract_params(config)
-    param_shardings = _param_shardings(config, params, placement.mesh)
+    params = abstract_params(config)
+    params_shardings = param_shardings(config, params, placement.mesh)
     batch = _batch_args(
         input_batch_spec if input_batch_spec is not None else config.input_batch_spec,
         config.batch_partition,
@@ -374,10 +374,10 @@ def lower_inference(
     )
     fn = jax.jit(
         config.methods[method],
-        in_shardings=(param_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
+        in_shardings=(params_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
     )
     with lowering_context(config, placement.mesh), _as_target(config, placement):
-        return {method: fn.lower(with_shardings(params, param_shardings), batch)}
+        return {method: fn.lower(with_shardings(params, params_shardings), batch)}
 
 
 def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stages.Lowered]:

@@ -37,8 +37,9 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from aotcheck.errors import ConfigError
-from aotcheck.programs.config import FunctionConfig, Knob, _Common
-from aotcheck.targets.partition import Rules, match_partition_specs, named_shardings, with_shardings
+from aotcheck.programs.config import FunctionConfig, Knob, _Bounded, _Common
+from aotcheck.programs.lowering import abstract_params, param_shardings
+from aotcheck.targets.partition import Rules, with_shardings
 
 Point = Mapping[str, int]
 """One bucket: a size per axis (``{"tokens": 64, "seqs": 8}``)."""
@@ -173,7 +174,7 @@ class Bucketed:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ServingConfig(_Common):
+class ServingConfig(_Bounded):
     """A server: its programs over their buckets, the KV pool they share, the scheduler's limits.
 
     Besides ``mesh``, ``compiler_options``, ``libtpu_init_args``, ``min_devices``, ``platforms``,
@@ -201,13 +202,9 @@ class ServingConfig(_Common):
     pages: int
     limits: Limits | None = None
     kv_budget: bool = True
-    fit_upper: int | None = None
-    fit_targets: tuple[str, ...] = ("*",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.fit_targets, str):
-            object.__setattr__(self, "fit_targets", (self.fit_targets,))
         if isinstance(self.pages, bool) or not isinstance(self.pages, int) or self.pages < 1:
             raise BucketError(f"ServingConfig.pages={self.pages!r}: give the KV pool's size in pages, an int >= 1.")
         problems = bucket_problems(self.bucketed, self.limits)
@@ -246,10 +243,8 @@ class ServingConfig(_Common):
             fit_upper=self.fit_upper, fit_targets=self.fit_targets)
 
     def _args(self, program: Bucketed, point: Point, pages: int, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
-        axis_sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
-        params = jax.eval_shape(self.init_fn, jax.ShapeDtypeStruct((2,), jax.numpy.uint32))
-        params = with_shardings(params, named_shardings(
-            match_partition_specs(params, self.partition_rules, axis_sizes=axis_sizes), mesh))
+        params = abstract_params(self)  # As a model config's: its init traced, its rules matched.
+        params = with_shardings(params, param_shardings(self, params, mesh))
         inputs = {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
                                           sharding=NamedSharding(mesh, program.partition.get(k, PartitionSpec())))
                   for k, v in program.inputs(point).items()}
@@ -272,10 +267,9 @@ def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> 
     """
     problems = []
     for name, program in programs.items():
-        for axis, sizes in program.axes.items():
-            if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes or any(
-                    isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
-                problems.append(f"{name}: axis {axis!r} is {sizes!r}; give its sizes, e.g. doubling(16, 512)")
+        bad = {axis for axis, sizes in program.axes.items() if not _sizes(sizes)}
+        problems += [f"{name}: axis {axis!r} is {program.axes[axis]!r}; give its sizes, e.g. doubling(16, 512)"
+                     for axis in program.axes if axis in bad]
         for axis, limit in program.covers.items():
             if axis not in program.axes:
                 problems.append(f"{name}: covers names axis {axis!r}, which it does not have ({', '.join(program.axes)})")
@@ -283,10 +277,9 @@ def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> 
             if limit not in LIMIT_NAMES:
                 problems.append(f"{name}: covers {axis!r} by {limit!r}, not a limit ({', '.join(LIMIT_NAMES)})")
                 continue
-            sizes = sorted(program.axes[axis]) if not any(p.startswith(f"{name}: axis {axis!r}") for p in problems) \
-                else []
-            if limits is None or not sizes:
+            if limits is None or axis in bad:
                 continue
+            sizes = sorted(program.axes[axis])
             most = getattr(limits, limit)
             what = _UNITS.get(limit, axis)
             if sizes[-1] < most:
@@ -300,6 +293,12 @@ def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> 
                                 f"make the largest bucket {most} (e.g. doubling(..., {most}) with {most} a power of two, "
                                 f"or an explicit list ending at {most})")
     return problems
+
+
+def _sizes(sizes: Any) -> bool:
+    """Whether an axis's buckets are a non-empty sequence of sizes >= 1."""
+    return isinstance(sizes, Sequence) and not isinstance(sizes, (str, bytes)) and bool(sizes) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
 
 
 _UNITS = {"max_num_batched_tokens": "tokens", "max_num_seqs": "requests", "max_model_len": "tokens of one sequence"}

@@ -122,3 +122,12 @@ def test_a_start_up_bill_that_grew_fails_the_run_though_every_bucket_passes(pyte
     out = second.stdout.str()
     assert "aotcheck: server llm on v5e-16x1: 9 buckets, start-up bill" in out and "REGRESSION, beyond its " \
         "tolerance 10% + 0.5" in out
+
+
+@pytest.mark.heavy
+def test_the_kv_budget_is_searched_from_the_command_line_on_any_bucket():
+    """`aotcheck fit` on a bucket that holds the pool searches its one knob, pages, by default."""
+    out = cli("fit", "llm", "--program", "step[tokens=16]", "--topology", "h100-8", "--json")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    found = json.loads(out.stdout)["fit"]
+    assert found["knob"] == "pages" and found["configured"] == 256 and found["max_size"] > 5 * 10**6
