@@ -91,3 +91,26 @@ def test_the_kv_budget_matches_an_analytic_count():
     besides_pool = found.figures["peak_bytes"] - serve.TINY.pages * page
     analytic = (case.topology.memory_limit_bytes - besides_pool) // page
     assert found.figures["fit_max_pages"] == pytest.approx(analytic, rel=0.01), (found.figures, analytic)
+
+
+@pytest.mark.heavy  # About 25 compiles of the 64-token step on h100-8.
+def test_the_kv_budget_matches_a_bisection_by_compiles():
+    """On h100-8 the search confirms its affine prediction in a few compiles; a plain bisection over the
+    pool's size, each size compiled and checked against the GPU's memory, lands on the same page."""
+    from aotcheck.figures.hbm import hbm_verdict
+
+    case = Case.of("llm", "step[tokens=64]", "h100-8")
+    config = bucket("step[tokens=64]")
+    found = measure(case, config=config).details.fit
+    assert not found.bisected and found.probes <= 8
+
+    def fits(pages: int) -> bool:
+        figures = measure(case, config=dataclasses.replace(config.knobs["pages"].rebuild(pages), fit=None)).figures
+        return hbm_verdict(int(figures["peak_bytes"]), case.topology) is None
+
+    lo, hi = serve.TINY.pages, 2**23  # Fits; does not (a GPU compile never refuses: its peak says).
+    assert fits(lo) and not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    assert found.max_size == lo
