@@ -90,11 +90,13 @@ def _program_figures(outcome: Outcome) -> dict:
 @pytest.mark.heavy
 def test_every_way_to_find_the_mesh_compiles_the_same_program(llama_run):
     cases, _, _ = llama_run
-    assert sorted(cases) == ["llama-direct", "llama-legacy", "llama-platform", "nnx-llama"]
+    assert sorted(cases) == ["llama-as-target", "llama-direct", "llama-legacy", "llama-platform", "nnx-llama"]
     direct = _program_figures(cases["llama-direct"])
     assert _program_figures(cases["llama-legacy"]) == direct  # with mesh: / thread_resources
     assert _program_figures(cases["nnx-llama"]) == direct  # jax.sharding.get_abstract_mesh()
-    for name in ("llama-direct", "llama-legacy", "nnx-llama"):
+    # A helper that asks jax.devices(), traced as the target (the default): the constraints are there.
+    assert _program_figures(cases["llama-as-target"]) == direct
+    for name in ("llama-direct", "llama-legacy", "nnx-llama", "llama-as-target"):
         assert cases[name].details.unsharded == [], name
 
 
@@ -116,7 +118,7 @@ def test_a_platform_check_is_caught_by_the_lint_with_its_buffer_named(llama_run)
     assert note.startswith(f"{len(found)} activations at the peak keep the whole batch on every device")
     assert "BTHGD,BSHD->BHGTS" in note and "jax.sharding.get_abstract_mesh().empty" in note
     assert re.findall(r"^note: (\S+): \d+ activations? at the peak", stdout, re.M) == [
-        "llama-platform/train_step@v5e-16x1"]  # The other three say nothing.
+        "llama-platform/train_step@v5e-16x1"]  # The other four say nothing.
     # ...and in the Markdown job summary.
     md = markdown(Merged(report, problems=[]))
     section = md.split("### Activations left unsharded")[1].split("###")[0]

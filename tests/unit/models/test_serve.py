@@ -6,6 +6,8 @@ kernel overflows VMEM, and its KV budget against an analytic count.
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import jax
 import pytest
@@ -18,6 +20,8 @@ from aotcheck.pipeline.stages import lower
 from aotcheck.programs.lowering import lower_config
 from aotcheck.programs.serving import Bucketed, ServingConfig
 from aotcheck.targets.topology import Target
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def bucket(program: str, **changes):
@@ -80,17 +84,17 @@ def test_a_bucket_whose_kernel_overflows_vmem_is_named_with_its_kernel():
     assert "ragged_paged_attention" in overflow.op_name
 
 
-@pytest.mark.heavy  # A search of 26 compiles on v5e-8: its line bends near the limit, and bisection finds it.
-def test_the_kv_budget_matches_an_analytic_count():
-    """fit_max_pages against (the compiler's limit - what the program holds besides the pool) / a page's
-    bytes per device; the pool is donated and updated in place, so it is held once."""
-    case = Case.of("llm", "step[tokens=64]", "v5e-8")
-    found = measure(case, config=bucket("step[tokens=64]"))
-    model, per_device_heads = serve.TINY.model, 2 * serve.TINY.model.n_heads // 8
-    page = model.n_layers * serve.TINY.page_size * per_device_heads * model.head_dim * 2  # bf16 bytes per device
-    besides_pool = found.figures["peak_bytes"] - serve.TINY.pages * page
-    analytic = (case.topology.memory_limit_bytes - besides_pool) // page
-    assert found.figures["fit_max_pages"] == pytest.approx(analytic, rel=0.01), (found.figures, analytic)
+@pytest.mark.parametrize("target, tensor_parallel", [("v4-8x1", 4), ("v5e-16x1", 8), ("h100-8x1", 8)])
+def test_the_committed_kv_budget_matches_an_analytic_count(target, tensor_parallel):
+    """fit_max_pages in the goldens (checked uncached by tests/e2e/test_server.py) against (the compiler's
+    limit - what the program holds besides the pool) / a page's bytes per device; the pool is donated
+    and updated in place, so it is held once."""
+    golden = json.loads((ROOT / "golden" / "llm" / f"step[tokens=64]@{target}.json").read_text())["figures"]
+    model = serve.TINY.model
+    page = model.n_layers * serve.TINY.page_size * (2 * model.n_heads // tensor_parallel) * model.head_dim * 2  # bf16
+    besides_pool = golden["peak_bytes"] - serve.TINY.pages * page
+    analytic = (Case.parse(f"llm/step@{target}").topology.memory_limit_bytes - besides_pool) // page
+    assert golden["fit_max_pages"] == pytest.approx(analytic, rel=1e-3), (golden, analytic)
 
 
 @pytest.mark.heavy  # About 25 compiles of the 64-token step on h100-8.
