@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aotcheck.figures.table import fit_max
-from aotcheck.gate.bill import startup_bills
+from aotcheck.gate.bill import split_groups, startup_bills
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
@@ -297,7 +297,9 @@ class GateSession:
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes(), toolchain=self.toolchain(),
-                        bills=startup_bills(outcomes, self.settings.tolerances, judge=not self.settings.update))
+                        bills=startup_bills(outcomes, self.settings.tolerances, judge=not self.settings.update,
+                                            partial=split_groups([p.case for p in self.plan().matrix],
+                                                                 [p.case for p in self.plan().cases])))
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)

@@ -189,7 +189,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     toolchain: dict[str, str | None] | None = None
     problems: list[str] = []
     seen_shards: set[int] = set()
-    judged: list[Bill] = []  # A shard's judged bill carries the tolerance the run used.
+    judged: list[Bill] = []  # A shard's bill carries the tolerance its run judges by (none under an update).
     for path in paths:
         try:
             report = load_report(path)
@@ -209,7 +209,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         golden_dir = report.golden_dir
         notes += [n for n in report.notes if n not in notes]
         toolchain = toolchain or report.toolchain
-        judged += [b for b in report.bills if b.row is not None]
+        judged += [b for b in report.bills if b.tolerance is not None]
         if report.shard:
             seen_shards.add(report.shard[0])
     for (first, later), cases in shared.items():
@@ -220,7 +220,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         missing = sorted(set(range(1, expect_shards + 1)) - seen_shards)
         problems += [f"shard {k}/{expect_shards} has no report: its runner crashed or was cancelled" for k in missing]
     # A server's buckets may run in several shards: its bills are summed again over the merged cases.
-    bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].row.tolerance)] if judged else (),
+    bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].tolerance)] if judged else (),
                           judge=bool(judged))
     merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
                     broken=broken, notes=notes, bills=bills, **({"toolchain": toolchain} if toolchain else {}))

@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given, strategies as st
 
 from aotcheck.errors import OutOfMemorySpace, Overflow
-from aotcheck.gate.bill import Bill, startup_bills
+from aotcheck.gate.bill import Bill, split_groups, startup_bills
 from aotcheck.gate.compare import Change, Tolerance
 from aotcheck.gate.golden import Golden
 from aotcheck.gate.outcome import Failure, Outcome, Reason
@@ -70,19 +70,27 @@ def test_bills_are_per_server_and_target_and_leave_other_cases_out():
                                                                                  ("llm", "h100-8x1", 1)]
 
 
-def test_the_bill_survives_the_report_and_a_merge_of_shards_sums_it_again(tmp_path):
+def test_a_shard_sums_its_part_of_a_bill_and_the_merge_judges_the_whole(tmp_path):
+    """A server's buckets on one target split over two shards: neither judges its part (the first's two
+    would pass, the second's one would fail alone); the merge sums all three under the shards' tolerance."""
     one = [bucket("step[tokens=16]", 0.6, 0.1), bucket("step[tokens=32]", 0.6, 0.1)]
     two = [bucket("step[tokens=64]", 5.0, 0.1)]
+    split = split_groups([o.case for o in one + two], [o.case for o in one])
+    assert split == {("llm", "v5e-8x1")}
     paths = []
     for k, outcomes in enumerate((one, two), start=1):
-        report = Report(outcomes, shard=(k, 2), bills=startup_bills(outcomes, TOLERANCE))
+        report = Report(outcomes, shard=(k, 2), bills=startup_bills(outcomes, TOLERANCE, partial=split))
         paths.append(tmp_path / f"{k}.json")
         write_report(paths[-1], report)
-        assert load_report(paths[-1]).bills == report.bills
-    assert not any(b.failed for b in load_report(paths[0]).bills)  # Alone, the first shard's two are within.
+        assert load_report(paths[-1]).bills == report.bills and report.passed
+        assert report.bills[0].row is None and report.bills[0].tolerance == Tolerance(1.0, 1.0)
     merged = merge_reports(paths, expect_shards=2)
     bill, = merged.report.bills
     assert (bill.buckets, bill.seconds, bill.failed) == (3, 6.2, True) and merged.failed
+    update = [Report(o, bills=startup_bills(o, TOLERANCE, judge=False)) for o in (one, two)]
+    for path, report in zip(paths, update):
+        write_report(path, report)
+    assert not merge_reports(paths).report.bills[0].failed  # Shards of an update run: accepted, not judged.
 
 
 def vmem_overflow(program: str) -> Outcome:
