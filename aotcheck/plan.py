@@ -74,8 +74,9 @@ class Plan:
     broken: Mapping[str, str]
     empty_reason: str | None
     shard: tuple[int, int] | None = None
-    seconds: Mapping[str, float] = MappingProxyType({})
-    shard_of: Mapping[str, int] = MappingProxyType({})
+    # Read-only, and made per plan: Python 3.11's dataclasses refuse a mappingproxy as a shared default.
+    seconds: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    shard_of: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     complete: bool = True
 
     def knob(self, case: Case) -> str | None:
