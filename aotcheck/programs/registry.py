@@ -44,8 +44,7 @@ def name_problem(name: object, what: str) -> str | None:
     # program's name is never listed there: a bucket's, step[tokens=16,seqs=8], has commas).
     banned = "/@," if what == "Config" else "/@"
     if not isinstance(name, str) or not name or any(c in banned or c.isspace() for c in name) or name in (".", ".."):
-        return f"{what} name {name!r} must be non-empty, without " + \
-            ("'/', '@', ',' or spaces." if what == "Config" else "'/', '@' or spaces.")
+        return f"{what} name {name!r} must be non-empty, without {', '.join(map(repr, banned))} or spaces."
     return None
 
 

@@ -207,6 +207,17 @@ class ServingConfig(_Bounded):
         super().__post_init__()
         if isinstance(self.pages, bool) or not isinstance(self.pages, int) or self.pages < 1:
             raise BucketError(f"ServingConfig.pages={self.pages!r}: give the KV pool's size in pages, an int >= 1.")
+        wrong = [name for name, program in self.bucketed.items() if not isinstance(program, Bucketed)] \
+            if isinstance(self.bucketed, Mapping) else None
+        if not self.bucketed or wrong is None or wrong:
+            raise BucketError(f"ServingConfig.bucketed={self.bucketed!r}: give the server's programs by name, each a "
+                              "Bucketed, e.g. bucketed={'step': Bucketed(fn=step, inputs=step_inputs, "
+                              "axes={'tokens': doubling(16, 512)})}" + (f" (not one: {', '.join(map(repr, wrong))})"
+                                                                        if wrong else ""))
+        if not callable(self.kv):
+            raise BucketError(f"ServingConfig.kv={self.kv!r}: give a function of the pool's size in pages that returns "
+                              "its abstract arrays, e.g. kv=lambda pages: jax.ShapeDtypeStruct((pages, 16, 8, 128), "
+                              "jnp.bfloat16).")
         problems = bucket_problems(self.bucketed, self.limits)
         if problems:
             raise BucketError("The buckets do not match the scheduler's limits:\n  " + "\n  ".join(problems))
@@ -270,6 +281,10 @@ def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> 
         bad = {axis for axis, sizes in program.axes.items() if not _sizes(sizes)}
         problems += [f"{name}: axis {axis!r} is {program.axes[axis]!r}; give its sizes, e.g. doubling(16, 512)"
                      for axis in program.axes if axis in bad]
+        if not program.axes or (not bad and not program.points()):
+            problems.append(f"{name}: no bucket is compiled (its axes are {dict(program.axes)!r}"
+                            + (", and when= keeps none of their product" if program.axes else "") + "); give it at "
+                            "least one axis with sizes, and a when= that keeps some of them")
         for axis, limit in program.covers.items():
             if axis not in program.axes:
                 problems.append(f"{name}: covers names axis {axis!r}, which it does not have ({', '.join(program.axes)})")

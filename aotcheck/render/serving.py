@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from aotcheck.figures.table import fit_max
 from aotcheck.gate.bill import Bill, served
+from aotcheck.gate.compare import Change
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.programs.serving import KV_KNOB, parse_bucket
@@ -73,7 +74,7 @@ def bill_line(bill: Bill) -> str:
     row = bill.row
     if row is None or row.golden is None:
         return line
-    verdict = "REGRESSION, beyond" if bill.failed else "within" if row.change.value == "ok" else "below"
+    verdict = "REGRESSION, beyond" if bill.failed else "within" if row.change is Change.OK else "below"
     return (f"{line} (goldens {fmt_value('compile_cpu_seconds', row.golden)}: {verdict} its tolerance "
             f"{row.tolerance})")
 
@@ -88,5 +89,5 @@ def serving_lines(report: Report) -> list[str]:
     """The terminal's serving section: per server and target, the bill's line and the bucket table."""
     lines: list[str] = []
     for bill, outcomes in groups(report):
-        lines += ["" if lines else None, bill_line(bill), table(HEADERS, bucket_rows(outcomes))]
-    return [line for line in lines if line is not None]
+        lines += [*([""] if lines else []), bill_line(bill), table(HEADERS, bucket_rows(outcomes))]
+    return lines

@@ -145,7 +145,7 @@ def traced_as(devices: Sequence[Any], topology: Topology) -> Iterator[None]:
     if platform is CPU:
         yield
         return
-    import jax  # noqa: PLC0415  (targets/ reads jax's module only here)
+    import jax  # noqa: PLC0415  (as the functions above: jax loaded when devices are asked for)
 
     original = {name: getattr(jax, name) for name in _ASKED}
     mine = list(devices)

@@ -130,6 +130,26 @@ def test_a_server_expands_to_a_config_per_bucket_its_largest_step_searching_the_
 
 
 def test_the_repository_registers_the_reference_server():
-    import conftest  # noqa: F401  (the rootdir conftest registers the repository's configs)
-
+    # The rootdir conftest.py, which pytest loads before any test, registers the repository's configs.
     assert "step[tokens=64]" in REGISTRY.get("llm").programs()
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(bucketed={}), "ServingConfig.bucketed={}: give the server's programs by name, each a Bucketed"),
+    (dict(bucketed={"step": lambda: None}), "(not one: 'step')"),
+    (dict(bucketed=[step(16)]), "ServingConfig.bucketed=[Bucketed("),
+    (dict(kv=256), "ServingConfig.kv=256: give a function of the pool's size in pages"),
+])
+def test_a_server_that_is_not_one_is_refused_naming_the_field(changes, words):
+    with pytest.raises(BucketError) as raised:
+        serve.serving_config(serve.TINY, **changes)
+    assert words in str(raised.value)
+
+
+def test_a_program_that_compiles_no_bucket_is_named():
+    none = dataclasses.replace(step(16, 32), when=lambda point: False)
+    assert bucket_problems({"step": none}, None) == [
+        "step: no bucket is compiled (its axes are {'tokens': (16, 32)}, and when= keeps none of their product); "
+        "give it at least one axis with sizes, and a when= that keeps some of them"]
+    assert bucket_problems({"step": dataclasses.replace(step(), axes={})}, None)[0].startswith(
+        "step: no bucket is compiled (its axes are {})")
