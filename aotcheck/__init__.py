@@ -18,6 +18,8 @@ Public surface::
 
 from aotcheck import _runtime  # noqa: F401  (sets libtpu's environment first)
 from aotcheck.errors import CompileError, ConfigError, OutOfMemory, OutOfMemorySpace, Overflow, WorkerCrashed
+from aotcheck.figures import known_kernels  # noqa: F401  (the costs of the kernels jax ships)
+from aotcheck.figures.kernels import KernelCall, KernelCostError, kernel_cost
 from aotcheck.figures.program import program_figures
 from aotcheck.gate.check import check_case
 from aotcheck.gate.outcome import Outcome
@@ -62,7 +64,10 @@ __all__ = [
     "GateSession",
     "GateSettings",
     "InferenceConfig",
+    "KernelCall",
+    "KernelCostError",
     "Knob",
+    "kernel_cost",
     "Measurement",
     "MeshError",
     "MeshSpec",

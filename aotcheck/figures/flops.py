@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from typing import NamedTuple
 
+from aotcheck.figures import kernels, ledger
 from aotcheck.figures.hlo import Computation, Instruction
+
 
 def _dims(text: str | None) -> list[int]:
     return [int(d) for d in (text or "").strip("{}").split(",") if d.strip()]
@@ -100,19 +104,7 @@ def ragged_dot_flops(inst: Instruction, comp: Computation) -> float:
     return flops
 
 
-# Custom calls that run a kernel compiled from user code: Pallas/Mosaic on TPUs, Triton and
-# Mosaic GPU on GPUs. Their work is opaque to XLA; a Pallas kernel may declare it
-# (``pl.CostEstimate``), which XLA's TPU backend carries as ``cost_estimate`` in the call's config.
-KERNEL_TARGETS = frozenset({"tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "mosaic_gpu_v2"})
-# cuBLAS calls XLA's GPU compiler makes of a dot (after autotuning; a deviceless compile keeps dots).
-GEMM_TARGETS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8"})
 _COST_FLOPS = re.compile(r'"cost_estimate"\s*:\s*\{[^{}]*?"flops"\s*:\s*"?(\d+)')
-_TARGET = re.compile(r'custom_call_target="([^"]*)"')
-
-
-def custom_call_target(inst: Instruction) -> str | None:
-    match = _TARGET.search(inst.attrs)
-    return match[1] if match else None
 
 
 def declared_flops(inst: Instruction) -> float | None:
@@ -158,3 +150,203 @@ def kernel_name(op_name: str) -> str:
     name = parts[-1] if parts else op_name
     match = re.fullmatch(r"(?:jit|pjit|vmap|remat|checkpoint)\((.*)\)", name)
     return match[1] if match else name
+
+
+# --- One instruction ---------------------------------------------------------------------
+
+# Ops that carry a value through unchanged in what it holds (its type or layout aside).
+_THROUGH = frozenset({"convert", "bitcast", "copy", "reshape"})
+
+Outer = tuple[tuple[Computation, Instruction], ...]
+"""The fusions (each with the computation that holds it) a computation was entered through, innermost
+first: where a fused parameter's value comes from."""
+
+
+def _defining(name: str, comp: Computation, outer: Outer,
+              module: Mapping[str, Computation]) -> tuple[Instruction, Computation, Outer] | None:
+    """The instruction that really makes value ``name``: through ops that carry it unchanged, out of a
+    fusion's parameter to the fusion's operand, into a fusion's root."""
+    for _ in range(32):
+        inst = comp.instructions.get(name)
+        if inst is None:
+            return None
+        if inst.opcode in _THROUGH and inst.operands:
+            name = inst.operands[0]
+        elif inst.opcode == "parameter" and outer:
+            (caller, fusion), outer = outer[0], outer[1:]
+            index = inst.int_arg
+            if index is None or index >= len(fusion.operands):
+                return None
+            comp, name = caller, fusion.operands[index]
+        elif inst.opcode == "fusion" and (called := module.get((inst.called("calls") or [""])[0])) is not None \
+                and called.root is not None:
+            outer = ((comp, inst), *outer)
+            comp, name = called, called.root.name
+        else:
+            return inst, comp, outer
+    return None
+
+
+def _reshaped_dims(dims: tuple[int, ...], chosen: set[int], onto: tuple[int, ...]) -> set[int]:
+    """The dimensions of shape ``onto`` that dimensions ``chosen`` of ``dims`` (the same elements,
+    reshaped row-major) overlap.
+
+    Example (a [8, 8192, 128] product seen as [8, 64, 128, 128]; dimension 2 is part of the 8192):
+        >>> _reshaped_dims((8, 64, 128, 128), {2}, (8, 8192, 128)), _reshaped_dims((4, 6), {1}, (4, 6))
+        ({1}, {1})
+    """
+    def spans(shape: tuple[int, ...]) -> list[tuple[int, int]]:
+        out, inner = [], 1
+        for size in reversed(shape):
+            out.append((inner, inner * size))
+            inner *= size
+        return out[::-1]
+
+    theirs, ours = spans(dims), spans(onto)
+    return {j for j, (low, high) in enumerate(ours) if high > low
+            and any(max(low, lo) < min(high, hi) for i, (lo, hi) in enumerate(theirs) if i in chosen and hi > lo)}
+
+
+def rewritten_dot_flops(inst: Instruction, comp: Computation, module: Mapping[str, Computation],
+                        outer: Outer = ()) -> float:
+    """A ``reduce`` that sums a product over a dimension both factors have, where one factor is a
+    broadcast that lacks a dimension the other has: a dot XLA's algebraic simplifier rewrote as
+    multiply + reduce (it does so for a dot one of whose sides has no free dimension: decode
+    attention's one query token). Counted as that dot, 2 per multiply-add: 2 x the product's elements.
+    Any other reduce (a sum, a norm's sum of squares, a product with a scalar) counts 0.
+
+    Example (q [B,D] against k [B,S,D]: the scores of one query token, B=2, S=4, D=8):
+        >>> from aotcheck.figures.hlo import parse_module
+        >>> m = parse_module('''HloModule m
+        ... %add (a: f32[], b: f32[]) -> f32[] {
+        ...   %a = f32[] parameter(0)
+        ...   %b = f32[] parameter(1)
+        ...   ROOT %s = f32[] add(%a, %b)
+        ... }
+        ... ENTRY %e (q: f32[2,8], k: f32[2,4,8]) -> f32[2,4] {
+        ...   %q = f32[2,8]{1,0} parameter(0)
+        ...   %k = f32[2,4,8]{2,1,0} parameter(1)
+        ...   %bq = f32[2,4,8]{2,1,0} broadcast(%q), dimensions={0,2}
+        ...   %p = f32[2,4,8]{2,1,0} multiply(%bq, %k)
+        ...   %z = f32[] constant(0)
+        ...   ROOT %r = f32[2,4]{1,0} reduce(%p, %z), dimensions={2}, to_apply=%add
+        ... }''')
+        >>> rewritten_dot_flops(m["e"].root, m["e"], m)  # 2 * B * S * D
+        128.0
+    """
+    reducer = module.get((inst.called("to_apply") or [""])[0])
+    if reducer is None or reducer.root is None or reducer.root.opcode != "add" or len(inst.operands) != 2:
+        return 0.0
+    found = _defining(inst.operands[0], comp, outer, module)
+    if found is None or found[0].opcode != "multiply" or len(found[0].operands) != 2:
+        return 0.0
+    product, where, around = found
+    shape = product.arrays[0].dims if product.arrays else ()
+    reduce_in = comp.instructions.get(inst.operands[0])
+    if not shape or reduce_in is None or not reduce_in.arrays or reduce_in.arrays[0].elements != math.prod(shape):
+        return 0.0
+    # The product's dimensions the reduce sums (a reshape between them splits or merges dimensions: XLA's
+    # GPU compiler sums a long dimension in two reduces, the first over a split part of it).
+    reduced = _reshaped_dims(reduce_in.arrays[0].dims, set(_dims(inst.attr("dimensions"))), shape)
+    if not reduced:
+        return 0.0
+    kept = []
+    for operand in product.operands:
+        factor = _defining(operand, where, around, module)
+        if factor is not None and factor[0].opcode == "broadcast":
+            kept.append(set(_dims(factor[0].attr("dimensions"))))
+        else:
+            kept.append(set(range(len(shape))))  # A whole operand: it has every dimension.
+    contracts = all(reduced <= k for k in kept)  # Both factors have the summed dimensions...
+    degenerate = any(len(k) < len(shape) and not (set(range(len(shape))) - k) <= reduced for k in kept)
+    # ...and one factor lacks a dimension that is not summed (the other side's free dimension).
+    return 2.0 * product.arrays[0].elements if contracts and degenerate else 0.0
+
+
+class KernelCount(NamedTuple):
+    """How one run of a custom kernel was counted: its FLOPs and their basis: ``declared`` (its
+    ``pl.CostEstimate``), ``registered`` (a cost registered by name, :mod:`aotcheck.figures.kernels`)
+    or ``none`` (it declares none and none is registered: it counts 0 and is named as uncounted)."""
+
+    name: str
+    flops: float
+    basis: str
+
+
+def kernel_count(inst: Instruction, comp: Computation, op_name: str) -> KernelCount:
+    """One run of a custom kernel (a Pallas/Mosaic or Triton call), counted: a registered cost first
+    (it is the user's, or aotcheck's for a kernel jax ships), else what it declares; a kernel that
+    touches no floating-point data (XLA's own integer metadata kernels) does no FLOPs to count."""
+    name = re.sub(r"\.\d+$", "", kernel_name(op_name))
+    cost = kernels.lookup(name)
+    if cost is not None:
+        operands = [src.arrays[0] for o in inst.operands
+                    if (src := comp.instructions.get(o)) is not None and src.arrays]
+        call = kernels.KernelCall(name, operands, inst.arrays, inst.attr("backend_config") or "")
+        try:
+            flops = float(cost(call))
+        except Exception as e:  # The user's function: named with the kernel, never a silent zero.
+            raise kernels.KernelCostError(f"the cost registered for kernel {name!r} raised {type(e).__name__}: {e} "
+                                          f"(on operands {[f'{a.dtype}{list(a.dims)}' for a in operands]}); fix "
+                                          f"the function given to aotcheck.kernel_cost({name!r})") from e
+        return KernelCount(name, flops, "registered")
+    declared = declared_flops(inst)
+    if declared is not None:
+        return KernelCount(name, declared, "declared")
+    return KernelCount(name, 0.0, "none" if does_arithmetic(inst) else "integer")
+
+
+def instruction_flops(inst: Instruction, comp: Computation, module: Mapping[str, Computation],
+                      outer: Outer = ()) -> float:
+    """FLOPs of one run of an instruction the ledger counts as matrix work (a custom kernel's come
+    from :func:`kernel_count`); 0 for anything else."""
+    opcode = ledger.base_opcode(inst.opcode)
+    if opcode == "dot":
+        return dot_flops(inst, comp)
+    if opcode == "convolution":
+        return convolution_flops(inst, comp)
+    if opcode == "ragged-dot":
+        return ragged_dot_flops(inst, comp)
+    if opcode == "reduce":
+        return rewritten_dot_flops(inst, comp, module, outer)
+    if opcode == "custom-call" and ledger.custom_call_target(inst) in ledger.GEMM_TARGETS:
+        return gemm_flops(inst, comp)
+    if opcode in ("cholesky", "triangular-solve", "fft", "scaled-dot"):
+        return linalg_flops(inst, comp)
+    return 0.0
+
+
+def linalg_flops(inst: Instruction, comp: Computation) -> float:
+    """The textbook counts of XLA's other matrix ops, per run: ``cholesky`` n^3/3 per matrix,
+    ``triangular-solve`` m^2 n per system (m the triangular side), ``fft`` 5 N log2 N per transform,
+    ``scaled-dot`` as the dot it scales.
+
+    Example:
+        >>> from aotcheck.figures.hlo import parse_module
+        >>> m = parse_module('''ENTRY %e (a: f32[2,6,6]) -> f32[2,6,6] {
+        ...   %a = f32[2,6,6]{2,1,0} parameter(0)
+        ...   ROOT %c = f32[2,6,6]{2,1,0} cholesky(%a), lower=true
+        ... }''')
+        >>> linalg_flops(m["e"].root, m["e"])  # 2 matrices x 6^3 / 3
+        144.0
+    """
+    if not inst.arrays:
+        return 0.0
+    out = inst.arrays[0]
+    opcode = ledger.base_opcode(inst.opcode)
+    if opcode == "cholesky" and len(out.dims) >= 2:
+        n = out.dims[-1]
+        return out.elements / (n * n) * n ** 3 / 3
+    if opcode == "triangular-solve":
+        a = comp.instructions.get(inst.operands[0]) if inst.operands else None
+        if a is None or not a.arrays or len(a.arrays[0].dims) < 2:
+            return 0.0
+        m = a.arrays[0].dims[-1]
+        return out.elements * m  # m^2 n per system = (m n elements of the solution) x m.
+    if opcode == "fft":
+        lengths = _dims(inst.attr("fft_length"))
+        size = math.prod(lengths) if lengths else 1
+        return 5.0 * out.elements * math.log2(size) if size > 1 else 0.0
+    if opcode == "scaled-dot":
+        return dot_flops(inst, comp)
+    return 0.0

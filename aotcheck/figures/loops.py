@@ -41,13 +41,13 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 
-from aotcheck.figures.flops import (
-    GEMM_TARGETS, KERNEL_TARGETS, convolution_flops, custom_call_target, declared_flops, does_arithmetic, dot_flops,
-    gemm_flops, kernel_name, ragged_dot_flops,
-)
+from aotcheck.figures.flops import Outer, instruction_flops, kernel_count
 from aotcheck.figures.frames import instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_module
+from aotcheck.figures.ledger import SPARSECORE, KERNEL_TARGETS, Rule, base_opcode, custom_call_target, engine_of, rule_of
 
+# The collectives every program's figures list (zeros included, as goldens always had them); any other
+# kind the ledger counts (ragged-all-to-all, collective-broadcast, send, ...) appears where a program has it.
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 # --- Trip counts ---------------------------------------------------------------------
@@ -185,18 +185,21 @@ class Loop:
 
 @dataclasses.dataclass(frozen=True)
 class Uncounted:
-    """Work the loop-aware ``flops`` may miss, named so that a reader can check it by hand.
+    """Work the figures may miss, named so that a reader can check it by hand.
 
     ``kind``: ``loop`` (a while loop whose trip count the HLO does not say: its body is counted
-    once), ``kernel`` (a custom kernel that declares no cost: its FLOPs are not in ``flops``) or
-    ``below_xla`` (``flops`` came out below XLA's own raw count, which counts every loop body once:
-    something is missed) or ``xla_cost`` (XLA's raw cost analysis failed, ``name`` saying how: its
-    raw figures are absent, and ``flops`` is not checked against them). ``count``: how often it runs
-    per step (for ``below_xla`` and ``xla_cost``, 0).
+    once), ``kernel`` (a custom kernel that declares no cost and has none registered: its FLOPs are
+    not in ``flops``), ``op`` (an instruction the ledger has no rule for, :mod:`aotcheck.figures.ledger`:
+    neither its FLOPs nor its communication are counted), ``below_xla`` (``flops`` came out below XLA's
+    own raw count, which counts every loop body once: something is missed) or ``xla_cost`` (XLA's raw
+    cost analysis failed, ``name`` saying how: its raw figures are absent, and ``flops`` is not checked
+    against them). ``count``: how often it runs per step (for ``below_xla`` and ``xla_cost``, 0).
 
     Example:
         >>> Uncounted("kernel", "splash_mha_fwd", "model.py:88", 16).describe()
         'kernel splash_mha_fwd (model.py:88, 16 per step) declares no cost: its FLOPs are not in flops'
+        >>> Uncounted("op", "custom-call my_target", "model.py:9", 2).incomplete
+        ('flops', 'comm_*')
         >>> Uncounted("xla_cost", "RuntimeError: UNIMPLEMENTED", None, 0).describe()  # doctest: +ELLIPSIS
         "XLA's raw cost analysis failed (RuntimeError: UNIMPLEMENTED): flops_xla, ... are absent, ..."
     """
@@ -206,6 +209,11 @@ class Uncounted:
     source: str | None
     count: int
 
+    @property
+    def incomplete(self) -> tuple[str, ...]:
+        """The figures (or globs of them) this may leave short."""
+        return {"loop": ("flops", "comm_*"), "op": ("flops", "comm_*"), "xla_cost": ()}.get(self.kind, ("flops",))
+
     def describe(self) -> str:
         """One line, as data: what is missed (render words the rest)."""
         where = f" ({self.source}, {self.count} per step)" if self.source else f" ({self.count} per step)"
@@ -213,6 +221,9 @@ class Uncounted:
             return f"loop {self.name}{where} has a trip count the program does not say: its body is counted once"
         if self.kind == "kernel":
             return f"kernel {self.name}{where} declares no cost: its FLOPs are not in flops"
+        if self.kind == "op":
+            return (f"{self.name}{where} has no rule in aotcheck's ledger: its FLOPs and communication are not "
+                    "in flops and comm_*")
         if self.kind == "xla_cost":
             return (f"XLA's raw cost analysis failed ({self.name}): flops_xla, bytes_accessed_xla and "
                     "transcendentals_xla are absent, and flops is not checked against XLA's raw count")
@@ -227,6 +238,32 @@ class Uncounted:
         return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]))
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelRun:
+    """A custom kernel of the program, loop-aware: how many run per step, the FLOPs they count per
+    step and on what basis (``declared``, ``registered`` or ``none``: see
+    :class:`aotcheck.figures.flops.KernelCount`).
+
+    Example:
+        >>> KernelRun.from_json(KernelRun("gmm", "moe.py:40", 8, 1.5e9, "declared").to_json()).basis
+        'declared'
+    """
+
+    name: str
+    source: str | None
+    count: int
+    flops: float
+    basis: str
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelRun":
+        return cls(str(data["name"]), data.get("source"), int(data["count"]), float(data["flops"]),
+                   str(data["basis"]))
+
+
 @dataclasses.dataclass
 class HloAnalysis:
     """Loop-aware totals of one program, per device."""
@@ -238,32 +275,48 @@ class HloAnalysis:
     loops: list[Loop] = dataclasses.field(default_factory=list)
     unknown_trip_counts: int = 0
     top_ops: list[tuple[float, str, int]] = dataclasses.field(default_factory=list)  # (flops, op, multiplier)
-    # (kind, op_name, source line, library line) -> count and bytes, loop-aware.
-    collective_ops: dict[tuple[str, str, str | None, str | None], CollectiveStats] = dataclasses.field(default_factory=dict)
-    # Kernels that declare no cost: (name, source line) -> how many run per step.
-    kernels_without_cost: dict[tuple[str, str | None], int] = dataclasses.field(default_factory=dict)
+    # (kind, op_name, source line, library line, engine) -> count and bytes, loop-aware.
+    collective_ops: dict[tuple[str, str, str | None, str | None, str | None], CollectiveStats] = \
+        dataclasses.field(default_factory=dict)
+    # Custom kernels: (name, source line, basis) -> [runs per step, FLOPs per step].
+    kernels: dict[tuple[str, str | None, str], list[float]] = dataclasses.field(default_factory=dict)
+    # Instructions without a rule in the ledger: (what, source line) -> how many run per step.
+    unknown_ops: dict[tuple[str, str | None], int] = dataclasses.field(default_factory=dict)
+
+    def kernel_runs(self) -> list[KernelRun]:
+        """Every custom kernel that does floating-point work, the most FLOPs first."""
+        runs = [KernelRun(name, source, int(count), flops, basis)
+                for (name, source, basis), (count, flops) in self.kernels.items() if basis != "integer"]
+        return sorted(runs, key=lambda r: (-r.flops, r.name))
 
     def uncounted(self) -> list[Uncounted]:
-        """Loops of unknown trip count and kernels without a declared cost, as records."""
+        """Loops of unknown trip count, kernels without a cost, ops without a rule, as records."""
         loops = [Uncounted("loop", loop.op_name, loop.source, loop.multiplier)
                  for loop in self.loops if loop.trip_count is None]
-        kernels = [Uncounted("kernel", name, source, count)
-                   for (name, source), count in sorted(self.kernels_without_cost.items(), key=lambda kv: kv[0][0])]
-        return loops + kernels
+        kernels = [Uncounted("kernel", name, source, int(count))
+                   for (name, source, basis), (count, _) in sorted(self.kernels.items(), key=lambda kv: kv[0][0])
+                   if basis == "none"]
+        ops = [Uncounted("op", name, source, count) for (name, source), count in sorted(self.unknown_ops.items())]
+        return loops + kernels + ops
 
 
-def _collective_kind(opcode: str) -> str | None:
-    base = opcode.removesuffix("-start")
-    return base if base in COLLECTIVES and not opcode.endswith(("-done", "-update")) else None
+def _collective_bytes(kind: str, inst: Instruction, comp: Computation) -> float:
+    """What a collective moves per device. ``ragged-all-to-all``: its output buffer (operand 1), the
+    most it can receive (the sizes it really sends are known only at run time); ``send``: its
+    operand; ``recv``: its data; any other, the larger side: its largest result array or its
+    operands' total (all-gather: the gathered result; reduce-scatter: the input)."""
+    def operand(i: int) -> float:
+        src = comp.instructions.get(inst.operands[i]) if i < len(inst.operands) else None
+        return src.arrays[0].bytes if src is not None and src.arrays else 0.0
 
-
-def _collective_bytes(inst: Instruction, comp: Computation) -> float:
-    """The larger side of a collective: its largest result array or its operands' total."""
+    if kind == "ragged-all-to-all":
+        return operand(1)
+    if kind == "send":
+        return operand(0)
+    if kind == "recv":
+        return inst.arrays[0].bytes if inst.arrays else 0.0
     result = max((a.bytes for a in inst.arrays), default=0.0)
-    operands = sum(
-        src.arrays[0].bytes for o in inst.operands if (src := comp.instructions.get(o)) is not None and src.arrays
-    )
-    return max(result, operands)
+    return max(result, sum(operand(i) for i in range(len(inst.operands))))
 
 
 def _op_name(inst: Instruction) -> str:
@@ -272,7 +325,8 @@ def _op_name(inst: Instruction) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveOp:
-    """The collectives one JAX op became, loop-aware: how many run per step and their bytes per device."""
+    """The collectives one JAX op became, loop-aware: how many run per step and their bytes per device.
+    ``engine``: where they run when not on the TensorCore (``sparsecore``: offloaded to 7x's SparseCore)."""
 
     kind: str
     name: str  # JAX's name stack (``op_name``) of the op, or the HLO instruction's name.
@@ -280,54 +334,37 @@ class CollectiveOp:
     count: int
     bytes: int
     library: str | None = None  # The model library's line, where it is another ("esm2quinox/_esm2.py:123").
+    engine: str | None = None
 
     @property
-    def key(self) -> tuple[str, str, str | None, str | None]:
+    def key(self) -> tuple[str, str, str | None, str | None, str | None]:
         """What identifies a collective across two compiles of one case (one op can make several)."""
-        return self.kind, self.name, self.source, self.library
+        return self.kind, self.name, self.source, self.library, self.engine
 
     def to_json(self) -> dict[str, object]:
         out = dataclasses.asdict(self)
         if not self.library or self.library == self.source:  # Written only where there are two lines.
             del out["library"]
+        if not self.engine:
+            del out["engine"]
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> "CollectiveOp":
         return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]), int(data["bytes"]),
-                   data.get("library"))
+                   data.get("library"), data.get("engine"))
 
 
 def top_collectives(analysis: "HloAnalysis", limit: int = 10) -> list[CollectiveOp]:
     """The ``limit`` collectives that move the most bytes per step."""
-    ops = [CollectiveOp(kind, name, source, stats.count, int(stats.bytes), library)
-           for (kind, name, source, library), stats in analysis.collective_ops.items()]
+    ops = [CollectiveOp(kind, name, source, stats.count, int(stats.bytes), library, engine)
+           for (kind, name, source, library, engine), stats in analysis.collective_ops.items()]
     return sorted(ops, key=lambda op: (-op.bytes, -op.count, op.kind, op.name))[:limit]
 
 
-def instruction_flops(inst: Instruction, comp: Computation) -> float | None:
-    """FLOPs of one instruction per run (see :mod:`aotcheck.figures.flops`); None for a kernel that
-    does arithmetic and declares no cost."""
-    if inst.opcode == "dot":
-        return dot_flops(inst, comp)
-    if inst.opcode == "convolution":
-        return convolution_flops(inst, comp)
-    if inst.opcode == "ragged-dot":
-        return ragged_dot_flops(inst, comp)
-    if inst.opcode == "custom-call":
-        target = custom_call_target(inst)
-        if target in GEMM_TARGETS:
-            return gemm_flops(inst, comp)
-        if target in KERNEL_TARGETS:
-            declared = declared_flops(inst)
-            if declared is None and does_arithmetic(inst):
-                return None
-            return declared or 0.0
-    return 0.0
-
-
 def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> HloAnalysis:
-    """Walks the module from its entry, weighing each computation by how often it runs.
+    """Walks the module from its entry, weighing each computation by how often it runs, and gives each
+    instruction its ledger's rule (:mod:`aotcheck.figures.ledger`).
 
     ``module``: the text's parse, when the caller has one already.
     """
@@ -339,56 +376,78 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> H
         return result
     ops: dict[str, list] = defaultdict(lambda: [0.0, 0])
 
-    def walk(comp: Computation, multiplier: int, depth: int = 0) -> float:
+    def walk(comp: Computation, multiplier: int, depth: int = 0, *, outer: Outer = (),
+             engine: str | None = None) -> float:
         if depth > 64:
             return 0.0
         total = 0.0
         for inst in comp.instructions.values():
-            flops = instruction_flops(inst, comp)
-            if flops is None:  # A kernel that declares no cost.
-                flops = 0.0
-                key = (kernel_name(_op_name(inst)), instruction_source(inst, frames))
-                result.kernels_without_cost[key] = result.kernels_without_cost.get(key, 0) + multiplier
+            rule = rule_of(inst)
+            flops = 0.0
+            if rule is Rule.FLOPS:
+                if base_opcode(inst.opcode) == "custom-call" and custom_call_target(inst) in KERNEL_TARGETS:
+                    counted = kernel_count(inst, comp, _op_name(inst))
+                    key = (counted.name, instruction_source(inst, frames), counted.basis)
+                    tally = result.kernels.setdefault(key, [0, 0.0])
+                    tally[0] += multiplier
+                    tally[1] += counted.flops * multiplier
+                    flops = counted.flops
+                else:
+                    flops = instruction_flops(inst, comp, module, outer)
+            elif rule is Rule.COLLECTIVE:
+                kind = base_opcode(inst.opcode)
+                size = multiplier * _collective_bytes(kind, inst, comp)
+                origin = (kind, _op_name(inst), instruction_source(inst, frames), instruction_library(inst, frames),
+                          engine_of(inst) or engine)
+                for stats in (result.collectives.setdefault(kind, CollectiveStats()),
+                              result.collective_ops.setdefault(origin, CollectiveStats())):
+                    stats.count += multiplier
+                    stats.bytes += size
+            elif rule is Rule.UNKNOWN:
+                what = inst.opcode if base_opcode(inst.opcode) != "custom-call" else \
+                    f"{inst.opcode} {custom_call_target(inst) or '(no target)'}"
+                key = (what, instruction_source(inst, frames))
+                result.unknown_ops[key] = result.unknown_ops.get(key, 0) + multiplier
+                # Named, and what it runs still read: nothing inside it is lost with it.
+                total += follow(inst, comp, multiplier, depth, outer=outer, engine=engine)
+            elif rule is Rule.FOLLOW:
+                total += follow(inst, comp, multiplier, depth, outer=outer, engine=engine)
             if flops:
                 total += flops
                 key = _op_name(inst)
                 ops[key][0] += flops * multiplier
                 ops[key][1] = max(ops[key][1], multiplier)
-            kind = _collective_kind(inst.opcode)
-            if kind:
-                size = multiplier * _collective_bytes(inst, comp)
-                origin = (kind, _op_name(inst), instruction_source(inst, frames), instruction_library(inst, frames))
-                for stats in (result.collectives[kind], result.collective_ops.setdefault(origin, CollectiveStats())):
-                    stats.count += multiplier
-                    stats.bytes += size
-            if inst.opcode == "while":
-                count = trip_count(inst, comp, module)
-                if count is None:
-                    result.unknown_trip_counts += 1
-                inner = Loop(inst.name, _op_name(inst), count, multiplier, source=instruction_source(inst, frames))
-                result.loops.append(inner)
-                body = module.get((inst.called("body") or [""])[0])
-                if body is not None:
-                    per_trip = walk(body, multiplier * (count if count is not None else 1), depth + 1)
-                    inner.flops_per_trip = per_trip
-                    total += per_trip * (count if count is not None else 1)
-            elif inst.opcode == "conditional":
-                branches = inst.called("branch_computations") or (
-                    inst.called("true_computation") + inst.called("false_computation")
-                )
-                # One branch runs: FLOPs of the costliest (an upper bound); collectives of all.
-                costs = [walk(module[b], multiplier, depth + 1) for b in branches if b in module]
-                total += max(costs, default=0.0)
-            elif not inst.opcode.endswith(("-done", "-update")):
-                # Every called computation runs as often as its caller: fusions, calls, async
-                # starts (7x runs collectives in call-start(..., async_execution_thread=
-                # "sparsecore")), custom calls. A `*-done` names its start's computation again.
-                # A reducer's to_apply is scalar arithmetic; only a call's is a real body.
-                is_call = inst.opcode in ("call", "call-start")
-                for name in inst.called("calls") + (inst.called("to_apply") if is_call else []):
-                    if name in module:
-                        total += walk(module[name], multiplier, depth + 1)
         return total
+
+    def follow(inst: Instruction, comp: Computation, multiplier: int, depth: int, *, outer: Outer,
+               engine: str | None) -> float:
+        """What an instruction that runs computations of its own runs, weighed by how often."""
+        engine = "sparsecore" if SPARSECORE.search(inst.attrs) else engine
+        opcode = base_opcode(inst.opcode)
+        if opcode == "while":
+            count = trip_count(inst, comp, module)
+            if count is None:
+                result.unknown_trip_counts += 1
+            inner = Loop(inst.name, _op_name(inst), count, multiplier, source=instruction_source(inst, frames))
+            result.loops.append(inner)
+            body = module.get((inst.called("body") or [""])[0])
+            if body is None:
+                return 0.0
+            inner.flops_per_trip = walk(body, multiplier * (count if count is not None else 1), depth + 1,
+                                        engine=engine)
+            return inner.flops_per_trip * (count if count is not None else 1)
+        if opcode == "conditional":
+            branches = inst.called("branch_computations") or (
+                inst.called("true_computation") + inst.called("false_computation"))
+            # One branch runs: FLOPs of the costliest (an upper bound); collectives of all.
+            return max((walk(module[b], multiplier, depth + 1, engine=engine) for b in branches if b in module),
+                       default=0.0)
+        # A fusion's parameters come from its operands (a rewritten dot's broadcast may sit outside it);
+        # a call's, an async start's and a custom call's computations run as often as they do.
+        inner_outer = ((comp, inst), *outer) if opcode == "fusion" else ()
+        names = inst.called("calls") + inst.called("to_apply") + inst.called("called_computations")
+        return sum(walk(module[name], multiplier, depth + 1, outer=inner_outer, engine=engine)
+                   for name in dict.fromkeys(names) if name in module)
 
     result.flops = walk(entry, 1)
     result.top_ops = sorted(((f, name, m) for name, (f, m) in ops.items()), reverse=True)[:10]

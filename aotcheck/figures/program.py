@@ -15,7 +15,7 @@ import jax
 
 from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fit import Fit
-from aotcheck.figures.loops import CollectiveOp, HloAnalysis, Uncounted, analyze_hlo
+from aotcheck.figures.loops import CollectiveOp, HloAnalysis, KernelRun, Uncounted, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
 from aotcheck.figures.table import comm, parse
 from aotcheck.targets.devices import host_device
@@ -49,6 +49,7 @@ class Details:
     peak_excess_bytes: int = 0  # How much more XLA lists live at the peak than its peak figure (temp is net).
     unsharded: list[Unsharded] = dataclasses.field(default_factory=list)  # The lint's findings.
     uncounted: list[Uncounted] = dataclasses.field(default_factory=list)  # What ``flops`` may miss.
+    kernels: list[KernelRun] = dataclasses.field(default_factory=list)  # Custom kernels: how each was counted.
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
@@ -61,12 +62,23 @@ class Details:
             out["unsharded"] = [u.to_json() for u in self.unsharded]
         if self.uncounted:
             out["uncounted"] = [u.to_json() for u in self.uncounted]
+        if self.kernels:
+            out["kernels"] = [k.to_json() for k in self.kernels]
         return out
+
+    def incomplete(self) -> set[str]:
+        """The figures (and globs of them: ``comm_*``) that what is uncounted may leave short.
+
+        Example:
+            >>> sorted(Details(uncounted=[Uncounted("op", "shiny-op", None, 1)]).incomplete())
+            ['comm_*', 'flops']
+        """
+        return {name for u in self.uncounted for name in u.incomplete}
 
     def sources(self) -> set[str]:
         """Every source line these details name, the user's and a model library's (what a cached copy
         must map onto the code as it is now)."""
-        found = [*self.peak_buffers, *self.collectives, *self.unsharded, *self.uncounted,
+        found = [*self.peak_buffers, *self.collectives, *self.unsharded, *self.uncounted, *self.kernels,
                  *(self.fit.buffers_at_max if self.fit is not None else [])]
         return {line for item in found for line in (item.source, getattr(item, "library", None)) if line}
 
@@ -93,7 +105,8 @@ class Details:
         fit = (dataclasses.replace(self.fit, buffers_at_max=moved(self.fit.buffers_at_max))
                if self.fit is not None else None)
         return dataclasses.replace(self, peak_buffers=moved(self.peak_buffers), collectives=moved(self.collectives),
-                                   unsharded=moved(self.unsharded), uncounted=moved(self.uncounted), fit=fit)
+                                   unsharded=moved(self.unsharded), uncounted=moved(self.uncounted),
+                                   kernels=moved(self.kernels), fit=fit)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> "Details":
@@ -103,7 +116,8 @@ class Details:
                    [CollectiveOp.from_json(c) for c in data.get("collectives") or []],
                    Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0),
                    [Unsharded.from_json(u) for u in data.get("unsharded") or []],
-                   [Uncounted.from_json(u) for u in data.get("uncounted") or []])
+                   [Uncounted.from_json(u) for u in data.get("uncounted") or []],
+                   [KernelRun.from_json(k) for k in data.get("kernels") or []])
 
 
 def details_problem(data: object) -> str | None:

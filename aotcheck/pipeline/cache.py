@@ -52,7 +52,11 @@ from aotcheck._files import atomic_write_text, probe_writable
 #     library's own line, the lint in mesh axes; FunctionConfig argument kinds.
 # 13: a packaged model's step called by aotcheck's adapter (MaxText's) is sourced at the library's line.
 # 14: XLA's raw costs absent (not zeros) where its cost analysis fails, with an xla_cost record in the details.
-FIGURES_VERSION = 14
+# 15: the ledger (figures.ledger): every opcode and custom-call target a rule; ragged-all-to-all,
+#     collective-broadcast, send/recv (the DCN legs between slices) counted; 7x's SparseCore offload under
+#     libtpu 0.0.51 followed; dots XLA rewrote as multiply + reduce counted; kernels counted by a cost
+#     registered by name (details.kernels says which basis); ops without a rule named in uncounted.
+FIGURES_VERSION = 15
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

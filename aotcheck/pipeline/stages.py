@@ -263,5 +263,6 @@ class CompiledCase:
             problem = f"the peak is not split by class: {e}"
         return Measurement(case, figures, self.lowered.options, self.seconds, compiled=self.compiled,
                            details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess,
-                                           unsharded=unsharded, uncounted=uncounted),
+                                           unsharded=unsharded, uncounted=uncounted,
+                                           kernels=analysis.kernel_runs()),
                            attribution_problem=problem)
