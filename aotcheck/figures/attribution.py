@@ -164,8 +164,10 @@ class _Allocation:
 
 
 def dump_options(directory: str) -> dict[str, Any]:
-    """Compiler options that make XLA write its dumps (text) into ``directory``."""
-    return {"xla_dump_to": directory, "xla_dump_hlo_as_text": True}  # A bool: "true" is refused.
+    """Compiler options that make XLA write its dumps (text) into ``directory``, constants whole (a
+    Pallas kernel's mask is one: aotcheck.figures.kernels reads what it visits)."""
+    # Bools: "true" is refused.
+    return {"xla_dump_to": directory, "xla_dump_hlo_as_text": True, "xla_dump_large_constants": True}
 
 
 def _parse_assignment(text: str) -> tuple[dict[int, _Allocation], dict[str, tuple[int, int, str]]]:

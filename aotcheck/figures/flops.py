@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from aotcheck.figures import kernels, ledger
+from aotcheck.figures import hlo, kernels, ledger
 from aotcheck.figures.hlo import Computation, Instruction
 
 
@@ -155,35 +155,62 @@ def kernel_name(op_name: str) -> str:
 # --- One instruction ---------------------------------------------------------------------
 
 # Ops that carry a value through unchanged in what it holds (its type or layout aside).
-_THROUGH = frozenset({"convert", "bitcast", "copy", "reshape"})
+_THROUGH = frozenset({"convert", "bitcast", "copy", "reshape", "copy-done"})
 
 Outer = tuple[tuple[Computation, Instruction], ...]
-"""The fusions (each with the computation that holds it) a computation was entered through, innermost
-first: where a fused parameter's value comes from."""
+"""The instructions (each with the computation that holds it) a computation was entered through,
+innermost first: a fusion or call (its parameters are their operands) or a while loop (its parameter
+is the loop's tuple): where a parameter's value comes from."""
 
 
 def _defining(name: str, comp: Computation, outer: Outer,
               module: Mapping[str, Computation]) -> tuple[Instruction, Computation, Outer] | None:
     """The instruction that really makes value ``name``: through ops that carry it unchanged, out of a
-    fusion's parameter to the fusion's operand, into a fusion's root."""
-    for _ in range(32):
+    fusion's or call's parameter to its operand, into a fusion's root, through a tuple's element and a
+    loop's carried value (one its body passes on unchanged) to where the loop got it."""
+    index: list[int] = []  # Tuple elements still to take, innermost last.
+    for _ in range(64):
         inst = comp.instructions.get(name)
         if inst is None:
             return None
         if inst.opcode in _THROUGH and inst.operands:
             name = inst.operands[0]
-        elif inst.opcode == "parameter" and outer:
-            (caller, fusion), outer = outer[0], outer[1:]
-            index = inst.int_arg
-            if index is None or index >= len(fusion.operands):
+        elif inst.opcode == "copy-start" and inst.operands:
+            if index:  # (the copy, the operand, its context): any of the first two is the operand's value.
+                index.pop()
+            name = inst.operands[0]
+        elif inst.opcode == "get-tuple-element" and inst.operands:
+            index.append(int(inst.attr("index") or 0))
+            name = inst.operands[0]
+        elif inst.opcode == "tuple" and index:
+            position = index.pop()
+            if position >= len(inst.operands):
                 return None
-            comp, name = caller, fusion.operands[index]
-        elif inst.opcode == "fusion" and (called := module.get((inst.called("calls") or [""])[0])) is not None \
-                and called.root is not None:
+            name = inst.operands[position]
+        elif inst.opcode == "parameter" and outer:
+            (caller, through), outer = outer[0], outer[1:]
+            if through.opcode == "while":
+                body_root = comp.root
+                position = index[-1] if index else None
+                passed = (body_root is not None and body_root.opcode == "tuple" and position is not None
+                          and position < len(body_root.operands)
+                          and (carried := comp.instructions.get(body_root.operands[position])) is not None
+                          and carried.opcode == "get-tuple-element" and carried.operands == [inst.name]
+                          and int(carried.attr("index") or 0) == position)
+                if comp.name not in through.called("body") or not passed or not through.operands:
+                    return None  # The loop changes it each trip (or it is the condition's): not one value.
+                comp, name = caller, through.operands[0]
+            else:
+                number = inst.int_arg
+                if number is None or number >= len(through.operands):
+                    return None
+                comp, name = caller, through.operands[number]
+        elif inst.opcode == "fusion" and not index and \
+                (called := module.get((inst.called("calls") or [""])[0])) is not None and called.root is not None:
             outer = ((comp, inst), *outer)
             comp, name = called, called.root.name
         else:
-            return inst, comp, outer
+            return (inst, comp, outer) if not index else None
     return None
 
 
@@ -273,18 +300,36 @@ class KernelCount(NamedTuple):
     basis: str
 
 
-def kernel_count(inst: Instruction, comp: Computation, op_name: str) -> KernelCount:
+def kernel_count(inst: Instruction, comp: Computation, op_name: str, *, module: Mapping[str, Computation] | None = None,
+                 outer: Outer = (), constants: Mapping[str, Instruction] | None = None) -> KernelCount:
     """One run of a custom kernel (a Pallas/Mosaic or Triton call), counted: a registered cost first
     (it is the user's, or aotcheck's for a kernel jax ships), else what it declares; a kernel that
-    touches no floating-point data (XLA's own integer metadata kernels) does no FLOPs to count."""
+    touches no floating-point data (XLA's own integer metadata kernels) does no FLOPs to count.
+    A registered cost that returns None (it cannot tell from this call) leaves the kernel uncounted.
+
+    ``constants``: the program's constants printed whole (XLA's dump), by name: an operand that is
+    one (through copies, tuples and loop carries: ``outer`` says how the walk got here) is given to
+    the cost by value (a splash kernel's block mask)."""
     name = re.sub(r"\.\d+$", "", kernel_name(op_name))
     cost = kernels.lookup(name)
     if cost is not None:
-        operands = [src.arrays[0] for o in inst.operands
-                    if (src := comp.instructions.get(o)) is not None and src.arrays]
-        call = kernels.KernelCall(name, operands, inst.arrays, inst.attr("backend_config") or "")
+        operands, values = [], []
+        for o in inst.operands:
+            src = comp.instructions.get(o)
+            operands.append(src.arrays[0] if src is not None and src.arrays else hlo.Array("token", ()))
+            found = _defining(o, comp, outer, module or {})
+            value = None
+            if found is not None and found[0].opcode == "constant":
+                value = hlo.constant_value(found[0])
+                if value is None and constants and found[0].name in constants:
+                    value = hlo.constant_value(constants[found[0].name])
+            values.append(value)
+        call = kernels.KernelCall(name, operands, inst.arrays, inst.attrs, tuple(values))
         try:
-            flops = float(cost(call))
+            flops = cost(call)
+            if flops is None:
+                return KernelCount(name, 0.0, "none")
+            flops = float(flops)
         except Exception as e:  # The user's function: named with the kernel, never a silent zero.
             raise kernels.KernelCostError(f"the cost registered for kernel {name!r} raised {type(e).__name__}: {e} "
                                           f"(on operands {[f'{a.dtype}{list(a.dims)}' for a in operands]}); fix "

@@ -17,7 +17,10 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from aotcheck.errors import AotcheckError
 
@@ -264,6 +267,38 @@ def _clip(text: str, limit: int = 200) -> str:
 def _unreadable(what: str) -> HloParseError:
     return HloParseError(f"XLA's program text could not be read whole: {what}. No figure is made from part of a "
                          f"program; this is aotcheck's bug: please report it with this message")
+
+
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*(?:e[-+]?\d+)?|inf|nan)|true|false", re.I)
+
+
+def constant_value(inst: Instruction) -> "np.ndarray | None":
+    """The value a ``constant`` holds, shaped as its array; None where the text elides it (``{...}``:
+    XLA prints a large constant whole only when asked, ``xla_dump_large_constants``) or it is not one.
+
+    Example:
+        >>> constant_value(parse_instruction("%c = s8[2,3]{1,0} constant({ { 1, 0, 0 }, { 2, 1, 0 } })")).tolist()
+        [[1, 0, 0], [2, 1, 0]]
+        >>> constant_value(parse_instruction("%c = s8[64,64]{1,0} constant({...})")) is None
+        True
+    """
+    import numpy as np  # noqa: PLC0415  (only where a constant is read)
+
+    if inst.opcode != "constant" or "..." in inst.args or len(inst.arrays) != 1:
+        return None
+    words = _NUMBER.findall(inst.args)
+    array = inst.arrays[0]
+    if len(words) != array.elements:
+        return None
+    values = [1.0 if w.lower() == "true" else 0.0 if w.lower() == "false" else float(w) for w in words]
+    integral = array.dtype == "pred" or array.dtype[0] in "su"
+    return np.array(values, dtype=np.int64 if integral else np.float64).reshape(array.dims)
+
+
+def constants(text: str) -> dict[str, Instruction]:
+    """Every ``constant`` of a module's text, by name (a dump's, where XLA printed them whole)."""
+    found = (parse_instruction(line) for _, _, line in logical_lines(text) if " constant(" in line)
+    return {inst.name: inst for inst in found if inst is not None and inst.opcode == "constant"}
 
 
 def check_against(module: dict[str, Computation], xla_module: Any) -> None:

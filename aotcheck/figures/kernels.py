@@ -14,12 +14,19 @@ it too, count it):
     ...     (m, k), (_, n) = call.operands[0].dims, call.operands[1].dims
     ...     return 2 * m * k * n
     >>> from aotcheck.figures.hlo import Array
+
+if TYPE_CHECKING:
+    import numpy as np
     >>> lookup("my_matmul_kernel")(KernelCall("my_matmul_kernel", [Array("bf16", (64, 128)), Array("bf16", (128, 32))],
-    ...                                       [Array("bf16", (64, 32))], ""))
+    ...                                       [Array("bf16", (64, 32))]))
     524288
 
+A cost may return None where it cannot tell from the call: the kernel is then named as uncounted,
+never counted as zero.
+
 A kernel is named as JAX's name stack names it: the last name before ``pallas_call``
-(``splash_mha_fwd_no_residuals``), with a trailing ``.N`` that XLA adds to repeated names dropped.
+(``splash_mha_fwd_no_residuals``), with a trailing ``.N`` that XLA adds to repeated names dropped. A
+registered name may be a glob (``splash_mha_fwd*``); an exact name wins over a glob.
 A registered cost wins over a declared one (it is yours); the details say which count each kernel's
 figure is (``declared``, ``registered``, or ``none``).
 """
@@ -27,10 +34,15 @@ figure is (``declared``, ``registered``, or ``none``).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aotcheck.errors import AotcheckError
 from aotcheck.figures.hlo import Array
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +52,12 @@ class KernelCall:
     name: str  # The kernel's name (see the module's docstring).
     operands: list[Array]  # Each operand's array (a tuple operand's first), in order.
     results: list[Array]  # The call's result arrays, in order.
-    backend_config: str  # The call's backend_config text (the kernel's own config, JSON on TPUs).
+    attrs: str = ""  # The call's attributes as XLA prints them (backend_config, frontend_attributes, ...).
+    # Each operand's value where the program holds it as a constant (a mask built when tracing), else None.
+    values: tuple["np.ndarray | None", ...] = ()
 
 
-KernelCostFn = Callable[[KernelCall], float]
+KernelCostFn = Callable[[KernelCall], "float | None"]
 _COSTS: dict[str, KernelCostFn] = {}
 
 
@@ -63,8 +77,10 @@ def kernel_cost(name: str) -> Callable[[KernelCostFn], KernelCostFn]:
 
 
 def lookup(name: str) -> KernelCostFn | None:
-    """The cost registered for a kernel's name, or None."""
-    return _COSTS.get(name)
+    """The cost registered for a kernel's name (exactly, else by the first glob that matches), or None."""
+    if name in _COSTS:
+        return _COSTS[name]
+    return next((fn for pattern, fn in _COSTS.items() if fnmatch.fnmatchcase(name, pattern)), None)
 
 
 def registered() -> tuple[str, ...]:

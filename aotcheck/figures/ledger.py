@@ -100,9 +100,9 @@ CUSTOM_CALLS: Mapping[str, Rule] = {
                         "xla.sdy.GlobalToLocalShape xla.sdy.LocalToGlobalShape InspectSharding"),
     # The TPU compiler's own: the async halves of a collective it fused (the collective is an
     # instruction of its own, counted), the slice's id, zeroing a tile's padding, gather indices'
-    # bounds and packing (integer bookkeeping).
+    # bounds and packing (integer bookkeeping), a concatenation laid out as a bitcast.
     **_rules(Rule.FREE, "AsyncCollectiveStart AsyncCollectiveDone SliceId ZeroCrop AssumeGatherIndicesInBound "
-                        "GatherScatterIndicesBitpacked"),
+                        "GatherScatterIndicesBitpacked ConcatBitcast"),
 }
 
 _ASYNC_PHASE = re.compile(r"^(.*)-(start|update|done)$")

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from aotcheck.figures.flops import Outer, instruction_flops, kernel_count
 from aotcheck.figures.frames import instruction_library, instruction_source, metadata, stack_frames
@@ -362,11 +362,14 @@ def top_collectives(analysis: "HloAnalysis", limit: int = 10) -> list[Collective
     return sorted(ops, key=lambda op: (-op.bytes, -op.count, op.kind, op.name))[:limit]
 
 
-def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> HloAnalysis:
+def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None,
+                constants: Mapping[str, Instruction] | None = None) -> HloAnalysis:
     """Walks the module from its entry, weighing each computation by how often it runs, and gives each
     instruction its ledger's rule (:mod:`aotcheck.figures.ledger`).
 
-    ``module``: the text's parse, when the caller has one already.
+    ``module``: the text's parse, when the caller has one already; ``constants``: the program's
+    constants printed whole (:func:`aotcheck.figures.hlo.constants` of XLA's dump), for the costs of
+    kernels that read one (:mod:`aotcheck.figures.known_kernels`).
     """
     module = module if module is not None else parse_module(text)
     frames = stack_frames(text)
@@ -386,7 +389,8 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> H
             flops = 0.0
             if rule is Rule.FLOPS:
                 if base_opcode(inst.opcode) == "custom-call" and custom_call_target(inst) in KERNEL_TARGETS:
-                    counted = kernel_count(inst, comp, _op_name(inst))
+                    counted = kernel_count(inst, comp, _op_name(inst), module=module, outer=outer,
+                                           constants=constants)
                     key = (counted.name, instruction_source(inst, frames), counted.basis)
                     tally = result.kernels.setdefault(key, [0, 0.0])
                     tally[0] += multiplier
@@ -434,7 +438,7 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> H
             if body is None:
                 return 0.0
             inner.flops_per_trip = walk(body, multiplier * (count if count is not None else 1), depth + 1,
-                                        engine=engine)
+                                        outer=((comp, inst), *outer), engine=engine)
             return inner.flops_per_trip * (count if count is not None else 1)
         if opcode == "conditional":
             branches = inst.called("branch_computations") or (
@@ -444,7 +448,7 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None) -> H
                        default=0.0)
         # A fusion's parameters come from its operands (a rewritten dot's broadcast may sit outside it);
         # a call's, an async start's and a custom call's computations run as often as they do.
-        inner_outer = ((comp, inst), *outer) if opcode == "fusion" else ()
+        inner_outer = ((comp, inst), *outer) if opcode in ("fusion", "call") else ()
         names = inst.called("calls") + inst.called("to_apply") + inst.called("called_computations")
         return sum(walk(module[name], multiplier, depth + 1, outer=inner_outer, engine=engine)
                    for name in dict.fromkeys(names) if name in module)

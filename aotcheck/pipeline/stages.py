@@ -44,7 +44,9 @@ from aotcheck import _runtime
 from aotcheck.errors import OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file, dump_options, read_dump
 from aotcheck.figures.hbm import locate
-from aotcheck.figures.hlo import HloParseError, check_against, parse_module
+from aotcheck.figures.hlo import HloParseError, Instruction, check_against, parse_module
+from aotcheck.figures.hlo import constants as hlo_constants
+from aotcheck.figures.ledger import KERNEL_TARGETS
 from aotcheck.figures.loops import analyze_hlo, top_collectives
 from aotcheck.figures.program import Details, measure_program
 from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded
@@ -234,6 +236,13 @@ class CompiledCase:
         self._dump.cleanup()
         self._closed = True
 
+    def _constants(self, text: str) -> dict[str, Instruction]:
+        """The program's constants printed whole (XLA's dump), where a kernel may read one and the
+        program's own text elides some (a splash kernel's block mask)."""
+        if "constant({...})" not in text or not any(f'"{t}"' in text for t in KERNEL_TARGETS):
+            return {}
+        return hlo_constants(dump_file(self.dump_dir, required=False) or "")
+
     def measure(self) -> Measurement:
         """The figures (memory, loop-aware FLOPs and collectives, the peak split by class, the costs)
         and their details. A dump that cannot be read leaves the ``peak_*`` figures out and says why
@@ -246,7 +255,7 @@ class CompiledCase:
         xla_modules = _xla_modules(self.compiled)
         if xla_modules:  # Every compile's parse checked against XLA's own, instruction by instruction.
             check_against(module, xla_modules[0])
-        analysis = analyze_hlo(text, module=module)
+        analysis = analyze_hlo(text, module=module, constants=self._constants(text))
         figures, uncounted = measure_program(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
         problem, buffers, excess, unsharded = None, [], 0, []
