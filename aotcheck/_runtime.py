@@ -35,6 +35,11 @@ from aotcheck.errors import AotcheckError
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 # No metadata server to ask on a CPU machine (axlearn sets the same).
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+# libtpu writes its warnings (the SPMD partitioner's "Involuntary full rematerialization" among them)
+# to log files in TPU_LOG_DIR, not to stderr; aotcheck reads this process's file around each compile
+# (compiler_warnings). Level 2 and up would drop them: the files keep warnings, never INFO.
+if int(os.environ.get("TPU_MIN_LOG_LEVEL", "1") or 1) != 1:
+    os.environ["TPU_MIN_LOG_LEVEL"] = "1"
 
 
 def has_accelerator() -> bool:
@@ -246,6 +251,54 @@ _DUMP_NAME = re.compile(rf"^{DUMP_PREFIX}(?:(\d+)-)?")
 def dump_directory() -> tempfile.TemporaryDirectory[str]:
     """A temporary directory for one compile's dumps (removed when the context ends)."""
     return tempfile.TemporaryDirectory(prefix=f"{DUMP_PREFIX}{os.getpid()}-")
+
+
+def _tpu_log_dir() -> str:
+    """Where libtpu writes this process's logs: the user's TPU_LOG_DIR, else a directory of this
+    process's, named as dumps are (``remove_dumps`` removes it once the process is gone)."""
+    if not os.environ.get("TPU_LOG_DIR"):
+        os.environ["TPU_LOG_DIR"] = tempfile.mkdtemp(prefix=f"{DUMP_PREFIX}{os.getpid()}-tpu-logs-")
+    return os.environ["TPU_LOG_DIR"]
+
+
+_tpu_log_dir()  # Before libtpu loads: it reads TPU_LOG_DIR once.
+
+
+def _warning_logs() -> dict[str, int]:
+    """libtpu's WARNING log files of this process (one more after a rotation), with their sizes."""
+    pattern = os.path.join(glob.escape(_tpu_log_dir()), f"*.log.WARNING.*.{os.getpid()}")
+    sizes = {}
+    for path in glob.glob(pattern):
+        try:
+            sizes[path] = os.path.getsize(path)
+        except OSError:
+            continue
+    return sizes
+
+
+@contextlib.contextmanager
+def compiler_warnings() -> Iterator[list[str]]:
+    """The warning lines libtpu logged while the block ran (filled in when it ends): read from its
+    own log file (it prints only errors to stderr), so stderr and a crash's last words are untouched.
+
+    Example (no compile, no warning):
+        >>> with compiler_warnings() as lines:
+        ...     pass
+        >>> lines
+        []
+    """
+    before = _warning_logs()
+    found: list[str] = []
+    try:
+        yield found
+    finally:
+        for path in sorted(_warning_logs()):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(before.get(path, 0))
+                    found.extend(f.read().decode(errors="replace").splitlines())
+            except OSError:
+                continue
 
 
 def _alive(pid: int) -> bool:

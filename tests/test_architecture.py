@@ -238,6 +238,7 @@ TESTED_ELSEWHERE = {
     "aotcheck.adapters.flax_nnx": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
     "aotcheck.adapters.equinox": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
     "aotcheck.adapters.maxtext": ("tests/e2e/test_maxtext.py", "MaxText itself, installed in a fresh venv"),
+    "aotcheck.figures.known_kernels": ("tests/unit/figures/test_kernels.py", "the kernels' costs, on compiled kernels"),
     "aotcheck.figures.flops": ("tests/unit/figures/test_loops.py", "FLOPs per instruction, counted inside loops"),
     "aotcheck.figures.sources": ("tests/unit/pipeline/test_cache.py", "source lines that follow an edit on a cache hit"),
     "aotcheck.figures.splits": ("tests/unit/figures/test_sharding.py", "the shardings the lint reads"),

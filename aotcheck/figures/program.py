@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import jax
 
 from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
+from aotcheck.figures.fallbacks import Fallback
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import CollectiveOp, HloAnalysis, KernelRun, Uncounted, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
@@ -50,6 +51,7 @@ class Details:
     unsharded: list[Unsharded] = dataclasses.field(default_factory=list)  # The lint's findings.
     uncounted: list[Uncounted] = dataclasses.field(default_factory=list)  # What ``flops`` may miss.
     kernels: list[KernelRun] = dataclasses.field(default_factory=list)  # Custom kernels: how each was counted.
+    fallbacks: list[Fallback] = dataclasses.field(default_factory=list)  # Where XLA's partitioner fell back.
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
@@ -64,6 +66,8 @@ class Details:
             out["uncounted"] = [u.to_json() for u in self.uncounted]
         if self.kernels:
             out["kernels"] = [k.to_json() for k in self.kernels]
+        if self.fallbacks:
+            out["fallbacks"] = [f.to_json() for f in self.fallbacks]
         return out
 
     def incomplete(self) -> set[str]:
@@ -78,7 +82,7 @@ class Details:
     def sources(self) -> set[str]:
         """Every source line these details name, the user's and a model library's (what a cached copy
         must map onto the code as it is now)."""
-        found = [*self.peak_buffers, *self.collectives, *self.unsharded, *self.uncounted, *self.kernels,
+        found = [*self.peak_buffers, *self.collectives, *self.unsharded, *self.uncounted, *self.kernels, *self.fallbacks,
                  *(self.fit.buffers_at_max if self.fit is not None else [])]
         return {line for item in found for line in (item.source, getattr(item, "library", None)) if line}
 
@@ -106,7 +110,7 @@ class Details:
                if self.fit is not None else None)
         return dataclasses.replace(self, peak_buffers=moved(self.peak_buffers), collectives=moved(self.collectives),
                                    unsharded=moved(self.unsharded), uncounted=moved(self.uncounted),
-                                   kernels=moved(self.kernels), fit=fit)
+                                   kernels=moved(self.kernels), fallbacks=moved(self.fallbacks), fit=fit)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> "Details":
@@ -117,7 +121,8 @@ class Details:
                    Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0),
                    [Unsharded.from_json(u) for u in data.get("unsharded") or []],
                    [Uncounted.from_json(u) for u in data.get("uncounted") or []],
-                   [KernelRun.from_json(k) for k in data.get("kernels") or []])
+                   [KernelRun.from_json(k) for k in data.get("kernels") or []],
+                   [Fallback.from_json(f) for f in data.get("fallbacks") or []])
 
 
 def details_problem(data: object) -> str | None:

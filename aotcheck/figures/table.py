@@ -161,10 +161,14 @@ def parse(name: str) -> FigureName | None:
 
 FIGURES: tuple[Figure, ...] = (
     Figure(comm("*", "count"), Unit.COUNT, Worse.MORE, 0.0, 0, False,
-           "collectives of each kind (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute), "
-           "loop-aware, async start/done counted once: a new collective is news"),
+           "collectives of each kind, loop-aware, async start/done counted once: all-reduce, all-gather, "
+           "reduce-scatter, all-to-all, collective-permute always; ragged-all-to-all, collective-broadcast, "
+           "send and recv (the cross-slice DCN legs XLA's megascale runtime runs; a host callback's are not "
+           "counted) where a program has them; 7x's SparseCore-offloaded ones as the collective they run "
+           "(named `sparsecore` in the details): a new collective is news"),
     Figure(comm("*", "bytes"), Unit.BYTES, Worse.MORE, 0.01, 4 * 1024, False,
-           "the bytes they move, per device, the larger side of each"),
+           "the bytes they move, per device, the larger side of each; a ragged-all-to-all's output buffer "
+           "(the most it can receive: the sizes it sends are known only at run time)"),
     Figure(fit_max("*"), Unit.COUNT, Worse.LESS, 0.02, 0, False,
            "the largest size of a knob (`fit_max_batch`) that compiles and fits the chip's HBM: fewer is worse"),
     # Compile cost is CPU time: the same compile varied up to 2.2x across runs in one session on a
@@ -182,9 +186,16 @@ FIGURES: tuple[Figure, ...] = (
            "exactly)"),
     Figure("*flops*", Unit.FLOPS, Worse.MORE, 0.01, 0, False,
            "`flops`: loop-aware FLOPs per device (each loop body times its trip count) of every `dot`, "
-           "`convolution` and `ragged-dot`, cuBLAS gemm, and the cost a Pallas/Mosaic kernel declares "
-           "(`pl.CostEstimate`); not elementwise work, nor a kernel that declares no cost (each named in a "
-           "note); `flops_program`: times the devices; `flops_xla`: XLA's raw count (a loop body once)"),
+           "`convolution`, `ragged-dot`, cuBLAS gemm, Cholesky, triangular solve and FFT, each dot XLA rewrote "
+           "as multiply + reduce (decode attention's), and each custom kernel by the cost registered for its "
+           "name (`aotcheck.kernel_cost`; jax's splash attention over its mask's blocks, ragged paged "
+           "attention's bound) or else the one it declares (`pl.CostEstimate`); not elementwise work. A kernel "
+           "with neither, an op the ledger has no rule for, a loop of unknown trip count: each named in a "
+           "note; `flops_program`: times the devices; `flops_xla`: XLA's raw count (a loop body once)"),
+    Figure("sharding_fallbacks", Unit.COUNT, Worse.MORE, 0.0, 0, False,
+           "TPU: the ops XLA's SPMD partitioner could not reshard by a collective and replicated in full instead "
+           "(its \"Involuntary full rematerialization\" warning, and any other fallback it announces), each named "
+           "with its source line: exact, so a new one fails"),
     Figure("*", Unit.COUNT, Worse.MORE, 0.02, 0, False,
            "any other figure: XLA's raw `bytes_accessed_xla` and `transcendentals_xla` (a loop body counted once)"),
 )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aotcheck.figures.attribution import PEAK_FIGURES
+from aotcheck.figures.fallbacks import FIGURE as FALLBACKS
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import COLLECTIVES
 from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures
@@ -40,7 +41,7 @@ def figure_names() -> tuple[str, ...]:
         True
     """
     collectives = tuple(comm(kind, what) for kind in COLLECTIVES for what in ("count", "bytes"))
-    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *collectives, *COST_FIGURES, ANY_KNOB)
+    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *collectives, FALLBACKS, *COST_FIGURES, ANY_KNOB)
 
 
 @dataclasses.dataclass(frozen=True)

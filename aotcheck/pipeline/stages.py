@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -43,6 +43,8 @@ import jax
 from aotcheck import _runtime
 from aotcheck.errors import OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file, dump_options, read_dump
+from aotcheck.figures.fallbacks import FIGURE as FALLBACKS, read_fallbacks
+from aotcheck.figures.frames import stack_frames
 from aotcheck.figures.hbm import locate
 from aotcheck.figures.hlo import HloParseError, Instruction, check_against, parse_module
 from aotcheck.figures.hlo import constants as hlo_constants
@@ -136,9 +138,10 @@ class LoweredCase:
         dump = _runtime.dump_directory()
         start, cpu = time.perf_counter(), time.process_time()
         try:
-            compiled = compile_lowered(self.lowered, {**self.options, **dump_options(dump.name),
-                                                      **sharding_dump_options()},
-                                       what=self.case.id, topology=self.case.topology)
+            with _runtime.compiler_warnings() as warnings:
+                compiled = compile_lowered(self.lowered, {**self.options, **dump_options(dump.name),
+                                                          **sharding_dump_options()},
+                                           what=self.case.id, topology=self.case.topology)
         except OutOfMemorySpace as e:  # Not HBM: the dump's HBM buffers would answer another question.
             dump.cleanup()
             raise e.located(locate(e.overflow, self.located_text)) from e
@@ -154,7 +157,7 @@ class LoweredCase:
             dump.cleanup()
             raise
         return CompiledCase(self, compiled, dump, seconds=time.perf_counter() - start,
-                            cpu_seconds=round(time.process_time() - cpu, 2))
+                            cpu_seconds=round(time.process_time() - cpu, 2), warnings=warnings)
 
     def measure(self, cache: FiguresCache | None = None) -> Measurement:
         """The cached measurement if ``cache`` has one, else compiled and measured (and cached)."""
@@ -217,9 +220,10 @@ class CompiledCase:
     context, or by :meth:`close`)."""
 
     def __init__(self, lowered: LoweredCase, compiled: jax.stages.Compiled, dump: Any, *, seconds: float,
-                 cpu_seconds: float) -> None:
+                 cpu_seconds: float, warnings: Sequence[str] = ()) -> None:
         self.lowered, self.compiled, self._dump = lowered, compiled, dump
         self.seconds, self.cpu_seconds = seconds, cpu_seconds
+        self.warnings = list(warnings)  # What the compiler logged while it compiled (libtpu's warnings).
         self._closed = False
 
     @property
@@ -258,6 +262,10 @@ class CompiledCase:
         analysis = analyze_hlo(text, module=module, constants=self._constants(text))
         figures, uncounted = measure_program(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
+        fallbacks = []
+        if case.topology.platform.logs_warnings:  # Elsewhere the figure is absent, never a zero that was not read.
+            fallbacks = read_fallbacks(self.warnings, frames=stack_frames(sharding_dump(self.dump_dir) or ""))
+            figures[FALLBACKS] = sum(f.count for f in fallbacks)
         problem, buffers, excess, unsharded = None, [], 0, []
         try:
             attribution = read_dump(self.dump_dir, hlo_text=text, module=module, arguments=self.lowered.arguments,
@@ -273,5 +281,5 @@ class CompiledCase:
         return Measurement(case, figures, self.lowered.options, self.seconds, compiled=self.compiled,
                            details=Details(buffers, top_collectives(analysis), peak_excess_bytes=excess,
                                            unsharded=unsharded, uncounted=uncounted,
-                                           kernels=analysis.kernel_runs()),
+                                           kernels=analysis.kernel_runs(), fallbacks=fallbacks),
                            attribution_problem=problem)

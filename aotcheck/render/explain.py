@@ -40,16 +40,21 @@ def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
     for r in results:
         f = r.figures
         bound = roofline(f, topology)
+        short = r.details.incomplete()  # Figures that what is uncounted may leave short: lower bounds.
+        flops = ("> " if "flops" in short else "") + fmt_count(f["flops"])
+        comm = (">= " if "comm_*" in short else "") + fmt_bytes(comm_bytes(f))
         rows.append([r.case.id, f"{r.compile_seconds:.1f}s", fmt_bytes(f["argument_bytes"]),
                      fmt_bytes(f["output_bytes"]), fmt_bytes(f["alias_bytes"]), fmt_bytes(f["temp_bytes"]),
                      fmt_bytes(f["generated_code_bytes"]), fmt_bytes(f["peak_bytes"]),
-                     fmt_share(f["peak_bytes"] / hbm) if hbm else "-", fmt_count(f["flops"]),
-                     fmt_count(f.get("flops_xla")), fmt_bytes(comm_bytes(f)),
+                     fmt_share(f["peak_bytes"] / hbm) if hbm else "-", flops,
+                     fmt_count(f.get("flops_xla")), comm,
                      fmt_seconds(bound["bound_seconds"]) if bound else "-"])
-    doubts = [f"{r.case.id}: {u.describe()}" for r in results for u in r.details.uncounted]
+    doubts = [f"{r.case.id}: {u.describe()}" for r in results for u in r.details.uncounted] + [
+        f"{r.case.id}: {f.describe()}" for r in results for f in r.details.fallbacks]
     return (table(COMPILE_HEADERS, rows)
             + "\n\nPer device. FLOPs count each loop body times its trip count (matmuls, convolutions,"
-              "\nragged dots, and the cost a kernel declares); XLA's raw figure counts a loop body once."
+              "\nragged dots, dots XLA rewrote, and each kernel's registered or declared cost); XLA's raw"
+              "\nfigure counts a loop body once. '>' marks a figure that misses what a note names."
               "\n'step >=' is a roofline lower bound."
             + "".join(f"\nnote: {d}" for d in doubts))
 
@@ -69,7 +74,9 @@ def explain(hlo_text: str, figures: Figures, *, details: Details | None = None, 
     trip counts, top matmuls, collectives by op; with the figures' peak split and ``details``,
     what holds the HBM at the peak and which line made it."""
     analysis = analyze_hlo(hlo_text)
-    lines = [f"FLOPs per device: {fmt_count(analysis.flops)} loop-aware vs {fmt_count(figures.get('flops_xla'))} XLA raw"]
+    # The measured figure, not this text's count: a kernel's cost may read constants the text elides.
+    lines = [f"FLOPs per device: {fmt_count(figures.get('flops', analysis.flops))} loop-aware vs "
+             f"{fmt_count(figures.get('flops_xla'))} XLA raw"]
     loops = list(iter_loops(analysis))
     if loops:
         lines.append(table(
@@ -81,6 +88,10 @@ def explain(hlo_text: str, figures: Figures, *, details: Details | None = None, 
         ))
     lines.append(table(["top matmuls", "FLOPs in all", "times run"],
                        [[name[-80:], fmt_count(f), m] for f, name, m in analysis.top_ops]))
+    if details is not None and details.kernels:
+        lines.append(table(["kernel", "runs", "FLOPs in all", "counted by", "source"],
+                           [[k.name[-60:], k.count, fmt_count(k.flops), k.basis, k.source or "-"]
+                            for k in details.kernels[:limit]]))
     if details is not None and details.collectives:
         lines.append("The largest collectives, per step:\n" + collectives_table(details.collectives, limit=limit))
     split = peak_table(figures)

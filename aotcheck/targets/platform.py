@@ -65,6 +65,8 @@ class Platform:
             within the family (libtpu 0.0.42.1's 7x): each case gets a fresh worker.
         worker_env: What a compile worker sets over its parent's environment (``environment`` as a dict).
         extra: The extra of aotcheck's that installs its compiler (``aotcheck[cuda]``), if any.
+        logs_warnings: Whether its compiler's warnings are read per compile (libtpu logs them to its own
+            files; the CUDA plugin prints them to stderr, where aotcheck cannot tell one compile's apart).
         host_devices: Whether its devices are this host's own (their count is fixed by the environment a
             process starts with, so its worker starts once that is set, and has no compiler to warm up).
     """
@@ -80,6 +82,7 @@ class Platform:
     worker_env: tuple[tuple[str, str], ...] = (("JAX_PLATFORMS", "cpu"),)
     extra: str | None = None
     host_devices: bool = False
+    logs_warnings: bool = False
 
     @property
     def environment(self) -> dict[str, str]:
@@ -109,6 +112,7 @@ TPU = Platform(
     # before (lm-tiny prefill@7x-8x2 compiles alone, and crashes after prefill@7x-8x1). A worker start
     # is a few seconds against 7x compiles of tens of seconds.
     fresh_worker_families=frozenset({"7x"}),
+    logs_warnings=True,
 )
 GPU = Platform("gpu", compiler="the CUDA plugin's XLA", upgrade="jax and its CUDA plugin",
                compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_", extra="cuda")

@@ -1,4 +1,4 @@
-"""Kernels counted from what they do (aotcheck.figures.kernels, known_kernels): a user's cost registered
+"""Kernels counted from what they do (aotcheck.figures.kernels, aotcheck.figures.known_kernels): a user's cost registered
 by name, jax's splash attention over its mask's blocks, ragged paged attention's bound; real Pallas
 kernels compiled deviceless for TPU.
 
