@@ -197,3 +197,46 @@ def test_the_oldest_libtpu_carries_state_across_chip_families(oldest, tmp_path):
 
     counts = quirk_counts(oldest, tmp_path)
     assert counts["fresh"] != counts["after-v5e"], counts
+
+
+# libtpu 0.0.51 is published and installs beside jax 0.12.0.1, outside jax's `[tpu]` pin (0.0.50.*):
+# users who upgrade it get programs the committed goldens were not made with.
+NEXT_LIBTPU = "0.0.51"
+
+
+@pytest.fixture(scope="module")
+def next_libtpu(tmp_path_factory) -> str:
+    py = make_env("3.12", "requirements.lock", tmp_path_factory.mktemp("next-libtpu"))
+    out = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", f"libtpu=={NEXT_LIBTPU}"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    versions = subprocess.run([py, "-c", "import jax, importlib.metadata as m; print(jax.__version__, m.version('libtpu'))"],
+                              capture_output=True, text=True, env=clean_env()).stdout
+    assert versions.split() == ["0.12.0.1", NEXT_LIBTPU], versions
+    return py
+
+
+def test_the_next_libtpu_gates_the_reference_configs_and_says_what_moves(next_libtpu, tmp_path):
+    """lm-tiny and the reference server against the committed goldens (made with libtpu 0.0.50.1): an
+    upgrade, said as such, with what moved; 7x's SparseCore collectives (reached another way by 0.0.51)
+    are the same collectives with the same bytes; nothing the ledger has no rule for."""
+    report = tmp_path / "report.json"
+    out = aotcheck(next_libtpu, "check", "--configs", "lm-tiny,llm", "--topologies", "v4-8,v5e-16,7x-8",
+                   "--slices", "1", "--no-cache", f"--report={report}")
+    text = out.stdout
+    assert "Traceback" not in text + out.stderr, (text[-3000:], out.stderr[-3000:])
+    assert "golden file(s) were made with another toolchain" in text, text[-3000:]
+    assert f"libtpu {NEXT_LIBTPU}" in text and "To accept the new toolchain's figures" in text, text[-3000:]
+    cases = {c["case"]: c for c in json.loads(report.read_text())["cases"]}
+    assert not [c for c, r in cases.items() if r["verdict"] in ("crashed", "error", "compile-error")], \
+        {c: r["verdict"] for c, r in cases.items()}
+    for case, result in cases.items():
+        details = (result.get("measured") or {}).get("details") or {}
+        assert not [u for u in details.get("uncounted", []) if u["kind"] == "op"], (case, details["uncounted"])
+    for case in ("lm-tiny/prefill@7x-8x1", "lm-tiny/train_step@7x-8x1"):
+        golden = json.loads((ROOT / "golden" / f"{case}.json").read_text())
+        now = cases[case]["measured"]["figures"]
+        comm = {k: v for k, v in golden["figures"].items() if k.startswith("comm_")}
+        assert comm and {k: now.get(k) for k in comm} == comm, case
+        engines = {c.get("engine") for c in cases[case]["measured"]["details"]["collectives"]}
+        assert "sparsecore" in engines or case.endswith("prefill@7x-8x1"), (case, engines)
