@@ -12,7 +12,8 @@ Example:
     ...         "The compiler cannot go from sharding {devices=[1,2,4]<=[8]} to {devices=[8,1,1]<=[8]} efficiently "
     ...         "for HLO operation %copy.3 = f32[8,32,16]{2,1,0} copy(%sin.0), metadata={op_name=\\"jit(f)/sharding_"
     ...         "constraint\\" source_file=\\"model.py\\" source_line=90}. As the last resort, SPMD will replicate ...")
-    >>> [f] = read_fallbacks([line, "W1205 10:34:37 1 other.cc:1] unrelated"], frames={})
+    >>> scratch = line.replace("%copy.3 = f32[8,32,16]{2,1,0} copy(%sin.0)", "%fake_parameter.2 = f32[8,32,16]{2,1,0} parameter(2)")
+    >>> [f] = read_fallbacks([line, scratch, "W1205 10:34:37 1 other.cc:1] unrelated"], frames={})
     >>> f.kind, f.name, f.source, f.count, f.moved
     ('remat', 'jit(f)/sharding_constraint', 'model.py:90', 1, '{devices=[1,2,4]<=[8]} -> {devices=[8,1,1]<=[8]}')
 """
@@ -34,6 +35,10 @@ FIGURE = "sharding_fallbacks"
 _REMAT = re.compile(r"\[SPMD\] Involuntary full rematerialization\. The compiler (?:cannot|was not able to) go from "
                     r"sharding (?P<src>.*?) to (?P<dst>.*?) (?:efficiently|without doing a full rematerialization of "
                     r"the tensor) for HLO operation:? (?P<inst>%.*?)(?:\. As the last resort|\. You probably|$)")
+# The partitioner also partitions scratch modules of its own, to weigh one way of splitting a dot against
+# another (their inputs are parameters named fake_parameter, with no metadata): a fallback there is in no
+# program (every 2-D-mesh train step of this repository's references logs one, on fake_parameter.2).
+_SCRATCH = "fake_parameter"
 # Any other fallback the partitioner announces ("[SPMD] Falling back to replicated execution for ...").
 _OTHER = re.compile(r"\[SPMD\] (?P<what>Falling back to [^.%]*?)(?: for)?(?: HLO)?(?: operation)?:? (?P<inst>%.*)?$")
 
@@ -84,6 +89,8 @@ def read_fallbacks(lines: Iterable[str], *, frames: Mapping[int, Any]) -> list[F
             continue
         text = (remat or other)["inst"] or ""
         inst = parse_instruction(text) if text else None
+        if inst is not None and inst.name.startswith(_SCRATCH) and inst.opcode == "parameter":
+            continue
         name = (metadata(inst, "op_name") or inst.name) if inst is not None else "(an op XLA does not name)"
         source = instruction_source(inst, frames) if inst is not None else None
         if remat is not None:

@@ -1,5 +1,7 @@
 """FLOPs of one HLO instruction, per device: 2 per multiply-add of a ``dot``, ``convolution`` (its
-padding and dilation holes not counted) or ``ragged-dot``, and the cost a kernel declares.
+padding and dilation holes not counted) or ``ragged-dot``, the textbook counts of XLA's other matrix
+ops, a dot XLA rewrote as multiply + reduce, and a custom kernel's count (a cost registered for its
+name, :mod:`aotcheck.figures.kernels`, else the one it declares).
 """
 
 from __future__ import annotations

@@ -7,19 +7,17 @@ computation is weighed by how often it runs: a while body by its trip count
 (read from the loop condition, the loop's initial tuple and the body's counter
 update), a fusion or call by its caller's count.
 
-What is counted:
-- FLOPs of ``dot``, ``convolution`` and ``ragged-dot`` exactly (2 per multiply-add;
-  a convolution's padding and dilation holes are not counted) and of cuBLAS gemm
-  calls, wherever they sit (fusions, loop bodies, async computations); a custom
-  kernel's (Pallas/Mosaic, Triton) as the cost it declares (``pl.CostEstimate``;
-  XLA's own ragged-dot kernel on TPUs declares exactly 2*M*K*N), times the trip
-  counts around it. A kernel that does floating-point work and declares no cost
-  counts 0 and is named in :meth:`HloAnalysis.uncounted`, as is a loop whose trip
-  count the program does not say. Elementwise work is not counted: the figure is
-  the matrix-unit work, which dominates any model worth gating.
-- Collectives by kind, each once (an async ``*-start`` counts, its ``*-done``
-  does not), with the bytes of its larger side (all-gather: the gathered
-  result; reduce-scatter: the input), per device.
+Each instruction is read by its rule in the ledger (:mod:`aotcheck.figures.ledger`):
+- FLOPs (:mod:`aotcheck.figures.flops`) of the matrix ops, dots XLA rewrote as multiply +
+  reduce, and custom kernels (a cost registered for the kernel's name, else the one it
+  declares), wherever they sit (fusions, loop bodies, async computations), times the trip
+  counts around them. A kernel with neither, an op without a rule and a loop whose trip
+  count the program does not say are named in :meth:`HloAnalysis.uncounted`. Elementwise
+  work is not counted: the figure is the matrix-unit work.
+- Collectives by kind, each once (an async ``*-start`` counts, its ``*-done`` does not),
+  with the bytes of its larger side (all-gather: the gathered result; reduce-scatter: the
+  input; ragged-all-to-all: its output buffer), per device; where they run when not over
+  ICI between TensorCores (7x's SparseCore, DCN between slices).
 
 Example (a loop of 4 matmuls, compiled for host CPU devices):
     >>> import jax, jax.numpy as jnp
