@@ -236,13 +236,18 @@ def _reshaped_dims(dims: tuple[int, ...], chosen: set[int], onto: tuple[int, ...
             and any(max(low, lo) < min(high, hi) for i, (lo, hi) in enumerate(theirs) if i in chosen and hi > lo)}
 
 
+_OP_NAME = re.compile(r'\bop_name="([^"]*)"')
+
+
 def rewritten_dot_flops(inst: Instruction, comp: Computation, module: Mapping[str, Computation],
                         outer: Outer = ()) -> float:
     """A ``reduce`` that sums a product over a dimension both factors have, where one factor is a
-    broadcast that lacks a dimension the other has: a dot XLA's algebraic simplifier rewrote as
+    broadcast that lacks a dimension the other has, and which JAX's name for it calls a
+    ``dot_general`` (where the program names it): a dot XLA's algebraic simplifier rewrote as
     multiply + reduce (it does so for a dot one of whose sides has no free dimension: decode
     attention's one query token). Counted as that dot, 2 per multiply-add: 2 x the product's elements.
-    Any other reduce (a sum, a norm's sum of squares, a product with a scalar) counts 0.
+    Any other reduce (a sum, a norm's sum of squares or its gradient against its scale, a product
+    with a scalar) counts 0.
 
     Example (q [B,D] against k [B,S,D]: the scores of one query token, B=2, S=4, D=8):
         >>> from aotcheck.figures.hlo import parse_module
@@ -266,6 +271,9 @@ def rewritten_dot_flops(inst: Instruction, comp: Computation, module: Mapping[st
     reducer = module.get((inst.called("to_apply") or [""])[0])
     if reducer is None or reducer.root is None or reducer.root.opcode != "add" or len(inst.operands) != 2:
         return 0.0
+    name = _OP_NAME.search(inst.attrs)
+    if name is not None and "dot_general" not in name[1].rsplit("/", 1)[-1]:
+        return 0.0  # JAX wrote a sum (a norm's gradient against its scale): vector work, not a dot.
     found = _defining(inst.operands[0], comp, outer, module)
     if found is None or found[0].opcode != "multiply" or len(found[0].operands) != 2:
         return 0.0
