@@ -165,6 +165,17 @@ innermost first: a fusion or call (its parameters are their operands) or a while
 is the loop's tuple): where a parameter's value comes from."""
 
 
+def _passes_on(body: Computation, position: int) -> bool:
+    """Whether a loop body's result keeps element ``position`` of its parameter as it came."""
+    root = body.root
+    if root is None or root.opcode != "tuple" or position >= len(root.operands):
+        return False
+    carried = body.instructions.get(root.operands[position])
+    source = body.instructions.get(carried.operands[0]) if carried is not None and carried.operands else None
+    return (carried is not None and carried.opcode == "get-tuple-element" and source is not None
+            and source.opcode == "parameter" and int(carried.attr("index") or 0) == position)
+
+
 def _defining(name: str, comp: Computation, outer: Outer,
               module: Mapping[str, Computation]) -> tuple[Instruction, Computation, Outer] | None:
     """The instruction that really makes value ``name``: through ops that carry it unchanged, out of a
@@ -189,17 +200,17 @@ def _defining(name: str, comp: Computation, outer: Outer,
             if position >= len(inst.operands):
                 return None
             name = inst.operands[position]
+        elif inst.opcode == "while" and index and inst.operands:
+            # An element of a loop's result that its body passes on unchanged: what the loop started with.
+            body = module.get((inst.called("body") or [""])[0])
+            if body is None or not _passes_on(body, index[-1]):
+                return None
+            name = inst.operands[0]
         elif inst.opcode == "parameter" and outer:
             (caller, through), outer = outer[0], outer[1:]
             if through.opcode == "while":
-                body_root = comp.root
-                position = index[-1] if index else None
-                passed = (body_root is not None and body_root.opcode == "tuple" and position is not None
-                          and position < len(body_root.operands)
-                          and (carried := comp.instructions.get(body_root.operands[position])) is not None
-                          and carried.opcode == "get-tuple-element" and carried.operands == [inst.name]
-                          and int(carried.attr("index") or 0) == position)
-                if comp.name not in through.called("body") or not passed or not through.operands:
+                if comp.name not in through.called("body") or not index or not _passes_on(comp, index[-1]) \
+                        or not through.operands:
                     return None  # The loop changes it each trip (or it is the condition's): not one value.
                 comp, name = caller, through.operands[0]
             else:

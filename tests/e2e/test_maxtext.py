@@ -42,7 +42,7 @@ SMALL, LONG = {SMALL!r}, {LONG!r}
 aotcheck.register("llama-small", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **SMALL).trainer())
 aotcheck.register("llama-long", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **LONG).trainer())
 for attention in ("autoselected", "dot_product"):  # One 8192-token sequence per device, splash or XLA's attention.
-    aotcheck.register(f"llama-long-{attention}", lambda attention=attention: maxtext.adapt(
+    aotcheck.register(f"llama-long-{{attention}}", lambda attention=attention: maxtext.adapt(
         maxtext.packaged(), per_device_batch_size=1, attention=attention, **LONG).trainer())
 '''
 INI = "[pytest]\naot_topologies = v5e-16 v4-8\naot_configs = llama-small\naot_default_options = none\n"
