@@ -165,23 +165,54 @@ innermost first: a fusion or call (its parameters are their operands) or a while
 is the loop's tuple): where a parameter's value comes from."""
 
 
-def _passes_on(body: Computation, position: int) -> bool:
-    """Whether a loop body's result keeps element ``position`` of its parameter as it came."""
+def _carried_from(body: Computation, position: int) -> frozenset[int] | None:
+    """The elements of a loop body's parameter whose value element ``position`` can hold on any trip:
+    the body's result gives it back as it came, through copies (the TPU compiler moves a loop-invariant
+    value between memory spaces with a ``copy-start``/``copy-done`` pair) and possibly from another
+    element (one it keeps in the other memory space). None where the body computes it."""
     root = body.root
-    if root is None or root.opcode != "tuple" or position >= len(root.operands):
-        return False
-    carried = body.instructions.get(root.operands[position])
-    source = body.instructions.get(carried.operands[0]) if carried is not None and carried.operands else None
-    return (carried is not None and carried.opcode == "get-tuple-element" and source is not None
-            and source.opcode == "parameter" and int(carried.attr("index") or 0) == position)
+    if root is None or root.opcode != "tuple":
+        return None
+    seen, todo = {position}, [position]
+    while todo:
+        at = todo.pop()
+        if at >= len(root.operands):
+            return None
+        inst = body.instructions.get(root.operands[at])
+        while inst is not None and inst.opcode in (*_THROUGH, "copy-start") and inst.operands:
+            inst = body.instructions.get(inst.operands[0])
+        source = body.instructions.get(inst.operands[0]) if inst is not None and inst.operands else None
+        if inst is None or inst.opcode != "get-tuple-element" or source is None or source.opcode != "parameter":
+            return None
+        element = int(inst.attr("index") or 0)
+        if element not in seen:
+            seen.add(element)
+            todo.append(element)
+    return frozenset(seen)
 
 
-def _defining(name: str, comp: Computation, outer: Outer,
-              module: Mapping[str, Computation]) -> tuple[Instruction, Computation, Outer] | None:
-    """The instruction that really makes value ``name``: through ops that carry it unchanged, out of a
-    fusion's or call's parameter to its operand, into a fusion's root, through a tuple's element and a
-    loop's carried value (one its body passes on unchanged) to where the loop got it."""
-    index: list[int] = []  # Tuple elements still to take, innermost last.
+def _loop_invariant(loop: Instruction, caller: Computation, body: Computation, index: list[int], outer: Outer,
+                    module: Mapping[str, Computation]) -> tuple[Instruction, Computation, Outer] | None:
+    """What element ``index[-1]`` of a loop's tuple holds on every trip (the loop in ``caller``, its
+    body ``body``), where the body never changes it: the one instruction every element it may come
+    from starts with. None if the body computes it or the elements start from different values."""
+    positions = _carried_from(body, index[-1]) if index and loop.operands else None
+    if positions is None:
+        return None
+    found = {p: _defining(loop.operands[0], caller, outer, module, index=[*index[:-1], p]) for p in sorted(positions)}
+    first = found[min(positions)]
+    if first is None or any(f is None or f[0] is not first[0] for f in found.values()):
+        return None
+    return first
+
+
+def _defining(name: str, comp: Computation, outer: Outer, module: Mapping[str, Computation], *,
+              index: list[int] | None = None) -> tuple[Instruction, Computation, Outer] | None:
+    """The instruction that really makes value ``name`` (element ``index`` of it, innermost last):
+    through ops that carry it unchanged, out of a fusion's or call's parameter to its operand, into a
+    fusion's root, through a tuple's element and a loop's carried value (one its body passes on
+    unchanged) to where the loop got it."""
+    index = list(index or ())  # Tuple elements still to take, innermost last.
     for _ in range(64):
         inst = comp.instructions.get(name)
         if inst is None:
@@ -203,16 +234,14 @@ def _defining(name: str, comp: Computation, outer: Outer,
         elif inst.opcode == "while" and index and inst.operands:
             # An element of a loop's result that its body passes on unchanged: what the loop started with.
             body = module.get((inst.called("body") or [""])[0])
-            if body is None or not _passes_on(body, index[-1]):
-                return None
-            name = inst.operands[0]
+            return None if body is None else _loop_invariant(inst, comp, body, index, outer, module)
         elif inst.opcode == "parameter" and outer:
             (caller, through), outer = outer[0], outer[1:]
             if through.opcode == "while":
-                if comp.name not in through.called("body") or not index or not _passes_on(comp, index[-1]) \
-                        or not through.operands:
-                    return None  # The loop changes it each trip (or it is the condition's): not one value.
-                comp, name = caller, through.operands[0]
+                if comp.name not in through.called("body"):
+                    return None  # The condition's parameter: not a value the loop carries into a kernel.
+                # None where the loop changes it each trip: not one value.
+                return _loop_invariant(through, caller, comp, index, outer, module)
             else:
                 number = inst.int_arg
                 if number is None or number >= len(through.operands):

@@ -29,6 +29,19 @@ A kernel is named as JAX's name stack names it: the last name before ``pallas_ca
 registered name may be a glob (``splash_mha_fwd*``); an exact name wins over a glob.
 A registered cost wins over a declared one (it is yours); the details say which count each kernel's
 figure is (``declared``, ``registered``, or ``none``).
+
+Some kernels' work depends on data the compiler never sees: a grouped matmul runs the rows routing
+sends it, an attention kernel the keys each sequence holds. Their count is then an upper bound, over
+the kernel's whole static buffer; :func:`counts_buffer` names them (``kernel_cost(..., bound=True)``
+for a registered cost, :func:`declared_bound` for a kernel whose declared cost is such), and the
+details and notes say so:
+
+    >>> @aotcheck.kernel_cost("my_grouped_matmul", bound=True)
+    ... def _(call):  # Every row of the static buffer: [M, K] x [G, K, N].
+    ...     (m, k), (_, _, n) = call.operands[0].dims, call.operands[1].dims
+    ...     return 2 * m * k * n
+    >>> counts_buffer("my_grouped_matmul"), counts_buffer("my_matmul_kernel")
+    (True, False)
 """
 
 from __future__ import annotations
@@ -59,21 +72,44 @@ class KernelCall:
 
 KernelCostFn = Callable[[KernelCall], "float | None"]
 _COSTS: dict[str, KernelCostFn] = {}
+_BOUNDS: dict[str, bool] = {}  # Name or glob -> whether its count (registered or declared) is over its buffer.
 
 
-def kernel_cost(name: str) -> Callable[[KernelCostFn], KernelCostFn]:
-    """Registers ``fn(call) -> FLOPs per run`` for the kernel named ``name`` (a decorator). A second
-    registration of a name replaces the first (the last import wins, as with ``aotcheck.register``)."""
+def _check_name(name: object, what: str) -> None:
     if not isinstance(name, str) or not name:
-        raise TypeError(f"kernel_cost takes the kernel's name (a non-empty string), not {name!r}")
+        raise TypeError(f"{what} takes the kernel's name (a non-empty string), not {name!r}")
+
+
+def kernel_cost(name: str, *, bound: bool = False) -> Callable[[KernelCostFn], KernelCostFn]:
+    """Registers ``fn(call) -> FLOPs per run`` for the kernel named ``name`` (a decorator). A second
+    registration of a name replaces the first (the last import wins, as with ``aotcheck.register``).
+    ``bound``: the cost counts the kernel's whole static buffer, the most it can do, not what it
+    does at run time (see :func:`counts_buffer`)."""
+    _check_name(name, "kernel_cost")
 
     def register(fn: KernelCostFn) -> KernelCostFn:
         if not callable(fn):
             raise TypeError(f"kernel_cost({name!r}) decorates a function of the kernel's call, not {fn!r}")
         _COSTS[name] = fn
+        _BOUNDS[name] = bool(bound)
         return fn
 
     return register
+
+
+def declared_bound(name: str) -> None:
+    """Says that the kernel ``name`` (or glob) declares its cost over its whole static buffer
+    (megablox's ``gmm``: every row of its left operand, whatever routing sends it)."""
+    _check_name(name, "declared_bound")
+    _BOUNDS[name] = True
+
+
+def counts_buffer(name: str) -> bool:
+    """Whether the kernel's count is an upper bound over its static buffer (exact name first, then
+    the first glob that matches)."""
+    if name in _BOUNDS:
+        return _BOUNDS[name]
+    return next((b for pattern, b in _BOUNDS.items() if fnmatch.fnmatchcase(name, pattern)), False)
 
 
 def lookup(name: str) -> KernelCostFn | None:

@@ -39,6 +39,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 
+from aotcheck.figures import kernels
 from aotcheck.figures.flops import Outer, instruction_flops, kernel_count
 from aotcheck.figures.frames import instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_module
@@ -240,11 +241,15 @@ class Uncounted:
 class KernelRun:
     """A custom kernel of the program, loop-aware: how many run per step, the FLOPs they count per
     step and on what basis (``declared``, ``registered`` or ``none``: see
-    :class:`aotcheck.figures.flops.KernelCount`).
+    :class:`aotcheck.figures.flops.KernelCount`); ``bound``: the count is over the kernel's whole
+    static buffer, an upper bound on its run-time work (:func:`aotcheck.figures.kernels.counts_buffer`).
 
     Example:
-        >>> KernelRun.from_json(KernelRun("gmm", "moe.py:40", 8, 1.5e9, "declared").to_json()).basis
-        'declared'
+        >>> run = KernelRun("gmm", "moe.py:40", 8, 1.5e9, "declared", bound=True)
+        >>> KernelRun.from_json(run.to_json()) == run
+        True
+        >>> run.describe()
+        'kernel gmm (moe.py:40, 8 per step) counts its whole static buffer (declared): flops holds an upper bound on its run-time work'
     """
 
     name: str
@@ -252,6 +257,15 @@ class KernelRun:
     count: int
     flops: float
     basis: str
+    bound: bool = False
+
+    def describe(self) -> str | None:
+        """One line, as data, where the count is a bound (render words the rest); None where it is not."""
+        if not self.bound or self.basis == "none":
+            return None
+        where = f" ({self.source}, {self.count} per step)" if self.source else f" ({self.count} per step)"
+        return (f"kernel {self.name}{where} counts its whole static buffer ({self.basis}): flops holds an upper "
+                "bound on its run-time work")
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -259,7 +273,7 @@ class KernelRun:
     @classmethod
     def from_json(cls, data: dict) -> "KernelRun":
         return cls(str(data["name"]), data.get("source"), int(data["count"]), float(data["flops"]),
-                   str(data["basis"]))
+                   str(data["basis"]), bool(data.get("bound", False)))
 
 
 @dataclasses.dataclass
@@ -283,7 +297,8 @@ class HloAnalysis:
 
     def kernel_runs(self) -> list[KernelRun]:
         """Every custom kernel that does floating-point work, the most FLOPs first."""
-        runs = [KernelRun(name, source, int(count), flops, basis)
+        runs = [KernelRun(name, source, int(count), flops, basis,
+                          bound=basis in ("declared", "registered") and kernels.counts_buffer(name))
                 for (name, source, basis), (count, flops) in self.kernels.items() if basis != "integer"]
         return sorted(runs, key=lambda r: (-r.flops, r.name))
 

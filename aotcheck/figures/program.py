@@ -79,6 +79,17 @@ class Details:
         """
         return {name for u in self.uncounted for name in u.incomplete}
 
+    def doubts(self) -> list[str]:
+        """What the figures may miss or overstate, one line each (as data: render words the rest):
+        what is uncounted, the compiler's sharding fallbacks, kernels counted over their buffer.
+
+        Example:
+            >>> Details(uncounted=[Uncounted("op", "shiny-op", None, 1)]).doubts()
+            ["shiny-op (1 per step) has no rule in aotcheck's ledger: its FLOPs and communication are not in flops and comm_*"]
+        """
+        bounds = [line for k in self.kernels if (line := k.describe()) is not None]
+        return [*(u.describe() for u in self.uncounted), *(f.describe() for f in self.fallbacks), *bounds]
+
     def sources(self) -> set[str]:
         """Every source line these details name, the user's and a model library's (what a cached copy
         must map onto the code as it is now)."""

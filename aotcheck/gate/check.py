@@ -103,8 +103,7 @@ def _decide(
         return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.USER_CODE, e))
     figures = result.figures
     # What the figures may miss is said on the case every run (its golden records it too).
-    doubts = [f"{case.id}: {u.describe()}" for u in result.details.uncounted] + [
-        f"{case.id}: {f.describe()}" for f in result.details.fallbacks]
+    doubts = [f"{case.id}: {line}" for line in result.details.doubts()]
     measured = dict(measured=result, notes=[*([result.attribution_problem] if result.attribution_problem else []),
                                             *doubts])
     over = hbm_verdict(int(figures["peak_bytes"]), case.topology, headroom=hbm_headroom)

@@ -56,7 +56,10 @@ from aotcheck._files import atomic_write_text, probe_writable
 #     collective-broadcast, send/recv (the DCN legs between slices) counted; 7x's SparseCore offload under
 #     libtpu 0.0.51 followed; dots XLA rewrote as multiply + reduce counted; kernels counted by a cost
 #     registered by name (details.kernels says which basis); ops without a rule named in uncounted.
-FIGURES_VERSION = 15
+# 16: a kernel's constant operand read through a loop that keeps it in two elements (the TPU compiler's
+#     memory-space copies: MaxText's splash masks); details.kernels says which counts are bounds over a
+#     static buffer (megablox's declared gmm, ragged paged attention).
+FIGURES_VERSION = 16
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

@@ -49,8 +49,7 @@ def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
                      fmt_share(f["peak_bytes"] / hbm) if hbm else "-", flops,
                      fmt_count(f.get("flops_xla")), comm,
                      fmt_seconds(bound["bound_seconds"]) if bound else "-"])
-    doubts = [f"{r.case.id}: {u.describe()}" for r in results for u in r.details.uncounted] + [
-        f"{r.case.id}: {f.describe()}" for r in results for f in r.details.fallbacks]
+    doubts = [f"{r.case.id}: {line}" for r in results for line in r.details.doubts()]
     return (table(COMPILE_HEADERS, rows)
             + "\n\nPer device. FLOPs count each loop body times its trip count (matmuls, convolutions,"
               "\nragged dots, dots XLA rewrote, and each kernel's registered or declared cost); XLA's raw"
@@ -90,7 +89,8 @@ def explain(hlo_text: str, figures: Figures, *, details: Details | None = None, 
                        [[name[-80:], fmt_count(f), m] for f, name, m in analysis.top_ops]))
     if details is not None and details.kernels:
         lines.append(table(["kernel", "runs", "FLOPs in all", "counted by", "source"],
-                           [[k.name[-60:], k.count, fmt_count(k.flops), k.basis, k.source or "-"]
+                           [[k.name[-60:], k.count, ("<= " if k.bound else "") + fmt_count(k.flops),
+                             k.basis + (" (its buffer)" if k.bound else ""), k.source or "-"]
                             for k in details.kernels[:limit]]))
     if details is not None and details.collectives:
         lines.append("The largest collectives, per step:\n" + collectives_table(details.collectives, limit=limit))

@@ -121,11 +121,11 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
                       markdown_table(["bytes/device", "shape", "split", "buffer", "source"],
                                      [[fmt_bytes(u.bytes), u.shape, u.split, f"`{u.name}`", source_line(u) or "-"]
                                       for u in found]), "", "</details>", ""]
-    doubtful = [o for o in outcomes if o.details is not None and o.details.uncounted]
+    doubtful = [o for o in outcomes if o.details is not None and o.details.doubts()]
     if doubtful:
-        lines += ["", "### What `flops` may miss", ""]
+        lines += ["", "### What the figures may miss or overstate", ""]
         for o in doubtful:
-            lines += [f"- `{o.case.id}`: {u.describe()}" for u in o.details.uncounted]
+            lines += [f"- `{o.case.id}`: {line}" for line in o.details.doubts()]
         lines.append("")
     upgrade = find_upgrade(outcomes, now=report.toolchain)
     if upgrade is not None:

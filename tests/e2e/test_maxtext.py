@@ -34,16 +34,24 @@ pytestmark = pytest.mark.toolchains
 SMALL = dict(base_emb_dim=256, base_num_query_heads=4, base_num_kv_heads=4, base_mlp_dim=512,
              base_num_decoder_layers=2, head_dim=64, max_target_length=256, vocab_size=1024)
 LONG = {**SMALL, "max_target_length": 8192}
+# Mixtral-style (8 experts, top 2, dropless megablox), d 1024, 2 layers, 1024 tokens, 2 per device.
+MOE = dict(model_name="mixtral-8x7b", override_model_config=True, base_emb_dim=1024, base_num_query_heads=8,
+           base_num_kv_heads=8, head_dim=128, base_mlp_dim=2048, base_moe_mlp_dim=2048, base_num_decoder_layers=2,
+           num_experts=8, num_experts_per_tok=2, vocab_size=32000, max_target_length=1024, sparse_matmul=True)
 
 # The user's module: what README's MaxText section shows.
 CONFTEST = f'''import aotcheck
 from aotcheck.adapters import maxtext
-SMALL, LONG = {SMALL!r}, {LONG!r}
+SMALL, LONG, MOE = {SMALL!r}, {LONG!r}, {MOE!r}
 aotcheck.register("llama-small", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **SMALL).trainer())
 aotcheck.register("llama-long", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **LONG).trainer())
 for attention in ("autoselected", "dot_product"):  # One 8192-token sequence per device, splash or XLA's attention.
     aotcheck.register(f"llama-long-{{attention}}", lambda attention=attention: maxtext.adapt(
         maxtext.packaged(), per_device_batch_size=1, attention=attention, **LONG).trainer())
+for ep in (1, 4):  # All 16 devices FSDP, or FSDP 4 x expert parallelism 4 (tokens moved by ragged all-to-all).
+    aotcheck.register(f"mixtral-ep{{ep}}", lambda ep=ep: maxtext.adapt(
+        maxtext.packaged(), per_device_batch_size=2, ici_fsdp_parallelism=16 // ep, ici_expert_parallelism=ep,
+        **MOE).trainer())
 '''
 INI = "[pytest]\naot_topologies = v5e-16 v4-8\naot_configs = llama-small\naot_default_options = none\n"
 MEMORY = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
@@ -177,6 +185,33 @@ def test_splash_counts_the_blocks_its_mask_visits_against_xlas_dense_attention(m
     ratio = flops["autoselected"] / flops["dot_product"]
     print(f"splash / dot-product FLOPs: {ratio:.4f} ({flops})")
     assert 0.68 <= ratio <= 0.85, flops
+
+
+def test_megablox_under_expert_parallelism_counts_its_buffer_and_says_so(maxtext_env):
+    """Megablox's gmm declares its cost over its static buffer. Without expert parallelism that buffer
+    is exactly the routed rows (T·k: 2048 tokens x top 2 per device), so gmm's count is the analytic
+    2·T·k·d·f per matmul (12 per step: 3 matmuls x 2 layers x forward and remat). Under dropless
+    expert parallelism 4 the buffer is sized for the worst case, 4x the rows a device receives on
+    average (the same tokens, spread over 4 devices): the declared count is 4.000x, kept, marked as
+    a bound (a note on the case says so). Splash's kernels, read through the scan's memory-space copies of
+    their mask, are counted in both."""
+    runs = {}
+    for ep in (1, 4):
+        out = run(maxtext_env, "-m", "aotcheck", "compile", f"mixtral-ep{ep}", "--topology", "v5e-16",
+                  "--default-options", "none", "--json")
+        assert out.returncode == 0, out.stderr[-3000:]
+        details = json.loads(out.stdout)["train_step"]["details"]
+        assert not details.get("uncounted"), details["uncounted"]
+        runs[ep] = details["kernels"]
+        assert {k["basis"] for k in runs[ep] if k["name"].startswith("splash")} == {"registered"}
+    gmm = {ep: [k for k in runs[ep] if k["name"] in ("gmm", "tgmm")] for ep in runs}
+    assert all(k["basis"] == "declared" and k["bound"] for ep in gmm for k in gmm[ep])
+    per_matmul = 2 * 2048 * 2 * 1024 * 2048
+    forward = [k for k in gmm[1] if k["name"] == "gmm" and k["count"] == 12]
+    assert len(forward) == 1 and forward[0]["flops"] == 12 * per_matmul
+    ratio = sum(k["flops"] for k in gmm[4]) / sum(k["flops"] for k in gmm[1])
+    print(f"megablox declared under EP 4 / EP 1 (= routed): {ratio:.4f}")
+    assert ratio == 4.0
 
 
 def test_flags_maxtext_reads_that_adapt_was_not_given_are_a_clear_error(maxtext_env):

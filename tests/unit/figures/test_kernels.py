@@ -39,10 +39,12 @@ def _compiled_kernel():
 
 @pytest.fixture
 def registry():
-    saved = dict(kernels._COSTS)
+    saved, bounds = dict(kernels._COSTS), dict(kernels._BOUNDS)
     yield
     kernels._COSTS.clear()
     kernels._COSTS.update(saved)
+    kernels._BOUNDS.clear()
+    kernels._BOUNDS.update(bounds)
 
 
 def test_a_kernel_without_a_cost_is_named_until_its_user_registers_one(registry):
@@ -129,3 +131,86 @@ def test_ragged_paged_attention_counts_every_query_against_the_longest_sequence(
     per_layer = 4 * 64 * heads * model.head_dim * serve.TINY.pages_per_seq * serve.TINY.page_size
     assert (run.name, run.count, run.basis) == ("ragged_paged_attention_kernel", model.n_layers, "registered")
     assert run.flops == model.n_layers * per_layer == 16_777_216
+    assert run.bound and any("ragged_paged_attention_kernel" in line and "upper bound" in line
+                             for line in measured.details.doubts())
+
+
+def test_megablox_declares_its_whole_buffer_and_is_marked_as_a_bound():
+    """jax's megablox ``gmm`` over a static buffer of 512 rows in 4 groups: its declared cost is
+    2·M·K·N over every row (whatever the group sizes say at run time), kept, and marked as a bound."""
+    from jax.experimental.pallas.ops.tpu.megablox import gmm
+
+    m, k, n, groups = 512, 256, 384, 4
+    mesh = jax.sharding.Mesh(np.array(aotcheck.get_devices_for_topology("v5e-1").devices), ("d",))
+    args = [jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P()))
+            for shape, dtype in (((m, k), jnp.bfloat16), ((groups, k, n), jnp.bfloat16), ((groups,), jnp.int32))]
+    text = aotcheck.compile_function(lambda x, w, sizes: gmm(x, w, sizes), *args, topology="v5e-1").as_text()
+    [run] = analyze_hlo(text).kernel_runs()
+    assert (run.name, run.basis, run.flops, run.bound) == ("gmm", "declared", 2 * m * k * n, True)
+    assert "counts its whole static buffer (declared)" in run.describe()
+
+
+def test_a_users_cost_may_say_it_counts_a_buffer(registry):
+    text = _compiled_kernel()
+    aotcheck.kernel_cost("my_matmul", bound=True)(lambda call: 1.0)
+    [run] = analyze_hlo(text).kernel_runs()
+    assert run.bound and run.flops == 3.0
+    aotcheck.kernel_cost("my_matmul")(lambda call: 1.0)  # Registered again without: the bound goes with it.
+    assert not analyze_hlo(text).kernel_runs()[0].bound
+    with pytest.raises(TypeError, match="kernel's name"):
+        kernels.declared_bound("")
+
+
+# Hand-written, modelled on MaxText's Mixtral step on v5e-16 (the shapes of its compiled scan): the TPU
+# compiler keeps a loop-invariant block mask in two elements of the loop's tuple, one per memory space,
+# and each trip copies element 2 into element 1 (copy-start/copy-done) for the kernel to read. A unit
+# test of the walk only (the compiled program that showed it is MaxText's, in the toolchain leg).
+CARRIED = """HloModule carried, entry_computation_layout={(f32[8,128]{1,0})->f32[8,128]{1,0}}
+
+%body (p: (s32[], s8[1,2,2], s8[1,2,2], f32[8,128])) -> (s32[], s8[1,2,2], s8[1,2,2], f32[8,128]) {
+  %p = (s32[], s8[1,2,2]{2,1,0}, s8[1,2,2]{2,1,0}, f32[8,128]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %mask = s8[1,2,2]{2,1,0:S(1)} get-tuple-element(%p), index=1
+  %spare = s8[1,2,2]{2,1,0} get-tuple-element(%p), index=2
+  %x = f32[8,128]{1,0} get-tuple-element(%p), index=3
+  %k = f32[8,128]{1,0} custom-call(%mask, %x), custom_call_target="tpu_custom_call", metadata={op_name="jit(f)/while/body/my_masked/pallas_call"}
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %cs = (s8[1,2,2]{2,1,0:S(1)}, s8[1,2,2]{2,1,0}, u32[]) copy-start(%spare)
+  %cd = s8[1,2,2]{2,1,0:S(1)} copy-done(%cs)
+  ROOT %t = (s32[], s8[1,2,2]{2,1,0}, s8[1,2,2]{2,1,0}, f32[8,128]{1,0}) tuple(%next, %cd, %spare, %k)
+}
+
+%cond (c: (s32[], s8[1,2,2], s8[1,2,2], f32[8,128])) -> pred[] {
+  %c = (s32[], s8[1,2,2]{2,1,0}, s8[1,2,2]{2,1,0}, f32[8,128]{1,0}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%ci, %n), direction=LT
+}
+
+ENTRY %main (x: f32[8,128]) -> f32[8,128] {
+  %x0 = f32[8,128]{1,0} parameter(0)
+  %zero = s32[] constant(0)
+  %m = s8[1,2,2]{2,1,0} constant({ { {1, 0}, {1, 1} } })
+  %other = s8[1,2,2]{2,1,0} constant({ { {1, 1}, {1, 1} } })
+  %m0s = (s8[1,2,2]{2,1,0:S(1)}, s8[1,2,2]{2,1,0}, u32[]) copy-start(%m)
+  %m0 = s8[1,2,2]{2,1,0:S(1)} copy-done(%m0s)
+  %init = (s32[], s8[1,2,2]{2,1,0}, s8[1,2,2]{2,1,0}, f32[8,128]{1,0}) tuple(%zero, %m0, %SPARE, %x0)
+  %w = (s32[], s8[1,2,2]{2,1,0}, s8[1,2,2]{2,1,0}, f32[8,128]{1,0}) while(%init), condition=%cond, body=%body
+  ROOT %out = f32[8,128]{1,0} get-tuple-element(%w), index=3
+}
+"""
+
+
+@pytest.mark.parametrize("spare, readable", [("%m", True), ("%other", False)])
+def test_a_mask_the_loop_keeps_in_another_element_is_read_only_when_both_start_equal(registry, spare, readable):
+    """Element 1 holds the mask on the first trip and a copy of element 2 after: one value only
+    where both start from the same constant."""
+    seen = []
+    aotcheck.kernel_cost("my_masked")(lambda call: seen.append(call.values[0]) or 1.0)
+    analysis = analyze_hlo(CARRIED.replace("%SPARE", spare))
+    assert analysis.flops == 4.0  # 4 trips of the kernel.
+    if readable:
+        assert seen[0].tolist() == [[[1, 0], [1, 1]]]
+    else:
+        assert seen[0] is None  # Two different masks: not one value, so the cost cannot tell.
