@@ -120,11 +120,11 @@ INTERRUPTED_STATUS = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}
 def cmd_topologies(args: argparse.Namespace) -> int:
     records = [t.listing() for t in [*all_topologies(), *gpu_topologies()]]
     rows = [[r["name"], r["libtpu_name"] or r["cuda_topology"], r["chip_config"] or r["device_kind"],
-             *(r[k] for k in _TOPO_KEYS[3:])] for r in records]
+             *(r.get(k, "-") for k in _TOPO_KEYS[3:])] for r in records]
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
-    print(table(["name", "compiler's topology", "chip config / GPU", "chips/host", "chips", "devices",
+    print(table(["name", "compiler's topology", "chip config / GPU", "chips/host", "torus", "chips", "devices",
                  "HBM/device", "bf16 FLOP/s/device", "HBM BW/device", "platform"], rows))
     print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. GPU hosts: h100-8x2 (also h100-16) is two hosts of "
           "8, joined by the network as slices are. cpu-N: N host CPU devices (no libtpu).")
@@ -133,7 +133,7 @@ def cmd_topologies(args: argparse.Namespace) -> int:
     return 0
 
 
-_TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "chips", "devices",
+_TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "wraparound", "chips", "devices",
               "hbm_per_device", "peak_bf16_flops_per_device", "hbm_bandwidth_per_device", "platform"]
 
 

@@ -59,7 +59,9 @@ from aotcheck._files import atomic_write_text, probe_writable
 # 16: a kernel's constant operand read through a loop that keeps it in two elements (the TPU compiler's
 #     memory-space copies: MaxText's splash masks); details.kernels says which counts are bounds over a
 #     static buffer (megablox's declared gmm, ragged paged attention).
-FIGURES_VERSION = 16
+# 17: large TPU slices compiled as tori (wraparound where Cloud TPU closes the axis: v4/v5p/7x slices
+#     of whole 4x4x4 cubes, v5e/v6e's 16-chip rows), as MaxText's and xpk's tables build them.
+FIGURES_VERSION = 17
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 
@@ -71,15 +73,18 @@ def cache_key(
     topology: str,
     num_slices: int,
     toolchain: Mapping[str, Any],
+    wraparound: tuple[bool, ...] = (),
     figures_version: int = FIGURES_VERSION,
 ) -> str:
-    """A digest of everything that determines a program's figures."""
+    """A digest of everything that determines a program's figures (``wraparound``: the slice's torus,
+    part of the device description the compiler is given, not of the lowered program)."""
     payload = json.dumps(
         {
             "module": hashlib.sha256(module_text.encode()).hexdigest(),
             "options": dict(sorted(compiler_options.items())),
             "topology": topology,
             "slices": num_slices,
+            "wraparound": list(wraparound),
             "toolchain": dict(sorted(toolchain.items())),
             "figures_version": figures_version,
         },

@@ -96,7 +96,7 @@ class LoweredCase:
         split its peak), the options, the target and the toolchain."""
         return cache_key(module_text=self.lowered.as_text() + argument_kinds_key(self.lowered, self.config),
                          compiler_options=self.options, topology=self.case.topology.name,
-                         num_slices=self.case.num_slices,
+                         num_slices=self.case.num_slices, wraparound=self.case.topology.wraparound,
                          toolchain=self.case.topology.platform.toolchain())
 
     @functools.cached_property

@@ -59,7 +59,8 @@ def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> T
             "'libtpu' package: pip install 'jax[tpu]' (at the version aotcheck pins). "
             "Without it, use a host topology such as cpu-8."
         )
-    devices = tpu_devices(topo.libtpu_name, topo.hardware.chip_config, topo.chips_per_host_bounds, num_slices)
+    devices = tpu_devices(topo.libtpu_name, topo.hardware.chip_config, topo.chips_per_host_bounds, num_slices,
+                          wrap=topo.wraparound)
     expected = topo.num_devices * num_slices
     if len(devices) != expected:  # The table and libtpu disagree: a bug in the table.
         raise TopologyError(

@@ -34,7 +34,7 @@ from aotcheck.errors import ConfigError
 from aotcheck.units import fmt_bytes, fmt_count
 from aotcheck.targets.gpu import GPUS, Gpu
 from aotcheck.targets.platform import CPU, GPU, HOST_DEVICE, TPU, DeviceSpec, Platform
-from aotcheck.targets.tpu import ALIASES, CHIPS, SHAPES, Chip
+from aotcheck.targets.tpu import ALIASES, CHIPS, SHAPES, Chip, wraparound
 
 
 class TopologyError(ConfigError):
@@ -115,6 +115,18 @@ class Topology:
         """Chips per host: 2x2x1 except on single-chip slices."""
         return (1, 1, 1) if self.num_chips == 1 else (2, 2, 1)
 
+    @property
+    def wraparound(self) -> tuple[bool, bool, bool]:
+        """Which axes of the slice close into a ring (:func:`aotcheck.targets.tpu.wraparound`); none off TPUs.
+
+        Example:
+            >>> [parse_topology(n).wraparound for n in ("v5p-64", "v5p-128", "v5e-128", "h100-8")]
+            [(False, False, False), (True, True, True), (False, True, False), (False, False, False)]
+        """
+        if not isinstance(self.hardware, Chip):
+            return (False, False, False)
+        return wraparound(self.family, self.shape)
+
     def listing(self) -> dict[str, Any]:
         """Its row of ``aotcheck topologies --json``: the compiler's name for it, the chip config or GPU,
         and one device's figures in words.
@@ -127,7 +139,8 @@ class Topology:
         row: dict[str, Any] = {"name": self.name, "libtpu_name": None, "chip_config": None}
         if isinstance(self.hardware, Chip):
             row.update(libtpu_name=self.libtpu_name, chip_config=self.hardware.chip_config,
-                       chips_per_host="x".join(map(str, self.chips_per_host_bounds)))
+                       chips_per_host="x".join(map(str, self.chips_per_host_bounds)),
+                       wraparound="".join(axis for axis, w in zip("xyz", self.wraparound) if w) or "none")
         elif isinstance(self.hardware, Gpu):
             row["chips_per_host"] = self.shape[1]
         row.update(chips=self.num_chips, devices=self.num_devices, hbm_per_device=fmt_bytes(self.device.memory_bytes),

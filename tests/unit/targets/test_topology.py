@@ -47,6 +47,46 @@ def test_libtpu_device_count_matches_table(name, slices):
         assert sorted({d.slice_index for d in devices}) == list(range(slices))
 
 
+# The sizes where the torus changes, as MaxText's own table (maxtext/utils/accelerator_to_spec_map.py,
+# 0.2.5; xpk's is the same) gives them: (libtpu name, chip config, chips per host, devices, wrap). The
+# MaxText leg compares every row of that table with ours (tests/e2e/test_maxtext.py).
+MAXTEXT_ROWS = {
+    "v4-64": ("v4:2x4x4", "megacore", (2, 2, 1), 32, (False, False, False)),
+    "v4-128": ("v4:4x4x4", "megacore", (2, 2, 1), 64, (True, True, True)),
+    "v4-384": ("v4:4x4x12", "megacore", (2, 2, 1), 192, (True, True, True)),
+    "v5p-64": ("v5:2x4x4", "megacore", (2, 2, 1), 32, (False, False, False)),
+    "v5p-128": ("v5:4x4x4", "megacore", (2, 2, 1), 64, (True, True, True)),
+    "v5p-640": ("v5:4x4x20", "megacore", (2, 2, 1), 320, (True, True, True)),
+    "v5p-1024": ("v5:8x8x8", "megacore", (2, 2, 1), 512, (True, True, True)),
+    "v5e-1": ("v5e:1x1", "default", (1, 1, 1), 1, (False, False, False)),
+    "v5e-64": ("v5e:8x8", "default", (2, 2, 1), 64, (False, False, False)),
+    "v5e-128": ("v5e:8x16", "default", (2, 2, 1), 128, (False, True, False)),
+    "v5e-256": ("v5e:16x16", "default", (2, 2, 1), 256, (True, True, False)),
+    "v6e-128": ("v6e:8x16", "default", (2, 2, 1), 128, (False, True, False)),
+    "v6e-256": ("v6e:16x16", "default", (2, 2, 1), 256, (True, True, False)),
+    "7x-64": ("tpu7x:2x4x4", "default", (2, 2, 1), 64, (False, False, False)),
+    "7x-128": ("tpu7x:4x4x4", "default", (2, 2, 1), 128, (True, True, True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAXTEXT_ROWS))
+def test_the_device_description_is_the_real_slices(name):
+    topo = parse_topology(name)
+    assert (topo.libtpu_name, topo.hardware.chip_config, topo.chips_per_host_bounds, topo.num_devices,
+            topo.wraparound) == MAXTEXT_ROWS[name]
+
+
+@pytest.mark.parametrize("topo", all_topologies(), ids=lambda t: t.name)
+def test_a_torus_is_made_of_whole_cubes_or_whole_pod_rows(topo):
+    """Every row: an axis wraps only where it spans whole 4-chip cube edges (3-D families, all axes
+    together) or a whole 16-chip pod row (v5e/v6e), and slices under 64 chips never wrap."""
+    if len(topo.shape) == 3:
+        assert set(topo.wraparound) == {all(n % 4 == 0 for n in topo.shape)}
+    else:
+        assert topo.wraparound == (*(n == 16 for n in topo.shape), False)
+    assert not any(topo.wraparound) or topo.num_chips >= 64
+
+
 def test_aliases_and_case():
     assert parse_topology("v5litepod-16").name == "v5e-16"
     assert parse_topology("TPU7x-8").name == "7x-8"
