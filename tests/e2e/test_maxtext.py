@@ -34,6 +34,9 @@ pytestmark = pytest.mark.toolchains
 SMALL = dict(base_emb_dim=256, base_num_query_heads=4, base_num_kv_heads=4, base_mlp_dim=512,
              base_num_decoder_layers=2, head_dim=64, max_target_length=256, vocab_size=1024)
 LONG = {**SMALL, "max_target_length": 8192}
+# A slice that is a torus (v5p-128, 4x4x4 chips, wraparound on every axis): d 1024, 4 layers, 2048 tokens.
+MID = dict(base_emb_dim=1024, base_num_query_heads=8, base_num_kv_heads=8, base_mlp_dim=4096,
+           base_num_decoder_layers=4, head_dim=128, max_target_length=2048, vocab_size=32000)
 # Mixtral-style (8 experts, top 2, dropless megablox), d 1024, 2 layers, 1024 tokens, 2 per device.
 MOE = dict(model_name="mixtral-8x7b", override_model_config=True, base_emb_dim=1024, base_num_query_heads=8,
            base_num_kv_heads=8, head_dim=128, base_mlp_dim=2048, base_moe_mlp_dim=2048, base_num_decoder_layers=2,
@@ -42,8 +45,9 @@ MOE = dict(model_name="mixtral-8x7b", override_model_config=True, base_emb_dim=1
 # The user's module: what README's MaxText section shows.
 CONFTEST = f'''import aotcheck
 from aotcheck.adapters import maxtext
-SMALL, LONG, MOE = {SMALL!r}, {LONG!r}, {MOE!r}
+SMALL, LONG, MOE, MID = {SMALL!r}, {LONG!r}, {MOE!r}, {MID!r}
 aotcheck.register("llama-small", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **SMALL).trainer())
+aotcheck.register("llama-mid", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **MID).trainer())
 aotcheck.register("llama-long", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **LONG).trainer())
 for attention in ("autoselected", "dot_product"):  # One 8192-token sequence per device, splash or XLA's attention.
     aotcheck.register(f"llama-long-{{attention}}", lambda attention=attention: maxtext.adapt(
@@ -96,10 +100,13 @@ def train_compile_memory(env: dict[str, str], topology: str, overrides: dict, tm
     return found
 
 
-@pytest.mark.parametrize("topology", ["v5e-16", "v4-8"])
-def test_the_adapters_memory_is_train_compiles_to_the_byte(maxtext_env, topology, tmp_path):
-    theirs = train_compile_memory(maxtext_env, topology, SMALL, tmp_path)
-    out = run(maxtext_env, "-m", "aotcheck", "compile", "llama-small", "--topology", topology,
+@pytest.mark.parametrize("topology, config, sizes", [("v5e-16", "llama-small", SMALL), ("v4-8", "llama-small", SMALL),
+                                                     ("v5p-128", "llama-mid", MID)])
+def test_the_adapters_memory_is_train_compiles_to_the_byte(maxtext_env, topology, config, sizes, tmp_path):
+    """v5p-128 is a torus: compiled without its wraparound, the same step's temp was 1.170x and its
+    generated code 1.144x train_compile's (the device description, not the program, differed)."""
+    theirs = train_compile_memory(maxtext_env, topology, sizes, tmp_path)
+    out = run(maxtext_env, "-m", "aotcheck", "compile", config, "--topology", topology,
               "--default-options", "none", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     ours = json.loads(out.stdout)["train_step"]["figures"]  # stdout is the JSON alone: MaxText's prints held back.
@@ -107,6 +114,35 @@ def test_the_adapters_memory_is_train_compiles_to_the_byte(maxtext_env, topology
         assert ours[figure] == theirs[field], (topology, figure, ours[figure], theirs[field])
     assert ours["flops_xla"] == theirs["flops"]
     assert ours["peak_params_bytes"] > 0 and ours["peak_opt_state_bytes"] > ours["peak_params_bytes"]
+
+
+TABLES = """
+import json
+from maxtext.utils.accelerator_to_spec_map import UserFacingNameToSystemCharacteristics as theirs
+from aotcheck.targets.topology import all_topologies
+ours = {t.name: t for t in all_topologies()}
+rows = {}
+for name, spec in theirs.items():
+    name = name.replace("tpu7x-", "7x-").replace("v5litepod-", "v5e-")
+    if spec.platform == "tpu" and name in ours:
+        t = ours[name]
+        rows[name] = [[spec.topology_name, spec.chip_config_name, list(spec.chips_per_host_bounds), spec.devices_per_slice,
+                       list(spec.wrap)],
+                      [t.libtpu_name, t.hardware.chip_config, list(t.chips_per_host_bounds), t.num_devices,
+                       list(t.wraparound)]]
+print(json.dumps(rows))
+"""
+
+
+def test_every_slice_is_described_as_maxtexts_table_describes_it(maxtext_env):
+    """Topology, chip config, chips per host, devices per slice and torus wraparound: every TPU size
+    both tables list (MaxText's accelerator_to_spec_map, the one its train_compile builds devices from)."""
+    out = run(maxtext_env, "-c", TABLES)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(rows) >= 200 and any(r[0][4] == [True, True, True] for r in rows.values())
+    differ = {name: pair for name, pair in rows.items() if pair[0] != pair[1]}
+    assert not differ, differ
 
 
 LEAK_CHECK = """

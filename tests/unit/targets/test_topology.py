@@ -36,7 +36,9 @@ def test_every_row_agrees_with_its_name(topo):
 @pytest.mark.parametrize(
     "name,slices",
     [("v4-8", 1), ("v4-4096", 1), ("v5p-8", 2), ("v5p-2048", 1), ("v5p-3072", 1), ("v5e-1", 1),
-     ("v5e-16", 2), ("v5litepod-256", 1), ("v6e-8", 1), ("v6e-256", 2), ("7x-2", 1), ("tpu7x-128", 1)],
+     ("v5e-16", 2), ("v5litepod-256", 1), ("v6e-8", 1), ("v6e-256", 2), ("7x-2", 1), ("tpu7x-128", 1),
+     # Tori (wraparound passed to libtpu), one of them multi-slice.
+     ("v4-128", 1), ("v5p-128", 2), ("v5e-128", 1), ("7x-384", 1)],
 )
 def test_libtpu_device_count_matches_table(name, slices):
     topo = parse_topology(name)
@@ -85,6 +87,22 @@ def test_a_torus_is_made_of_whole_cubes_or_whole_pod_rows(topo):
     else:
         assert topo.wraparound == (*(n == 16 for n in topo.shape), False)
     assert not any(topo.wraparound) or topo.num_chips >= 64
+
+
+def test_libtpu_is_asked_for_the_torus_of_every_slice(monkeypatch):
+    """What aotcheck asks libtpu for (a recording stand-in for jax's topology call: a unit test of the
+    request only; the MaxText leg shows the compiled program equal to MaxText's on v5p-128)."""
+    from jax.experimental import topologies
+
+    asked = []
+
+    class Desc:
+        devices = [object()] * 128
+
+    monkeypatch.setattr(topologies, "get_topology_desc", lambda **kw: asked.append(kw) or Desc())
+    get_devices_for_topology("v5p-128", 2)
+    assert asked == [dict(platform="tpu", topology_name="v5:4x4x4", chip_config_name="megacore",
+                          chips_per_host_bounds=(2, 2, 1), num_slices=2, wrap=(True, True, True))]
 
 
 def test_aliases_and_case():
