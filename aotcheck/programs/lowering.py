@@ -390,8 +390,46 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
         else:
             fn, args = _jitted(config, config.fn), config.make_args(*_mesh_and_target(config.make_args, placement))
         lowered = fn.lower(*args)
+    _check_on_the_mesh(config, args, placement, lowered)
     argument_kinds(config, lowered.args_info[0])  # arg_kinds that do not fit fail here, before any compile.
     return {config.program: lowered}
+
+
+_PARTITIONS = re.compile(r"mhlo\.num_partitions = (\d+)")
+
+
+def _check_on_the_mesh(config: FunctionConfig, args: Sequence[Any], placement: Placement,
+                       lowered: jax.stages.Lowered) -> None:
+    """A LoweringError, before anything compiles, for a program none of whose arguments is on the
+    target's mesh: JAX would compile it for the host CPU whatever the target (its goldens would
+    hold a CPU program). A function jitted with shardings of its own on the mesh (``make_program``)
+    shows it in the lowered program's partitions, and passes."""
+    mesh_devices = set(placement.mesh.devices.flat)
+    placed, elsewhere = False, []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            continue  # A Python scalar: a constant of the program, nowhere to place.
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and set(sharding.device_set) <= mesh_devices:
+            placed = True
+        else:
+            elsewhere.append((jax.tree_util.keystr(path), leaf, sharding))
+    found = _PARTITIONS.search(lowered.as_text()[:2000])
+    partitions = int(found[1]) if found else 1
+    if placed or not elsewhere or (len(mesh_devices) > 1 and partitions == len(mesh_devices)):
+        return
+    way = "make_program" if config.make_program is not None else "make_args"
+    where, leaf, sharding = elsewhere[0]
+    what = ("a ShapeDtypeStruct without a sharding" if isinstance(leaf, jax.ShapeDtypeStruct) and sharding is None
+            else f"a concrete {type(leaf).__name__} on {sorted(str(d) for d in sharding.device_set)[:2]}"
+            if sharding is not None else f"a concrete {type(leaf).__name__} (host memory)")
+    raise LoweringError(
+        f"{config.program} for {placement.target}: no argument {way} gave is on the target's mesh "
+        f"({len(elsewhere)} of them; the first, args{where}, is {what}), so JAX would compile the program for the "
+        f"host CPU, not {placement.target}. Give each argument its place on the mesh {way} is given, e.g. "
+        "jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, PartitionSpec(...))) (PartitionSpec() "
+        "to replicate it), not a concrete array."
+    )
 
 
 def _mesh_and_target(make_args: Callable[..., Any], placement: Placement) -> tuple[Any, ...]:

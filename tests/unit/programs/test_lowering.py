@@ -218,3 +218,44 @@ def test_the_figures_cache_keys_on_the_kinds():
         for kinds in (None, ("batch", "batch"), ("batch", "other"), ("params", "batch"))}
     assert keys[None] == keys[("batch", "batch")]
     assert len({keys[None], keys[("batch", "other")], keys[("params", "batch")]}) == 3
+
+
+def _unplaced(kind):
+    """make_args whose arguments are not on the mesh, by kind (ShapeDtypeStructs without a sharding,
+    a NumPy array, a concrete jax.Array on the host)."""
+    import numpy as np
+
+    def make_args(mesh):
+        return {"sds": (jax.ShapeDtypeStruct((16, 64), jnp.float32), jax.ShapeDtypeStruct((64,), jnp.float32)),
+                "numpy": (np.ones((16, 64), np.float32), np.ones((64,), np.float32)),
+                "array": (jnp.ones((16, 64)), jnp.ones((64,)))}[kind]
+
+    return aotcheck.FunctionConfig(fn=lambda x, b: x + b, make_args=make_args)
+
+
+@pytest.mark.parametrize("topology", ["v4-8", "v5e-1", "h100-8"])
+@pytest.mark.parametrize("kind, what", [("sds", "a ShapeDtypeStruct without a sharding"),
+                                        ("numpy", "a concrete ndarray (host memory)"), ("array", "a concrete")])
+def test_arguments_off_the_mesh_are_refused_before_anything_compiles(topology, kind, what):
+    """Compiled as they are, they make a host CPU program (generated code 0 B) whatever the target."""
+    with pytest.raises(LoweringError) as raised:
+        lower_config(_unplaced(kind), Target.of(topology))
+    message = str(raised.value)
+    assert f"so JAX would compile the program for the host CPU, not {topology}x1" in message
+    assert f"the first, args[0], is {what}" in message and "sharding=NamedSharding(mesh" in message
+
+
+def test_one_argument_on_the_mesh_places_the_program_and_a_function_with_its_own_shardings_passes():
+    def make_args(mesh):  # A step counter without a sharding beside a sharded batch: JAX places it.
+        return (jax.ShapeDtypeStruct((16, 64), jnp.float32, sharding=NamedSharding(mesh, P("data"))),
+                jax.ShapeDtypeStruct((), jnp.int32))
+
+    lowered = lower_config(aotcheck.FunctionConfig(fn=lambda x, i: x * i, make_args=make_args), Target.of("v5e-16"))
+    assert "mhlo.num_partitions = 16" in lowered["step"].as_text()
+
+    def make_program(mesh, target):  # Shardings on the function, none on the arguments.
+        fn = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P("data")))
+        return fn, (jax.ShapeDtypeStruct((16, 64), jnp.float32),)
+
+    lowered = lower_config(aotcheck.FunctionConfig(make_program=make_program), Target.of("v5e-16"))
+    assert "mhlo.num_partitions = 16" in lowered["step"].as_text()
