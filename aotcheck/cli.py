@@ -53,7 +53,7 @@ from aotcheck.render.summary import case_line, session_summary, summary_table
 from aotcheck.render.tables import table
 from aotcheck.render.text import fit_lines, hbm_words
 from aotcheck.session import GateSession, Interruption, exit_status
-from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, read_settings
+from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, check_ini_keys, read_settings
 from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
 
 
@@ -306,6 +306,7 @@ def _positive(text: str) -> int:
 
 def ini_values(ini: Ini) -> Callable[[Setting], Any]:
     """How ``aotcheck`` reads a setting's ini value without pytest, by its type (aotcheck.settings)."""
+    check_ini_keys(ini.values, where=ini.path)
     read = {"args": ini.args, "linelist": ini.lines, "bool": ini.flag}
 
     def value(setting: Setting) -> Any:

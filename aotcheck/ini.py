@@ -68,30 +68,41 @@ class Ini:
         raise IniError(f"{self.path}: {key} = {value!r} is not a boolean; write true or false")
 
 
+def _read(path: Path, section: str | None) -> dict[str, Any] | None:
+    """The pytest table of one configuration file, or None where it has none (pytest looks further)."""
+    name = path.name
+    try:
+        if name.endswith(".toml"):
+            doc = tomllib.loads(path.read_text())
+            if name == "pyproject.toml":  # pytest 9 reads [tool.pytest], older ones [tool.pytest.ini_options].
+                tool = doc.get("tool", {}).get("pytest", {})
+                table = tool.get("ini_options", tool if tool else None)
+            else:
+                table = doc.get("pytest", {})
+            return None if table is None else dict(table)
+        ini = iniconfig.IniConfig(str(path))
+    except (OSError, ValueError, iniconfig.ParseError, tomllib.TOMLDecodeError) as e:
+        raise IniError(f"{path}: cannot read it as a pytest configuration ({e})") from e
+    if section is not None and section in ini:
+        return dict(ini[section].items())
+    if name in ("pytest.ini", ".pytest.ini"):
+        return {}  # pytest takes these even without the section.
+    return None
+
+
+def read_ini(path: str | Path) -> Ini:
+    """The file pytest chose (its ``config.inipath``), read as :func:`find_ini` reads it."""
+    path = Path(path).resolve()
+    section = dict(_CANDIDATES).get(path.name, "pytest")
+    return Ini(path.parent, _read(path, section) or {}, path)
+
+
 def find_ini(start: str | Path) -> Ini:
     """The pytest configuration that governs ``start`` (a directory), as pytest would find it."""
     start = Path(start).resolve()
     for directory in (start, *start.parents):
         for name, section in _CANDIDATES:
             path = directory / name
-            if not path.is_file():
-                continue
-            try:
-                if name.endswith(".toml"):
-                    doc = tomllib.loads(path.read_text())
-                    if name == "pyproject.toml":  # pytest 9 reads [tool.pytest], older ones [tool.pytest.ini_options].
-                        tool = doc.get("tool", {}).get("pytest", {})
-                        table = tool.get("ini_options", tool if tool else None)
-                    else:
-                        table = doc.get("pytest", {})
-                    if table is not None:
-                        return Ini(directory, dict(table), path)
-                    continue
-                ini = iniconfig.IniConfig(str(path))
-            except (OSError, ValueError, iniconfig.ParseError, tomllib.TOMLDecodeError) as e:
-                raise IniError(f"{path}: cannot read it as a pytest configuration ({e})") from e
-            if section in ini:
-                return Ini(directory, dict(ini[section].items()), path)
-            if name in ("pytest.ini", ".pytest.ini"):
-                return Ini(directory, {}, path)  # pytest takes these even without the section.
+            if path.is_file() and (values := _read(path, section)) is not None:
+                return Ini(directory, values, path)
     return Ini(start, {}, None)

@@ -25,6 +25,7 @@ Example (a registry of one config on two host targets, no goldens yet):
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import fnmatch
 import functools
 from collections.abc import Collection, Mapping, Sequence
@@ -173,6 +174,27 @@ def stale_goldens(registry: Registry, store: GoldenStore) -> list[str]:
         if case.config not in unbuildable and (case.config, case.program) not in known:
             stale.append(rel)
     return stale
+
+
+def check_fit_knob(settings: GateSettings, plan: Plan, registry: Registry) -> None:
+    """SettingsError for a fit search (``--aot-fit=btach``) that no selected case offers: the fit gate
+    would run on nothing and pass. Names the knobs the registered configs offer, the nearest first."""
+    if not settings.fit or any(p.knob == settings.fit for p in plan.matrix):
+        return
+    offered: set[str] = set()
+    for entry in registry:
+        try:
+            configs = entry.configs()
+        except RegistryError:
+            continue
+        for config in configs:
+            offered.update(knobs_offered(config))
+    near = difflib.get_close_matches(settings.fit, sorted(offered), n=1)
+    raise SettingsError(
+        f"{settings.flags['fit']}={settings.fit}: no selected case offers a knob named {settings.fit!r}, so the fit "
+        f"search would run on nothing; " + (f"did you mean {near[0]}? " if near else "")
+        + (f"the registered configs offer: {', '.join(sorted(offered))}" if offered else
+           "no registered config offers a knob (a trainer's is batch; FunctionConfig(knobs=...) names others)"))
 
 
 def check_knob_globs(settings: GateSettings, registry: Registry) -> None:

@@ -47,7 +47,7 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
-from aotcheck.plan import Plan, check_knob_globs, make_plan, stale_goldens
+from aotcheck.plan import Plan, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import format_libtpu_init_args, refusal_lines, runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
@@ -150,6 +150,7 @@ class GateSession:
                     if self.settings.front_end == "pytest" else "python -m aotcheck configs lists them")
             raise SettingsError(f"nothing to check: {empty}; {hint}")
         check_knob_globs(self.settings, self.registry)  # fit_max_<knob> tolerance lines, now that configs are known.
+        check_fit_knob(self.settings, self.plan(), self.registry)  # A fit search that would search nothing.
         if self._measurer is not None:
             try:
                 self._measurer.locate()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -246,6 +247,26 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+INI_KEYS: frozenset[str] = frozenset(s.ini for s in SETTINGS if s.ini)
+
+
+def check_ini_keys(keys: Collection[str], *, where: object) -> None:
+    """A SettingsError for an ``aot_*`` key aotcheck does not read (a typo would switch its check off
+    without a word), naming the nearest key it does read.
+
+    Example:
+        >>> check_ini_keys(["aot_topologies", "addopts"], where="pytest.ini")
+        >>> check_ini_keys(["aot_hbm_headrom"], where="pytest.ini")
+        Traceback (most recent call last):
+        ...
+        aotcheck.settings.SettingsError: pytest.ini: aot_hbm_headrom is not an aotcheck setting, so nothing reads it; did you mean aot_hbm_headroom? (every key: aotcheck check --help, pytest --help)
+    """
+    for key in sorted(keys):
+        if key.lower().startswith("aot_") and key not in INI_KEYS:
+            near = difflib.get_close_matches(key.lower(), sorted(INI_KEYS), n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]}?" if near else f"; aotcheck reads {', '.join(sorted(INI_KEYS))}."
+            raise SettingsError(f"{where}: {key} is not an aotcheck setting, so nothing reads it{hint} "
+                                "(every key: aotcheck check --help, pytest --help)")
 
 
 def flag_names(front_end: str) -> dict[str, str]:

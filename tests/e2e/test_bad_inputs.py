@@ -89,6 +89,16 @@ USAGE = [
     (["--aot-topologies=v4-8"], "aot_libtpu_init_args = --xla_a='1'", "aot_libtpu_init_args: \"--xla_a='1'\" keeps its quotes"),
     (["--aot-topologies=v4-8"], "aot_default_options = off",
      "aot_default_options: 'off' must be 'aotcheck' (aotcheck's per-chip presets under your options) or 'none'"),
+    # A misspelt key would switch its check off without a word (the headroom, the gate itself).
+    (["--aot-topologies=v4-8"], "aot_hbm_headrom = 0.000001",
+     "aot_hbm_headrom is not an aotcheck setting, so nothing reads it; did you mean aot_hbm_headroom?"),
+    (["--aot-topologies=v4-8", "--aot-fit=btach"], "",
+     "--aot-fit=btach: no selected case offers a knob named 'btach', so the fit search would run on nothing; no "
+     "registered config offers a knob"),
+    (["--aot-topologies=v4-8"], "aot_fit = seq_len", "fit=seq_len: no selected case offers a knob named 'seq_len'"),
+    ([], "aot_topology = v4-8", "aot_topology is not an aotcheck setting, so nothing reads it; did you mean aot_topologies?"),
+    (["--aot-topologies=none"], "AOT_Strict = true", "AOT_Strict is not an aotcheck setting"),
+    (["--aot-topologies=v4-8"], "aot_zzzz = 1", "aot_zzzz is not an aotcheck setting, so nothing reads it; aotcheck reads "),
 ]
 
 
@@ -387,6 +397,8 @@ CLI = [
     (["check", "--topologies", "v4-8", "--shard", "5/2"], "--shard: '5/2': K must be between 1 and N"),
     (["check", "--topologies", "v4-8", "--report", "."], "--report: . is a directory"),
     (["check", "--topologies", "v4-8", "--fit", "max-batch"], "--fit: 'max-batch' is not a knob name"),
+    (["check", "--topologies", "v4-8", "--configs", "lm-tiny", "--fit", "btach"],
+     "--fit=btach: no selected case offers a knob named 'btach', so the fit search would run on nothing; did you mean batch?"),
     (["check", "--topologies", "v4-8", "--libtpu-init-args=xla_x=1"],
      "--libtpu-init-args: 'xla_x=1' is not a flag; write it as libtpu reads flags, --xla_x=1"),
     (["check", "--topologies", "v4-8", "--default-options", "some"], "--default-options: 'some' must be 'aotcheck'"),
@@ -421,6 +433,21 @@ def cli_dir(tmp_path):
     (tmp_path / "ok.json").write_text(json.dumps(report_doc()))
     (tmp_path / "adir").mkdir()
     return tmp_path
+
+
+@pytest.mark.parametrize("ini_file, text", [
+    ("pytest.ini", "[pytest]\naot_topologies = v4-8\naot_hbm_headrom = 0.000001\n"),
+    ("tox.ini", "[pytest]\naot_topologies = v4-8\naot_hbm_headrom = 0.000001\n"),
+    ("pyproject.toml", "[tool.pytest.ini_options]\naot_topologies = ['v4-8']\naot_hbm_headrom = '0.000001'\n"),
+])
+def test_the_cli_refuses_an_ini_key_it_does_not_read(tmp_path, monkeypatch, capsys, ini_file, text):
+    """``aotcheck check`` passed with the headroom check off (the key misspelt)."""
+    (tmp_path / ini_file).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["check"])
+    err = capsys.readouterr().err
+    assert code == 2 and "aot_hbm_headrom is not an aotcheck setting" in err and "aot_hbm_headroom?" in err, err
+    assert ini_file in err
 
 
 @pytest.mark.parametrize("args,words", CLI, ids=[" ".join(a) for a, _ in CLI])
