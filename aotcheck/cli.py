@@ -298,6 +298,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 0")
+    return int(text)
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1")
@@ -444,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="append the rendering here (e.g. $GITHUB_STEP_SUMMARY) instead of stdout")
     p.add_argument("--svg", help="write the peak-HBM bar chart here")
     p.add_argument("--expect-shards", type=_positive, help="the number of shards; name those with no report")
-    p.add_argument("--annotations", type=int, default=0, metavar="N",
+    p.add_argument("--annotations", type=_count, default=0, metavar="N",
                    help="print up to N GitHub ::error annotations for failed cases")
     p.set_defaults(func=cmd_report)
     return parser

@@ -189,6 +189,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     toolchain: dict[str, str | None] | None = None
     problems: list[str] = []
     seen_shards: set[int] = set()
+    of_shards: dict[int, Path] = {}  # N of each report's recorded shard K/N -> a report that says so.
     judged: list[Bill] = []  # A shard's bill carries the tolerance its run judges by (none under an update).
     for path in paths:
         try:
@@ -212,13 +213,24 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         judged += [b for b in report.bills if b.tolerance is not None]
         if report.shard:
             seen_shards.add(report.shard[0])
+            of_shards.setdefault(report.shard[1], path)
     for (first, later), cases in shared.items():
         held = cases[0] if len(cases) == 1 else f"{len(cases)} cases ({', '.join(sorted(cases))})"
         problems.append(f"{first} and {later} both hold {held}: shards never share a case, so these reports are "
                         "not the shards of one run (or one report was given twice); the merge counts the failing one")
-    if expect_shards:
-        missing = sorted(set(range(1, expect_shards + 1)) - seen_shards)
-        problems += [f"shard {k}/{expect_shards} has no report: its runner crashed or was cancelled" for k in missing]
+    if len(of_shards) > 1:
+        problems.append("these reports are shards of runs split differently ("
+                        + ", ".join(f"{path}: of {n}" for n, path in sorted(of_shards.items()))
+                        + "): merge the shards of one run")
+    # A report that records its shard is one part of a run: alone it is incomplete, even unasked.
+    expected = expect_shards or (next(iter(of_shards)) if len(of_shards) == 1 else None)
+    if expect_shards and of_shards and set(of_shards) != {expect_shards}:
+        problems.append(f"--expect-shards {expect_shards}, but the reports say their run was split "
+                        f"{' and '.join(str(n) for n in sorted(of_shards))} ways")
+    if expected:
+        missing = sorted(set(range(1, expected + 1)) - seen_shards)
+        problems += [f"shard {k}/{expected} has no report: its runner crashed or was cancelled, or its report was not "
+                     "given (a shard alone is part of the run, its start-up bills part of a server's)" for k in missing]
     # A server's buckets may run in several shards: its bills are summed again over the merged cases.
     bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].tolerance)] if judged else (),
                           judge=bool(judged))

@@ -171,9 +171,10 @@ class _Searchable(_Bounded):
                               f"{example}, {default}.")
 
     def _configured_size(self, knob: str) -> int | None:
-        """The configured size of ``knob`` (the batch inputs' shared leading size), when it is known here."""
-        if knob != "batch":
-            own = self.knobs.get(knob) if isinstance(self.knobs, Mapping) else None
+        """The configured size of ``knob`` (a knob of ``knobs`` by that name, ``batch`` included: a
+        function's batch is one; else the batch inputs' shared leading size), when it is known here."""
+        own = self.knobs.get(knob) if isinstance(self.knobs, Mapping) else None
+        if own is not None or knob != "batch":
             return own.size if isinstance(own, Knob) and isinstance(own.size, int) else None
         spec = getattr(self, "batch_spec", None) or getattr(self, "input_batch_spec", None)
         sizes = {leaf.shape[0] for leaf in spec.values() if getattr(leaf, "shape", None)} \

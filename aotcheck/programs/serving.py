@@ -281,6 +281,11 @@ def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> 
         bad = {axis for axis, sizes in program.axes.items() if not _sizes(sizes)}
         problems += [f"{name}: axis {axis!r} is {program.axes[axis]!r}; give its sizes, e.g. doubling(16, 512)"
                      for axis in program.axes if axis in bad]
+        # A bucket's name carries its axes (step[tokens=64]): a name that is not a word cannot be read back,
+        # and its buckets would leave the server's start-up bill.
+        problems += [f"{name}: axis {axis!r} is not a name (letters, digits and _, not starting with a digit): its "
+                     f"buckets could not be told apart; rename it, e.g. {re.sub(r'[^0-9A-Za-z_]', '_', str(axis))!r}"
+                     for axis in program.axes if not (isinstance(axis, str) and axis.isidentifier())]
         if not program.axes or (not bad and not program.points()):
             problems.append(f"{name}: no bucket is compiled (its axes are {dict(program.axes)!r}"
                             + (", and when= keeps none of their product" if program.axes else "") + "); give it at "
@@ -300,13 +305,15 @@ def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> 
             if sizes[-1] < most:
                 problems.append(f"{name}: a step of {most} {what} ({limit}={most}) has no bucket, the largest is "
                                 f"{axis}={sizes[-1]}: add {most} to its {axis} buckets, or lower {limit} to {sizes[-1]}")
-            over = [s for s in sizes if s > most]
+            # The smallest bucket that holds the budget is used (a 48-token step runs in a 64 bucket); only
+            # the buckets above it are never used.
+            used = next(s for s in sizes if s >= most) if sizes[-1] >= most else sizes[-1]
+            over = [s for s in sizes if s > used]
             if over:
                 problems.append(f"{name}: bucket{'s' if len(over) > 1 else ''} {', '.join(f'{axis}={s}' for s in over)} "
                                 f"over the budget ({limit}={most}): the scheduler never sends more than {most} {what}, "
                                 f"so {'they are' if len(over) > 1 else 'it is'} compiled at start-up for nothing; "
-                                f"make the largest bucket {most} (e.g. doubling(..., {most}) with {most} a power of two, "
-                                f"or an explicit list ending at {most})")
+                                f"make the largest bucket {used} (the smallest that holds {most} {what})")
     return problems
 
 

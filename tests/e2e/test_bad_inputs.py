@@ -460,10 +460,14 @@ def test_cli_bad_input_is_one_clear_line(cli_dir, args, words, capsys, monkeypat
     no_aotcheck_traceback(err)
 
 
-def test_cli_argument_errors_are_argparse_usage(capsys):
+@pytest.mark.parametrize("args, words", [(["--expect-shards", "0"], "'0' is not a count >= 1"),
+                                         (["--annotations", "-1"], "'-1' is not a count >= 0"),
+                                         (["--annotations", "two"], "'two' is not a count >= 0")])
+def test_cli_argument_errors_are_argparse_usage(capsys, args, words):
+    """``--annotations -1`` used to slice away the last failure's annotation."""
     with pytest.raises(SystemExit) as e:
-        cli.main(["report", "x.json", "--expect-shards", "0"])
-    assert e.value.code == 2 and "'0' is not a count >= 1" in capsys.readouterr().err
+        cli.main(["report", "x.json", *args])
+    assert e.value.code == 2 and words in capsys.readouterr().err
 
 
 @pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).

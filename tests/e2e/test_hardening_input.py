@@ -97,6 +97,20 @@ def test_fit_upper_out_of_bounds_is_refused_by_aotcheck_fit(tmp_path, cap, words
     no_traceback(out.stderr)
 
 
+def test_a_fit_upper_below_a_functions_batch_knob_is_refused():
+    """README tells a function to name its batch knob ``batch``; a cap below its size was taken (the
+    answer: the configured size, with '1.0x room')."""
+    from aotcheck import ConfigError, FunctionConfig, Knob
+
+    program = lambda mesh, target, size: (lambda x: x, ())  # noqa: E731  (never built: the config is refused first)
+    with pytest.raises(ConfigError, match=r"FunctionConfig.fit_upper=8 is below the configured batch \(32\)"):
+        FunctionConfig(make_program=lambda mesh, target: program(mesh, target, 32), fit="batch", fit_upper=8,
+                       knobs={"batch": Knob(32, program)})
+    kept = FunctionConfig(make_program=lambda mesh, target: program(mesh, target, 32), fit="batch",
+                          fit_upper=64, knobs={"batch": Knob(32, program)})
+    assert kept.fit_upper == 64
+
+
 def test_a_fit_upper_at_or_above_the_batch_is_kept():
     from aotcheck.models import lm
 

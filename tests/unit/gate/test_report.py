@@ -311,3 +311,21 @@ def test_a_toolchain_change_that_is_neither_way_names_no_direction():
                            "(jax older, libtpu newer). 0 moved, 1 did not.")
     assert ("If this run's toolchain is the one the goldens should follow, to accept its figures for all of them: "
             "pytest --update-golden --aot-configs=lm --aot-topologies=v4-8x1") in text
+
+
+def test_a_report_that_records_its_shard_is_incomplete_alone(tmp_path):
+    """One shard of two, merged without --expect-shards, was 'passed' (a server's start-up bill judged
+    on part of its buckets)."""
+    write_report(tmp_path / "a.json", Report([outcome("lm/prefill@v4-8x1", "pass", False)], shard=(1, 2)))
+    write_report(tmp_path / "b.json", Report([outcome("lm/decode@v4-8x1", "pass", False)], shard=(2, 2)))
+    alone = merge_reports([tmp_path / "a.json"])
+    assert alone.problems == ["shard 2/2 has no report: its runner crashed or was cancelled, or its report was not "
+                              "given (a shard alone is part of the run, its start-up bills part of a server's)"]
+    assert merge_reports([tmp_path / "a.json", tmp_path / "b.json"]).problems == []
+    write_report(tmp_path / "c.json", Report([outcome("lm/train@v4-8x1", "pass", False)], shard=(1, 3)))
+    mixed = merge_reports([tmp_path / "b.json", tmp_path / "c.json"])
+    assert any("shards of runs split differently" in p for p in mixed.problems)
+    asked = merge_reports([tmp_path / "a.json", tmp_path / "b.json"], expect_shards=3)
+    assert "--expect-shards 3, but the reports say their run was split 2 ways" in asked.problems
+    write_report(tmp_path / "whole.json", Report([outcome("lm/prefill@v4-8x1", "pass", False)]))
+    assert merge_reports([tmp_path / "whole.json"]).problems == []  # An unsharded run is whole.

@@ -74,12 +74,20 @@ def test_a_bucket_over_the_token_budget_is_named_with_the_fix():
                                   "for nothing; make the largest bucket 64")
 
 
-def test_a_budget_that_is_not_a_bucket_is_both_uncovered_below_and_wasted_above():
-    # 48 tokens: doubling(16, 48) ends at 64, a bucket the scheduler never fills, and 32 does not cover 48.
-    problems = bucket_problems({"step": step(*doubling(16, 48))}, dataclasses.replace(LIMITS, max_num_batched_tokens=48))
-    assert [p.split(":")[1].strip() for p in problems] == ["bucket tokens=64 over the budget (max_num_batched_tokens=48)"]
-    assert bucket_problems({"step": step(16, 32)}, dataclasses.replace(LIMITS, max_num_batched_tokens=48))[0] \
-        .startswith("step: a step of 48 tokens")
+def test_the_smallest_bucket_that_holds_the_budget_is_used_and_only_those_above_it_are_waste():
+    # 48 tokens: doubling(16, 48) ends at 64, the bucket steps of 33-48 tokens run in: nothing is wasted.
+    assert bucket_problems({"step": step(*doubling(16, 48))}, dataclasses.replace(LIMITS, max_num_batched_tokens=48)) == []
+    problems = bucket_problems({"step": step(16, 32, 64, 128)}, dataclasses.replace(LIMITS, max_num_batched_tokens=48))
+    assert [p.split(":")[1].strip() for p in problems] == ["bucket tokens=128 over the budget (max_num_batched_tokens=48)"]
+    assert problems[0].endswith("make the largest bucket 64 (the smallest that holds 48 tokens)")
+
+
+@pytest.mark.parametrize("axis", ["tok,ens", "tok=ens", "to]k", "1st", ""])
+def test_an_axis_that_is_not_a_name_is_refused(axis):
+    """Bucket names carry their axes (step[tokens=64]): 'tok,ens' buckets left the start-up bill."""
+    program = Bucketed(fn=None, inputs=None, axes={axis: (16, 32)})
+    [problem] = bucket_problems({"step": program}, None)
+    assert problem.startswith(f"step: axis {axis!r} is not a name (letters, digits and _, not starting with a digit)")
 
 
 def test_covers_must_name_an_axis_and_a_limit():
