@@ -119,7 +119,8 @@ class GateSession:
         self.settings = settings
         self.registry = registry
         self.store = GoldenStore(settings.golden_dir)
-        self.cache = FiguresCache(settings.cache_dir) if settings.cache_dir else None
+        # A golden is what a compile says: an update run writes the cache but takes no answer from it.
+        self.cache = FiguresCache(settings.cache_dir, read=not settings.update) if settings.cache_dir else None
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
                                                           compiler_options=settings.compiler_options,
                                                           presets=settings.presets, registry=registry)

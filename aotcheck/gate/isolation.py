@@ -284,6 +284,7 @@ class Measurer:
                 main=main_script(),
                 build=self._build_seen(case),
                 cache_dir=str(self.cache.root) if self.cache else None,
+                cache_read=self.cache.read if self.cache else True,
                 hlo=self.keep_hlo,
                 hbm_headroom=self.hbm_headroom,
                 fit=fit if fit is not None else self.fit,

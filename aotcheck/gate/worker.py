@@ -51,6 +51,7 @@ class WorkerRequest:
     main: str | None = None  # The parent's own script, imported there when nothing else registered the config.
     build: Mapping[str, Any] | None = None  # The session's build of the config (its digest; whether builds differ).
     cache_dir: str | None = None
+    cache_read: bool = True  # False under update: a golden takes no figures (nor presets) from a cache.
     hlo: bool = False  # Bring back the optimized HLO text (--explain, --dump-hlo).
     hbm_headroom: float = 1.0  # What a fit search may fill.
     fit: str | None = None  # The knob whose largest fitting size to search (the plan chose it), or None.
@@ -138,7 +139,8 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
                                  f"({looked}), and none of it registered {case.config!r} at its top level.") from None
     _check_same_program(entry, case, request.build)
     cache_dir = request.cache_dir
-    cache = caches.setdefault(cache_dir, FiguresCache(cache_dir)) if cache_dir else None
+    cache = (caches.setdefault(f"{cache_dir}:{request.cache_read}", FiguresCache(cache_dir, read=request.cache_read))
+             if cache_dir else None)
     presets = request.presets
 
     def once() -> Measurement:

@@ -19,6 +19,14 @@ Example:
     >>> cache.put(key, {"figures": {"flops": 1.0}, "compile_seconds": 2.5}, toolchain={"jax": "0.10.2"})  # A miss.
     >>> cache.get(key, toolchain={"jax": "0.10.2"}) is None
     True
+
+A run that writes goldens reads nothing from it (``read=False``): its entries are
+files anyone can edit coherently, and a golden is what a compile said.
+
+    >>> writer = FiguresCache(cache.root, read=False)
+    >>> writer.put(key, {"figures": figures, "compile_seconds": 2.5, "details": {}}, toolchain={"jax": "0.10.2"})
+    >>> writer.get(key, toolchain={"jax": "0.10.2"}) is None, cache.get(key, toolchain={"jax": "0.10.2"}) is not None
+    (True, True)
 """
 
 from __future__ import annotations
@@ -103,8 +111,9 @@ class FiguresCache:
     Python warning: a user's ``-W error`` must not turn it into a crash).
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, read: bool = True) -> None:
         self.root = Path(root)
+        self.read = read  # False: entries are written, never answered from (an update run).
         self.enabled = True
         self.notes: list[str] = []
 
@@ -121,7 +130,7 @@ class FiguresCache:
 
     def get(self, key: str, *, toolchain: Mapping[str, Any]) -> dict[str, Any] | None:
         """The entry (``{"figures": ..., "compile_seconds": ...}``), or None on a miss or any doubt."""
-        if not self.enabled:
+        if not self.enabled or not self.read:
             return None
         try:
             entry = json.loads(self._path(key).read_text())

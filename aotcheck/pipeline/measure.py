@@ -164,5 +164,6 @@ def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any]
               cache: FiguresCache | None, presets: bool) -> Measurement:
     """One program at one size: lowered, then cached or compiled and measured."""
     lowered = lower(case, config, compiler_options=compiler_options, presets=presets,
-                    store=cache.root if cache is not None else None)
+                    # A presets file is a cache too: an update run probes libtpu instead of reading one.
+                    store=cache.root if cache is not None and cache.read else None)
     return lowered.measure(cache)

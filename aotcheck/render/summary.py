@@ -38,7 +38,8 @@ def header_lines(
 ) -> list[str]:
     """The session's header: what it checks, where goldens are, the cache, the shard (with its expected
     compile seconds of the whole matrix's), the toolchain."""
-    cache = f"figures cache {cache_dir}" if cache_dir else "no figures cache"
+    cache = (f"figures cache {cache_dir}{' (written, not read: goldens take figures from compiles only)' if update else ''}"
+             if cache_dir else "no figures cache")
     expected = (f" (expected {shard_seconds[0]:.1f} s of the matrix's {shard_seconds[1]:.1f} s of compile CPU)"
                 if shard and shard_seconds else "")
     lines = [f"aotcheck: {', '.join(targets)}; goldens in {golden_dir}{' (updating)' if update else ''}; {cache}"

@@ -206,6 +206,24 @@ def test_cache_hits_are_shown_and_no_cache_bypasses(toy):
     assert "cached" not in result.stdout.str().split("aotcheck summary")[1]
 
 
+def test_an_update_run_takes_no_figures_from_the_cache(project):
+    """A cache entry is a file anyone can edit coherently (hardening round 4): a golden is written from a
+    compile, never from the cache, and the tampered entry is replaced by the compile's answer."""
+    run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
+    true_flops = json.loads(golden(project).read_text())["figures"]["flops"]
+    entries = list((project.path / ".aotcheck-cache").glob("*/*.json"))
+    assert len(entries) == 1
+    entry = json.loads(entries[0].read_text())
+    entry["figures"]["flops"] = true_flops * 10
+    entries[0].write_text(json.dumps(entry))
+    result = run(project, "--aot-topologies=v4-8", "--update-golden")
+    result.assert_outcomes(passed=2)
+    assert "(written, not read: goldens take figures from compiles only)" in result.stdout.str()
+    assert json.loads(golden(project).read_text())["figures"]["flops"] == true_flops
+    assert json.loads(entries[0].read_text())["figures"]["flops"] == true_flops
+    run(project, "--aot-topologies=v4-8").stdout.fnmatch_lines(["*toy/step@v4-8x1*cached*pass*"])
+
+
 @pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_unwritable_cache_warns_once_and_runs_uncached(toy, tmp_path):
     blocker = tmp_path / "not-a-dir"

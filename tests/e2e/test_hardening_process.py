@@ -17,6 +17,7 @@ script), each compiling a tiny program on v4-8; the presets file's and the accep
 in this process (the presets ones compile a tiny program here, as a probe does).
 """
 
+import dataclasses
 import glob
 import json
 import os
@@ -163,6 +164,23 @@ def test_a_stale_presets_file_is_probed_again_when_libtpu_refuses_what_it_said_w
     note = next(n for n in options.probe_notes() if "was stale or edited" in n)
     assert note.startswith(f"aotcheck: the presets cache file {path} said libtpu ")
     assert note.endswith("It is rewritten, and the case compiled again without them.")
+
+
+def test_an_update_run_reads_no_presets_file(tmp_path, unlisted_libtpu):
+    """A presets file edited with its check recomputed (hardening round 4) is as good as aotcheck's own to a
+    check run; a run that writes goldens probes libtpu instead, so the golden's options are libtpu's answer."""
+    path = options.presets_file(tmp_path / "cache", "v4-8", 1)
+    every = options.preset_options("v4-8", 1)
+    options._write_presets_file(path, options.parse_topology("v4-8"), 1, every)  # "libtpu refuses them all"
+    request = WorkerRequest(case="hp-toy/step@v4-8x1", registry=(__name__, "REGISTRY"),
+                            cache_dir=str(tmp_path / "cache"), presets=True)
+    checked = measure_request(request)
+    assert not set(every) & set(checked.compiler_options)  # The file answered.
+    options._probed.clear()
+    updated = measure_request(dataclasses.replace(request, cache_read=False))
+    probed = options.probe_refused_presets("v4-8", 1)
+    assert {k for k in every if k not in probed} <= set(updated.compiler_options)
+    assert set(every) - probed, "this libtpu refuses every preset: nothing tells the file from a probe"
 
 
 # --- 2. The accept command repeats every setting that changed the program -------------------------------
