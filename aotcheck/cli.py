@@ -51,6 +51,7 @@ from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.explain import compile_table, explain
 from aotcheck.render.summary import case_line, session_summary, summary_table
 from aotcheck.render.tables import table
+from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import fit_lines, hbm_words
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, check_ini_keys, read_settings
@@ -269,7 +270,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "markdown":
         text = markdown(merged)
     else:
-        text = "\n".join([summary_table(merged.report.outcomes)]
+        served = serving_lines(merged.report)  # A server's bill is judged over the merged shards.
+        text = "\n".join([summary_table(merged.report.outcomes), *([""] + served if served else [])]
                          + [f"report problem: {p}" for p in merged.problems]) + "\n"
     if args.output:
         with open(args.output, "a") as f:  # Appends: $GITHUB_STEP_SUMMARY collects several steps.

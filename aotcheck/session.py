@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aotcheck.figures.table import fit_max
-from aotcheck.gate.bill import split_groups, startup_bills
+from aotcheck.gate.bill import accept_bills, split_groups, startup_bills
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
@@ -296,12 +296,13 @@ class GateSession:
                 "the finished ones are reported" + (" and their goldens written" if self.settings.update else "")
                 + "; the rest did not run, and no stale golden was removed.")
         outcomes = list(self.outcomes.values())
+        partial = split_groups([p.case for p in self.plan().matrix], [p.case for p in self.plan().cases])
+        # An update accepts a server's bill as it accepts a case's figures (what it kept may sum beyond it).
+        bills = (accept_bills(outcomes, self.store, self.settings.tolerances, partial=partial) if self.settings.update
+                 else startup_bills(outcomes, self.settings.tolerances, partial=partial))
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
-                        notes=self.notes(), toolchain=self.toolchain(),
-                        bills=startup_bills(outcomes, self.settings.tolerances, judge=not self.settings.update,
-                                            partial=split_groups([p.case for p in self.plan().matrix],
-                                                                 [p.case for p in self.plan().cases])))
+                        notes=self.notes(), toolchain=self.toolchain(), bills=bills)
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)

@@ -6,7 +6,7 @@ bill sums them per (config, target) over the buckets that ran and compares the s
 their goldens' under the same tolerance (a factor either way, :func:`aotcheck.gate.compare.compare_metric`).
 A bill is judged only when every bucket of the group compiled and had a golden (one that did not
 fails, or is new, on its own) and ran in this session: a shard whose run holds part of a server's
-buckets on a target sums them without judging, and ``merge-reports`` judges the whole under the
+buckets on a target sums them without judging, and ``aotcheck report`` (:func:`aotcheck.gate.report.merge_reports`) judges the whole under the
 tolerance the shards recorded.
 
 Example:
@@ -36,6 +36,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
+from aotcheck.gate.golden import GoldenStore
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
@@ -56,6 +57,8 @@ class Bill:
         complete: Whether every bucket that ran compiled and had a golden (only then is it judged).
         row: The sum against the goldens' sum, under the figure's tolerance (None: not judged).
         tolerance: The tolerance the run judges bills by (None: it does not, as ``--update-golden``).
+        accepted: An ``--update-golden`` run found the bill beyond its tolerance against the goldens it
+            kept (each bucket's noisy seconds near its last) and wrote the measured seconds (:func:`accept_bills`).
     """
 
     config: str
@@ -65,22 +68,24 @@ class Bill:
     complete: bool
     row: Row | None = None
     tolerance: Tolerance | None = None
+    accepted: bool = False
 
     @property
     def failed(self) -> bool:
-        return self.row is not None and self.row.change is Change.REGRESSION
+        return self.row is not None and self.row.change is Change.REGRESSION and not self.accepted
 
     def to_json(self) -> dict[str, Any]:
         return {"config": self.config, "target": self.target, "buckets": self.buckets, "seconds": self.seconds,
                 "complete": self.complete, "row": self.row.to_json() if self.row is not None else None,
-                "tolerance": self.tolerance.to_json() if self.tolerance is not None else None}
+                "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
+                "accepted": self.accepted}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Bill":
         row, tolerance = data.get("row"), data.get("tolerance")
         return cls(str(data["config"]), str(data["target"]), int(data["buckets"]), float(data["seconds"]),
                    bool(data["complete"]), Row.from_json(row) if row else None,
-                   Tolerance.from_json(tolerance) if tolerance else None)
+                   Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)))
 
 
 def served(outcome: Outcome) -> bool:
@@ -109,6 +114,40 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
             if tolerance is not None and complete and (config, target) not in partial else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance))
     return bills
+
+
+def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
+                 tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES, *,
+                 partial: Collection[tuple[str, str]] = ()) -> list[Bill]:
+    """After an ``--update-golden`` run has written its buckets' goldens: each server's bill judged
+    against them. A golden keeps a noisy figure that is near its last value
+    (:func:`aotcheck.gate.compare.settle_noisy`), so buckets each near their last can still sum beyond
+    the bill's tolerance, and the next check would fail as this one would have. Where it does, each
+    bucket's ``compile_cpu_seconds`` is written as measured: the update accepts the bill as it accepts a
+    case. Returns every bill, those so written marked ``accepted`` (their row: the kept sum against the
+    measured). A server split across shards (``partial``) is summed only: no shard sees its whole bill."""
+    tolerance = tolerance_for(FIGURE, tolerances)
+    bills = startup_bills(outcomes, judge=False, partial=partial)
+    out = []
+    for bill in bills:
+        group = [o for o in outcomes if served(o) and o.verdict is Verdict.ACCEPTED
+                 and (o.case.config, o.case.target.name) == (bill.config, bill.target)]
+        goldens = [store.read(o.case) for o in group]
+        now = [(o.figures or {}).get(FIGURE) for o in group]
+        kept = [(g.figures.get(FIGURE) if g is not None else None) for g in goldens]
+        if ((bill.config, bill.target) in partial or not group or len(group) != bill.buckets
+                or any(v is None for v in now + kept)):
+            out.append(bill)
+            continue
+        row = compare_metric(FIGURE, float(sum(kept)), float(sum(now)), tolerance)
+        if row.change is Change.OK:
+            out.append(bill)
+            continue
+        for o, golden, seconds in zip(group, goldens, now):
+            store.write(o.case, {**golden.figures, FIGURE: seconds}, toolchain=golden.toolchain,
+                        compiler_options=golden.compiler_options, details=golden.details)
+        out.append(dataclasses.replace(bill, row=row, tolerance=tolerance, accepted=True))
+    return out
 
 
 def split_groups(matrix: Iterable[Case], ran: Iterable[Case]) -> set[tuple[str, str]]:

@@ -130,10 +130,14 @@ def load_report(path: Path) -> Report:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ReportError(f"{path}: not a readable JSON report ({e})") from e
-    if not isinstance(doc, dict) or doc.get("aotcheck_report") != REPORT_FORMAT or not isinstance(doc.get("cases"), list):
+    if not isinstance(doc, dict) or doc.get("aotcheck_report") != REPORT_FORMAT:
         found = doc.get("aotcheck_report") if isinstance(doc, dict) else None
         raise ReportError(f"{path}: not an aotcheck report of format {REPORT_FORMAT} (found {found!r}); "
                           "write it again with this aotcheck (--aot-report=PATH)")
+    for field in ("cases", "startup_bills"):  # Its own format, but a field of the wrong shape: that field named.
+        if field in doc and not isinstance(doc[field], list) or field == "cases" and field not in doc:
+            raise ReportError(f"{path}: its {field!r} is {type(doc.get(field)).__name__}, not a list; "
+                              "write the report again (--aot-report=PATH)")
     problem = toolchain_problem(doc.get("toolchain") or {})
     if problem:  # Versions of another type would break the toolchain tables: the file's error, named.
         raise ReportError(f"{path}: {problem}; write the report again (--aot-report=PATH)")
@@ -143,6 +147,12 @@ def load_report(path: Path) -> Report:
         if problem:
             raise ReportError(f"{path}: case {case.get('case')}, in its golden: {problem}; write the report "
                               "again (--aot-report=PATH)")
+    try:
+        for bill in doc.get("startup_bills") or []:
+            Bill.from_json(bill)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
+        raise ReportError(f"{path}: a start-up bill in this report is malformed ({type(e).__name__}: {e}); "
+                          "write the report again (--aot-report=PATH)") from e
     try:
         report = Report.from_json(doc)
         for outcome in report.outcomes:
@@ -174,6 +184,10 @@ class Merged:
         return not self.report.passed or bool(self.problems)
 
 
+def _toolchain_words(toolchain: Mapping[str, str | None]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(toolchain.items()))
+
+
 def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) -> Merged:
     """Merges shard reports; names unreadable ones, shards with no report, and cases in two reports (shards
     never share a case: the merge keeps the failing copy, so no report can hide another's failure), and
@@ -190,6 +204,8 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     problems: list[str] = []
     seen_shards: set[int] = set()
     of_shards: dict[int, Path] = {}  # N of each report's recorded shard K/N -> a report that says so.
+    toolchains: dict[Path, dict[str, str | None]] = {}  # Reports whose toolchain is not the first's.
+    toolchains_first = Path()
     judged: list[Bill] = []  # A shard's bill carries the tolerance its run judges by (none under an update).
     for path in paths:
         try:
@@ -209,7 +225,10 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         broken.update(report.broken)
         golden_dir = report.golden_dir
         notes += [n for n in report.notes if n not in notes]
-        toolchain = toolchain or report.toolchain
+        if report.toolchain and toolchain and report.toolchain != toolchain:
+            toolchains.setdefault(path, report.toolchain)
+        elif report.toolchain and not toolchain:
+            toolchain, toolchains_first = report.toolchain, path
         judged += [b for b in report.bills if b.tolerance is not None]
         if report.shard:
             seen_shards.add(report.shard[0])
@@ -218,6 +237,12 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         held = cases[0] if len(cases) == 1 else f"{len(cases)} cases ({', '.join(sorted(cases))})"
         problems.append(f"{first} and {later} both hold {held}: shards never share a case, so these reports are "
                         "not the shards of one run (or one report was given twice); the merge counts the failing one")
+    if toolchains:  # Shards are one run on one toolchain: which one these figures came from is not known.
+        first = toolchains_first
+        problems.append("these reports were made with different toolchains ("
+                        + "; ".join(f"{p}: {_toolchain_words(t)}" for p, t in
+                                    [(first, toolchain or {}), *toolchains.items()])
+                        + "): merge the shards of one run, each made with the same lock file")
     if len(of_shards) > 1:
         problems.append("these reports are shards of runs split differently ("
                         + ", ".join(f"{path}: of {n}" for n, path in sorted(of_shards.items()))

@@ -33,6 +33,7 @@ from aotcheck.gate.compare import Change
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.programs.serving import KV_KNOB, parse_bucket
+from aotcheck.render.accept import accept_all_command, golden_dir_option
 from aotcheck.render.tables import fmt_value, hbm_fraction, table, verdict_label
 from aotcheck.units import fmt_bytes, fmt_share
 
@@ -67,16 +68,23 @@ def bucket_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
     return rows
 
 
-def bill_line(bill: Bill) -> str:
-    """What compiling the server's matrix costs on the target, against the goldens' sum when judged."""
+def bill_line(bill: Bill, *, accept: str | None = None) -> str:
+    """What compiling the server's matrix costs on the target, against the goldens' sum when judged;
+    a bill that grew ends with ``accept``, the command that accepts it."""
     line = (f"aotcheck: server {bill.config} on {bill.target}: {bill.buckets} buckets, start-up bill "
             f"{fmt_value('compile_cpu_seconds', bill.seconds)} of compile CPU")
     row = bill.row
     if row is None or row.golden is None:
         return line
+    golden = fmt_value('compile_cpu_seconds', row.golden)
+    if bill.accepted:
+        return (f"{line} (the goldens kept summed {golden}, beyond its tolerance {row.tolerance}: accepted, "
+                f"each bucket's compile_cpu_seconds written as measured)")
     verdict = "REGRESSION, beyond" if bill.failed else "within" if row.change is Change.OK else "below"
-    return (f"{line} (goldens {fmt_value('compile_cpu_seconds', row.golden)}: {verdict} its tolerance "
-            f"{row.tolerance})")
+    line = f"{line} (goldens {golden}: {verdict} its tolerance {row.tolerance})"
+    if bill.failed and accept is not None:
+        line += f"; if expected, accept it: {accept}"
+    return line
 
 
 def groups(report: Report) -> list[tuple[Bill, list[Outcome]]]:
@@ -85,9 +93,12 @@ def groups(report: Report) -> list[tuple[Bill, list[Outcome]]]:
                     and o.case.target.name == bill.target]) for bill in report.bills]
 
 
-def serving_lines(report: Report) -> list[str]:
-    """The terminal's serving section: per server and target, the bill's line and the bucket table."""
+def serving_lines(report: Report, *, accept_args: Sequence[str] = ()) -> list[str]:
+    """The terminal's serving section: per server and target, the bill's line and the bucket table
+    (``accept_args``: the run's options an accept command repeats)."""
     lines: list[str] = []
     for bill, outcomes in groups(report):
-        lines += [*([""] if lines else []), bill_line(bill), table(HEADERS, bucket_rows(outcomes))]
+        accept = accept_all_command([o.case for o in outcomes],
+                                    extra=[*golden_dir_option(report.golden_dir), *accept_args])
+        lines += [*([""] if lines else []), bill_line(bill, accept=accept), table(HEADERS, bucket_rows(outcomes))]
     return lines

@@ -88,7 +88,7 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
 def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] = ()) -> list[str]:
     """The end-of-session lines: the table, notes on improvements, what an update did, stale goldens."""
     lines = [summary_table(report.outcomes)] if report.outcomes else []
-    served = serving_lines(report)
+    served = serving_lines(report, accept_args=accept_args)
     lines += ["", *served] if served else []
     for o in report.outcomes:
         if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:

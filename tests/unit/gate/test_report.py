@@ -329,3 +329,58 @@ def test_a_report_that_records_its_shard_is_incomplete_alone(tmp_path):
     assert "--expect-shards 3, but the reports say their run was split 2 ways" in asked.problems
     write_report(tmp_path / "whole.json", Report([outcome("lm/prefill@v4-8x1", "pass", False)]))
     assert merge_reports([tmp_path / "whole.json"]).problems == []  # An unsharded run is whole.
+
+
+def test_reports_of_two_toolchains_are_not_one_run(tmp_path):
+    """Hardening round 4: the first file's toolchain won, and in one order every case was said to be judged
+    on the other toolchain."""
+    one = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": "0.0.50.1"}
+    two = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
+    write_report(tmp_path / "a.json", Report([outcome("lm/prefill@v4-8x1", "pass", False)], shard=(1, 2), toolchain=one))
+    write_report(tmp_path / "b.json", Report([outcome("lm/decode@v4-8x1", "pass", False)], shard=(2, 2), toolchain=two))
+    for order in ([tmp_path / "a.json", tmp_path / "b.json"], [tmp_path / "b.json", tmp_path / "a.json"]):
+        merged = merge_reports(order)
+        first, second = (one, two) if order[0].name == "a.json" else (two, one)
+        words = lambda t: ", ".join(f"{k} {v}" for k, v in sorted(t.items()))  # noqa: E731
+        assert merged.problems == [f"these reports were made with different toolchains ({order[0]}: {words(first)}; "
+                                   f"{order[1]}: {words(second)}): merge the shards of one run, each made with the "
+                                   "same lock file"]
+        assert merged.failed
+    result = report_command(tmp_path, "a.json", "b.json")
+    assert result.returncode == 2 and "made with different toolchains" in result.stderr
+
+
+def test_a_report_field_of_the_wrong_shape_is_named(tmp_path):
+    write_report(tmp_path / "r.json", Report([outcome("lm/prefill@v4-8x1", "pass", False)]))
+    doc = json.loads((tmp_path / "r.json").read_text())
+    for field, value, words in [("cases", 3, "its 'cases' is int, not a list"),
+                                ("startup_bills", {"a": 1}, "its 'startup_bills' is dict, not a list"),
+                                ("startup_bills", [{"config": "llm"}],
+                                 "a start-up bill in this report is malformed (KeyError: 'target')")]:
+        (tmp_path / "bad.json").write_text(json.dumps({**doc, field: value}))
+        with pytest.raises(ReportError) as raised:
+            load_report(tmp_path / "bad.json")
+        assert str(raised.value).startswith(f"{tmp_path / 'bad.json'}: {words}"), str(raised.value)
+        assert str(raised.value).endswith("write the report again (--aot-report=PATH)")
+
+
+def test_the_text_report_of_a_servers_shards_shows_its_bill_and_why_it_fails(tmp_path):
+    """Hardening round 4: two shards of a server merged by `aotcheck report` (text) said rc 1 with four
+    `pass` rows and no bill line."""
+    tolerance = [("compile_cpu_seconds", Tolerance(1.0, 1.0))]
+    from aotcheck.gate.bill import split_groups, startup_bills
+
+    def bucket(tokens):
+        case = Case.of("llm", f"step[tokens={tokens}]", "v5e-8")
+        return Outcome(case, Verdict.PASS, measured=Measurement(case, {"compile_cpu_seconds": 3.0}, {}, 3.0),
+                       golden=Golden({"compile_cpu_seconds": 0.1}, {}, {}, case.golden_relpath))
+    one, two = [bucket(16), bucket(32)], [bucket(64), bucket(128)]
+    split = split_groups([o.case for o in one + two], [o.case for o in one])
+    for k, outcomes in enumerate((one, two), start=1):
+        write_report(tmp_path / f"{k}.json", Report(outcomes, shard=(k, 2),
+                                                    bills=startup_bills(outcomes, tolerance, partial=split)))
+    result = report_command(tmp_path, "1.json", "2.json")
+    assert result.returncode == 1
+    assert ("aotcheck: server llm on v5e-8x1: 4 buckets, start-up bill 12.00s of compile CPU (goldens 0.40s: "
+            "REGRESSION, beyond its tolerance 100% + 1); if expected, accept it: pytest --update-golden "
+            "--aot-configs=llm --aot-topologies=v5e-8x1") in result.stdout
