@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -53,6 +54,70 @@ class Knob(NamedTuple):
     size: int
     rebuild: Callable[[int], Any]
     step: int = 1
+
+
+def _check_callable(field: str, fn: Any, *, forms: Sequence[tuple[str, ...]], gives: str) -> None:
+    """ConfigError, when the config is built, for a function aotcheck cannot call in one of ``forms``
+    (the positional parameters it passes): named with the forms allowed, not Python's TypeError from
+    inside a lowering. A callable whose signature cannot be read is left to its call."""
+    allowed = " or ".join(f"({', '.join(f)}) -> {gives}" for f in forms)
+    if not callable(fn):
+        raise ConfigError(f"{field}={fn!r} is not callable; give a function {allowed}.")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    for form in forms:
+        try:
+            signature.bind(*form)
+            return
+        except TypeError:
+            continue
+    raise ConfigError(f"{field} takes {signature}, which cannot be called as {allowed}; aotcheck calls it with "
+                      f"{' or '.join(f'({len(f)} argument' + ('s)' if len(f) > 1 else ')') for f in forms)}.")
+
+
+# The largest size a knob may take: an array dimension XLA's shapes hold (a larger one ends in an MLIR
+# traceback when the program is built); no device memory holds an array of 2**31 elements on an axis anyway.
+MAX_KNOB_SIZE = 2**31 - 1
+
+
+def knob_problem(knob: Any) -> str | None:
+    """What is wrong with ``knob`` as a :class:`Knob`, or None.
+
+    Example:
+        >>> knob_problem(Knob(32, abs)), knob_problem(Knob(0, abs))
+        (None, 'its size 0 is not a size >= 1')
+        >>> knob_problem(32)
+        'it is int 32, not a Knob(size, rebuild, step)'
+    """
+    if not isinstance(knob, Knob):
+        return f"it is {type(knob).__name__} {knob!r}, not a Knob(size, rebuild, step)"
+    for field in ("size", "step"):
+        value = getattr(knob, field)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"its {field} {value!r} is not an int"
+        if value < 1:
+            return f"its {field} {value} is not a size >= 1"
+        if value > MAX_KNOB_SIZE:
+            return f"its {field} {value} is past {MAX_KNOB_SIZE:,} (2**31 - 1), more than an array dimension holds"
+    if not callable(knob.rebuild):
+        return f"its rebuild {knob.rebuild!r} is not callable (give size -> the config rebuilt at that size)"
+    return None
+
+
+def _check_knobs(knobs: Any, field: str) -> None:
+    """ConfigError naming the knob and the fix for knobs a fit search would misread (checked when the
+    config is built, not when it is lowered)."""
+    if not isinstance(knobs, Mapping):
+        raise ConfigError(f"{field}={knobs!r}: give the knobs by name, e.g. knobs={{'seq': Knob(2048, "
+                          "lambda n: make(seq=n), step=128)}}.")
+    for name, knob in knobs.items():
+        problem = knob_problem(knob)
+        if problem:
+            raise ConfigError(f"{field}[{name!r}]: {problem}. Give Knob(size, rebuild, step): the configured size "
+                              f"(an int >= 1), size -> the config rebuilt at it, and the search's step (an int >= 1), "
+                              f"e.g. knobs={{{name!r}: Knob(32, lambda n: make({name}=n))}}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -95,6 +160,10 @@ class _Common:
         if isinstance(self.platforms, str) or any(p not in PLATFORMS for p in self.platforms):
             raise ConfigError(f"platforms={self.platforms!r}: give a tuple of {', '.join(map(repr, PLATFORMS))}, "
                               f"e.g. platforms=('tpu',)")
+        for name in ("trace_in_mesh", "trace_as_target"):  # "no" is true to Python: a switch given as words is refused.
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{type(self).__name__}.{name}={getattr(self, name)!r} is not a bool; give "
+                                  f"{name}=True or {name}=False.")
 
     @property
     def options(self) -> dict[str, Any]:
@@ -124,6 +193,33 @@ class _Bounded(_Common):
         if isinstance(self.fit_targets, str):
             object.__setattr__(self, "fit_targets", (self.fit_targets,))
 
+    def _searched(self) -> tuple[str, int | None]:
+        """The knob a fit search moves (what ``fit_upper`` caps) and its configured size, when known."""
+        return "batch", None
+
+    def _check_fit_upper(self) -> None:
+        """ConfigError for a ``fit_upper`` the search would misread: 0 (read as no cap: a search of
+        minutes), a negative one, or one below the configured size of the knob searched (the search
+        would stop at once, saying the configured size is the largest that fits)."""
+        upper, field = self.fit_upper, f"{type(self).__name__}.fit_upper"
+        if upper is None:
+            return
+        knob, size = self._searched()
+        example = f"fit_upper={8 * size}" if size else "fit_upper=256"
+        default = "or None for the default (4096 x the configured size)"
+        if isinstance(upper, bool) or not isinstance(upper, int):
+            raise ConfigError(f"{field}={upper!r} is not a size; give the largest {knob} the fit search may try as "
+                              f"an int, e.g. {example}, {default}.")
+        if upper < 1:
+            why = "0 would be read as no cap at all, a search of minutes" if upper == 0 else \
+                f"a negative cap would stop the search at once, reporting the configured {knob}"
+            raise ConfigError(f"{field}={upper}: the fit search's cap must be a size >= 1 ({why}); give the largest "
+                              f"{knob} to try, e.g. {example}, {default}.")
+        if size and upper < size:
+            raise ConfigError(f"{field}={upper} is below the configured {knob} ({size}): the search would stop at "
+                              f"once and report {size} as the largest that fits. Give a cap >= {size}, e.g. "
+                              f"{example}, {default}.")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Searchable(_Bounded):
@@ -144,31 +240,12 @@ class _Searchable(_Bounded):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_knobs(self.knobs, f"{type(self).__name__}.knobs")
         self._check_fit_upper()
 
-    def _check_fit_upper(self) -> None:
-        """ConfigError for a ``fit_upper`` the search would misread: 0 (read as no cap: a search of
-        minutes), a negative one, or one below the configured size of the knob searched (the search
-        would stop at once, saying the configured size is the largest that fits)."""
-        upper, field = self.fit_upper, f"{type(self).__name__}.fit_upper"
-        if upper is None:
-            return
+    def _searched(self) -> tuple[str, int | None]:
         knob = self.fit or "batch"
-        size = self._configured_size(knob)
-        example = f"fit_upper={8 * size}" if size else "fit_upper=256"
-        default = "or None for the default (4096 x the configured size)"
-        if isinstance(upper, bool) or not isinstance(upper, int):
-            raise ConfigError(f"{field}={upper!r} is not a size; give the largest {knob} the fit search may try as "
-                              f"an int, e.g. {example}, {default}.")
-        if upper < 1:
-            why = "0 would be read as no cap at all, a search of minutes" if upper == 0 else \
-                f"a negative cap would stop the search at once, reporting the configured {knob}"
-            raise ConfigError(f"{field}={upper}: the fit search's cap must be a size >= 1 ({why}); give the largest "
-                              f"{knob} to try, e.g. {example}, {default}.")
-        if size and upper < size:
-            raise ConfigError(f"{field}={upper} is below the configured {knob} ({size}): the search would stop at "
-                              f"once and report {size} as the largest that fits. Give a cap >= {size}, e.g. "
-                              f"{example}, {default}.")
+        return knob, self._configured_size(knob)
 
     def _configured_size(self, knob: str) -> int | None:
         """The configured size of ``knob`` (a knob of ``knobs`` by that name, ``batch`` included: a
@@ -338,7 +415,13 @@ class FunctionConfig(_Searchable):
     def _check_program(self) -> None:
         """ConfigError unless the program is given one way: ``make_program``, or ``fn`` with ``make_args``."""
         given = [name for name in ("fn", "make_args", "make_program") if getattr(self, name) is not None]
-        if given in (["fn", "make_args"], ["make_program"]):
+        if given == ["fn", "make_args"]:
+            _check_callable("FunctionConfig.make_args", self.make_args, forms=[("mesh",), ("mesh", "target")],
+                            gives="its abstract arguments")
+            return
+        if given == ["make_program"]:
+            _check_callable("FunctionConfig.make_program", self.make_program, forms=[("mesh", "target")],
+                            gives="(fn, args)")
             return
         how = ("give fn=<the function> and make_args=<mesh -> its abstract arguments>, or make_program="
                "<(mesh, target) -> (fn, args)> for a step whose jit is built per target")

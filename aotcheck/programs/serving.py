@@ -170,7 +170,17 @@ class Bucketed:
         """Every bucket compiled, smallest first (the product of the axes, as ``when`` keeps it)."""
         names = list(self.axes)
         product = (dict(zip(names, sizes)) for sizes in itertools.product(*(sorted(self.axes[a]) for a in names)))
-        return [point for point in product if self.when is None or self.when(point)]
+        return [point for point in product if self.when is None or self._kept(point)]
+
+    def _kept(self, point: Point) -> bool:
+        """``when(point)``; a BucketError naming the point and what ``when`` is given when it raises."""
+        assert self.when is not None
+        try:
+            return bool(self.when(point))
+        except Exception as e:  # The user's predicate: its error named with the point it was asked about.
+            raise BucketError(f"Bucketed.when raised {type(e).__name__}: {e} at the point {point}; when is given "
+                              f"each point as a dict of axis -> size (axes: {', '.join(self.axes)}), e.g. "
+                              f"when=lambda p: p[{next(iter(self.axes))!r}] >= 16.") from e
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -207,6 +217,7 @@ class ServingConfig(_Bounded):
         super().__post_init__()
         if isinstance(self.pages, bool) or not isinstance(self.pages, int) or self.pages < 1:
             raise BucketError(f"ServingConfig.pages={self.pages!r}: give the KV pool's size in pages, an int >= 1.")
+        self._check_fit_upper()  # As pages, the knob its search moves (not as its buckets' batch).
         wrong = [name for name, program in self.bucketed.items() if not isinstance(program, Bucketed)] \
             if isinstance(self.bucketed, Mapping) else None
         if not self.bucketed or wrong is None or wrong:
@@ -221,6 +232,9 @@ class ServingConfig(_Bounded):
         problems = bucket_problems(self.bucketed, self.limits)
         if problems:
             raise BucketError("The buckets do not match the scheduler's limits:\n  " + "\n  ".join(problems))
+
+    def _searched(self) -> tuple[str, int | None]:
+        return KV_KNOB, self.pages
 
     def expand(self) -> list[FunctionConfig]:
         """One FunctionConfig per bucket of every program, named as the bucket; the largest bucket of

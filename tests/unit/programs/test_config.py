@@ -171,3 +171,62 @@ def test_no_compile_of_aotchecks_writes_the_persistent_cache(tmp_path):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", was[1])
         compilation_cache.reset_cache()
     assert os.listdir(tmp_path) == []
+
+
+KNOB_CASES = [  # Hardening round 4: each was accepted when built, then misread by a search or failed at lowering.
+    (aotcheck.Knob(0, abs), "knobs['rows']: its size 0 is not a size >= 1"),
+    (aotcheck.Knob(-1, abs), "knobs['rows']: its size -1 is not a size >= 1"),
+    (aotcheck.Knob(10**18, abs), "knobs['rows']: its size 1000000000000000000 is past 2,147,483,647"),
+    (aotcheck.Knob(32, abs, step=0), "knobs['rows']: its step 0 is not a size >= 1"),
+    (aotcheck.Knob("32", abs), "knobs['rows']: its size '32' is not an int"),
+    (aotcheck.Knob(True, abs), "knobs['rows']: its size True is not an int"),
+    (aotcheck.Knob(32, 32), "knobs['rows']: its rebuild 32 is not callable"),
+    (32, "knobs['rows']: it is int 32, not a Knob(size, rebuild, step)"),
+]
+
+
+@pytest.mark.parametrize("knob, words", KNOB_CASES)
+def test_a_knob_a_search_would_misread_is_refused_when_the_config_is_built(knob, words):
+    with pytest.raises(ConfigError) as e:
+        aotcheck.FunctionConfig(fn=abs, make_args=abs, knobs={"rows": knob})
+    assert str(e.value).startswith(f"FunctionConfig.{words}"), str(e.value)
+    assert "Give Knob(size, rebuild, step)" in str(e.value)
+
+
+def test_knobs_not_given_by_name_are_refused():
+    with pytest.raises(ConfigError, match=r"FunctionConfig.knobs=\[32\]: give the knobs by name"):
+        aotcheck.FunctionConfig(fn=abs, make_args=abs, knobs=[32])
+
+
+@pytest.mark.parametrize("field", ["trace_as_target", "trace_in_mesh"])
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_a_trace_switch_given_as_anything_but_a_bool_is_refused(field, value):
+    """``trace_as_target="no"`` was read as on."""
+    with pytest.raises(ConfigError, match=rf"FunctionConfig.{field}={value!r} is not a bool; give {field}=True or "
+                                          rf"{field}=False"):
+        aotcheck.FunctionConfig(fn=abs, make_args=abs, **{field: value})
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"make_program": lambda mesh: None},
+     "FunctionConfig.make_program takes (mesh), which cannot be called as (mesh, target) -> (fn, args)"),
+    ({"fn": abs, "make_args": lambda mesh, target, extra: ()},
+     "FunctionConfig.make_args takes (mesh, target, extra), which cannot be called as (mesh) -> its abstract "
+     "arguments or (mesh, target) -> its abstract arguments"),
+    ({"fn": abs, "make_args": lambda: ()}, "FunctionConfig.make_args takes ()"),
+    ({"fn": abs, "make_args": 3}, "FunctionConfig.make_args=3 is not callable"),
+])
+def test_a_program_maker_aotcheck_cannot_call_is_refused_when_built(fields, words):
+    """Hardening round 4: these were Python's TypeError from inside a lowering, the signatures allowed not named."""
+    with pytest.raises(ConfigError) as e:
+        aotcheck.FunctionConfig(**fields)
+    assert str(e.value).startswith(words), str(e.value)
+
+
+@pytest.mark.parametrize("made", [lambda x: (jnp.sin, (x,), 3), lambda x: {"fn": jnp.sin, "args": (x,)}])
+def test_make_program_returning_other_than_fn_and_args_names_the_form(made):
+    def make_program(mesh, target):
+        return made(jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh, P())))
+
+    with pytest.raises(LoweringError, match=r"it must return \(fn, args\)"):
+        lower_config(aotcheck.FunctionConfig(make_program=make_program), Target.of("cpu-4"))

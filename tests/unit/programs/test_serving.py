@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck import REGISTRY
+from aotcheck.errors import ConfigError
 from aotcheck.models import serve
 from aotcheck.pipeline.case import Case
 from aotcheck.programs.registry import Registry, RegistryError
@@ -124,6 +125,18 @@ def test_limits_and_pages_are_checked_when_built():
         serve.serving_config(serve.TINY, pages=0)
 
 
+@pytest.mark.parametrize("upper, words", [
+    (100, "ServingConfig.fit_upper=100 is below the configured pages (256)"),
+    (0, "ServingConfig.fit_upper=0: the fit search's cap must be a size >= 1"),
+    ("lots", "ServingConfig.fit_upper='lots' is not a size; give the largest pages the fit search may try"),
+])
+def test_a_servers_fit_upper_is_worded_as_its_pages(upper, words):
+    """Hardening round 4: a ServingConfig's bad fit_upper was worded as a FunctionConfig's batch."""
+    with pytest.raises(ConfigError) as e:
+        dataclasses.replace(serve.serving_config(serve.TINY), fit_upper=upper)
+    assert str(e.value).startswith(words) and "batch" not in str(e.value), str(e.value)
+
+
 def test_a_server_expands_to_a_config_per_bucket_its_largest_step_searching_the_kv_pool():
     configs = serve.serving_config(serve.TINY).expand()
     names = [c.program for c in configs]
@@ -161,3 +174,12 @@ def test_a_program_that_compiles_no_bucket_is_named():
         "give it at least one axis with sizes, and a when= that keeps some of them"]
     assert bucket_problems({"step": dataclasses.replace(step(), axes={})}, None)[0].startswith(
         "step: no bucket is compiled (its axes are {})")
+
+
+def test_a_when_that_raises_is_named_with_its_point():
+    """Hardening round 4: ``when=lambda p: p["nope"]`` was ``KeyError: 'nope'`` with nothing named."""
+    program = Bucketed(fn=lambda *a: a, inputs=lambda p: {}, axes={"tokens": [16, 32]}, when=lambda p: p["nope"])
+    with pytest.raises(BucketError) as e:
+        program.points()
+    assert str(e.value) == ("Bucketed.when raised KeyError: 'nope' at the point {'tokens': 16}; when is given each "
+                            "point as a dict of axis -> size (axes: tokens), e.g. when=lambda p: p['tokens'] >= 16.")
