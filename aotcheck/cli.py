@@ -351,7 +351,7 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
     settings = GateSettings.parse(rootdir=ini.rootdir, front_end="cli", cache_dir=None,
                                   libtpu_init_args=values["libtpu_init_args"],
                                   default_options=values["default_options"], hbm_headroom=values["hbm_headroom"],
-                                  from_ini=values["from_ini"])
+                                  from_ini=values["from_ini"], environment_flags=values["environment_flags"])
     return {"compiler_options": settings.compiler_options, "presets": settings.presets,
             "hbm_headroom": settings.hbm_headroom}
 

@@ -330,7 +330,13 @@ class GateSession:
             dropped = len(s.compiler_options) - len(sent)
             lines.append("aotcheck: your launch flags: " + (format_libtpu_init_args(sent) or "none")
                          + (f" ({dropped} runtime-only dropped)" if dropped else "")
+                         + (" (from the environment's LIBTPU_INIT_ARGS: sent as compiler options, recorded in "
+                            "each golden; no compile process inherits the variable)" if s.environment_flags_used else "")
                          + ("" if s.presets else "; aotcheck's presets off (aot_default_options = none)"))
+        if s.environment_flags and not s.environment_flags_used:
+            lines.append(f"aotcheck: the environment's LIBTPU_INIT_ARGS ({s.environment_flags[:200]}) is not used: "
+                         f"{s.flags['libtpu_init_args']} (or aot_libtpu_init_args) gives this run's launch flags, "
+                         "and no compile process inherits the variable")
         if s.fit:
             lines.append(f"aotcheck: fit search of {s.fit!r} on every config that offers it (a few compiles each; "
                          f"gated as {fit_max(s.fit)})")

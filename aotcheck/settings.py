@@ -312,7 +312,8 @@ def add_cli_arguments(parser: argparse.ArgumentParser, names: tuple[str, ...] | 
             parser.add_argument(s.cli, dest=s.name, help=s.cli_help or s.help, **extra)
 
 
-def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], Any]) -> dict[str, Any]:
+def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], Any],
+                  environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """Every setting's value as ``GateSettings.parse`` takes it: the front end's ``option`` (None when not
     given) over the ``ini`` value (the default when the file says nothing); a CLI flag that appends adds
     to the ini's lines; ``golden_dir_option`` and ``libtpu_init_args_option`` keep what the command line
@@ -333,11 +334,16 @@ def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], 
     out["from_ini"] = tuple(from_ini)
     out["golden_dir_option"] = option(BY_NAME["golden_dir"])
     out["libtpu_init_args_option"] = option(BY_NAME["libtpu_init_args"])
+    out["environment_flags"] = environ.get(ENVIRONMENT_FLAGS)
     return out
 
 
 
 FRONT_ENDS = ("pytest", "cli")
+
+# libtpu reads its launch flags from this variable when it loads: a run takes them as its launch flags
+# (compiler options, in the cache key and each golden) and no compile process inherits the variable.
+ENVIRONMENT_FLAGS = "LIBTPU_INIT_ARGS"
 
 # The order the rows are read in: with several bad values, the error names the first of these (as it always
 # has); the rows' own order is the options' order in --help.
@@ -381,14 +387,39 @@ class GateSettings:
     compiler_options: dict[str, str]  # The user's launch flags.
     presets: bool  # aotcheck's per-chip presets under the user's options (aot_default_options).
     libtpu_init_args_option: str | None  # As given on the command line (accept commands repeat it).
+    # The environment's LIBTPU_INIT_ARGS, and whether it is this run's launch flags (no setting gave any).
+    environment_flags: str | None = None
+    environment_flags_used: bool = False
 
     @classmethod
     def parse(cls, *, rootdir: str | os.PathLike[str], front_end: str = "pytest", from_ini: Collection[str] = (),
               golden_dir_option: str | None = None, libtpu_init_args_option: str | None = None,
-              **values: Any) -> "GateSettings":
+              environment_flags: str | None = None, **values: Any) -> "GateSettings":
         """Parses option values as users write them (keywords: the rows' names; a row not given takes its
         default); SettingsError names the bad one: by its flag, or by its ini key when the ini gave it
-        (``from_ini``, from :func:`read_settings`)."""
+        (``from_ini``, from :func:`read_settings`). ``environment_flags``: the environment's
+        ``LIBTPU_INIT_ARGS``, this run's launch flags when no setting gives any (an accept command then
+        repeats them as the option).
+
+        Example:
+            >>> s = GateSettings.parse(rootdir="/p", environment_flags="--xla_tpu_scoped_vmem_limit_kib=65536")
+            >>> s.compiler_options, s.environment_flags_used, s.libtpu_init_args_option
+            ({'xla_tpu_scoped_vmem_limit_kib': '65536'}, True, '--xla_tpu_scoped_vmem_limit_kib=65536')
+            >>> GateSettings.parse(rootdir="/p", environment_flags="junk")  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            aotcheck.settings.SettingsError: LIBTPU_INIT_ARGS (in the environment): 'junk' is not a flag; ...
+        """
+        environment_flags = environment_flags if environment_flags and environment_flags.strip() else None
+        used = environment_flags is not None and not values.get("libtpu_init_args")
+        if used:
+            try:
+                parse_libtpu_init_args(environment_flags, what=f"{ENVIRONMENT_FLAGS} (in the environment)")
+            except OptionsError as e:
+                raise SettingsError(f"{e} (or unset {ENVIRONMENT_FLAGS}: aotcheck takes it as your job's launch "
+                                    "flags)") from None
+            values = {**values, "libtpu_init_args": environment_flags}
+            libtpu_init_args_option = environment_flags
         unknown = sorted(set(values) - set(BY_NAME))
         if unknown:
             raise TypeError(f"GateSettings.parse() got unknown settings {unknown}; the settings are {', '.join(BY_NAME)}")
@@ -399,7 +430,8 @@ class GateSettings:
         fields = {s.field if s.field is not None else s.name: s.parsed(given[s.name], reading) for s in PARSE_ORDER}
         fields.pop("", None)
         return cls(rootdir=reading.rootdir, front_end=front_end, golden_dir_option=golden_dir_option,
-                   libtpu_init_args_option=libtpu_init_args_option, **fields)
+                   libtpu_init_args_option=libtpu_init_args_option, environment_flags=environment_flags,
+                   environment_flags_used=used, **fields)
 
     @property
     def flags(self) -> dict[str, str]:

@@ -95,6 +95,9 @@ class FamilyWorker:
         read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout and stderr stay free for noise.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env[_runtime.WORKER_ENV] = "1"
+        # The session took the environment's launch flags as compiler options (settings.ENVIRONMENT_FLAGS),
+        # which the cache key and goldens record; libtpu reading them too would compile what neither records.
+        env.pop("LIBTPU_INIT_ARGS", None)
         env.update(topology.platform.environment)  # No runtime: JAX_PLATFORMS=cpu (targets/platform.py).
         warm = None if topology.platform.host_devices else family  # What to warm up while the parent collects.
         self.proc = subprocess.Popen(

@@ -367,6 +367,12 @@ def unknown_xla_flags(lines: Iterable[str]) -> str | None:
     """
     flags: list[str] = []
     for line in lines:
+        # A value that does not start with "--" is read as a file of flags (XLA's parse_flags_from_env).
+        unreadable = re.search(r'Could not open file "(.*)" to read flags for environment variable "XLA_FLAGS"', line)
+        if unreadable:
+            return (f"XLA_FLAGS is {unreadable[1][:200]!r}: XLA reads a value that does not start with '--' as the name "
+                    "of a file of flags, found no such file, and aborted the compile process before compiling "
+                    "anything. Give flags as --name=value (XLA_FLAGS='--xla_dump_to=/tmp/dump'), or unset XLA_FLAGS.")
         match = re.search(r"Unknown flags? in XLA_FLAGS:\s*(.*)$", line)
         if match:
             flags += [f for f in match[1].split() if f.startswith("-") and f not in flags]

@@ -275,6 +275,36 @@ def test_a_tpu_flag_in_xla_flags_is_named_with_where_it_belongs(tmp_path):
     no_traceback(out.stdout + out.stderr + unknown.stdout + unknown.stderr)
 
 
+def test_xla_flags_that_are_no_flags_and_the_environments_libtpu_init_args_are_named(tmp_path):
+    """Hardening round 4: XLA_FLAGS="hello world" was told "a newer jax may fix it"; LIBTPU_INIT_ARGS
+    reached the compile processes unannounced (junk there crashed every case, "a newer libtpu may fix
+    it"), and figures made under it were cached and written into goldens that did not record it."""
+    project = make_project(tmp_path, **{"cfg.py": COMMON + '\naotcheck.register("toy", cfg())\n'})
+    words = cli(project, "check", "--module", "cfg.py", "--topologies", "v4-8", "--no-cache",
+                env=child_env(XLA_FLAGS="hello world"))
+    assert ("toy/step@v4-8x1: XLA_FLAGS is 'hello world': XLA reads a value that does not start with '--' as the "
+            "name of a file of flags") in words.stdout, words.stdout[-3000:]
+    assert "crashed" not in words.stdout and "may fix it" not in words.stdout
+    junk = cli(project, "check", "--module", "cfg.py", "--topologies", "v4-8", "--no-cache",
+               env=child_env(LIBTPU_INIT_ARGS="junk --xla_tpu_scoped_vmem_limit_kib=1024"))
+    assert junk.returncode == 2 and junk.stderr.startswith(
+        "aotcheck: error: LIBTPU_INIT_ARGS (in the environment): 'junk' is not a flag"), junk.stderr
+    flags = "--xla_tpu_scoped_vmem_limit_kib=65536"
+    used = cli(project, "check", "--module", "cfg.py", "--topologies", "v4-8", "--no-cache", "--update-golden",
+               env=child_env(LIBTPU_INIT_ARGS=flags))
+    assert (f"aotcheck: your launch flags: {flags} (from the environment's LIBTPU_INIT_ARGS: sent as compiler "
+            "options, recorded in each golden; no compile process inherits the variable)") in used.stdout, used.stdout
+    golden = json.loads((project / "golden" / "toy" / "step@v4-8x1.json").read_text())
+    assert golden["compiler_options"]["xla_tpu_scoped_vmem_limit_kib"] == "65536"
+    # A scoped VMEM limit of 1 MiB aborts libtpu when it reads the variable; as an option named by the setting
+    # over it, it is never read (the compile process does not inherit the variable).
+    ignored = cli(project, "check", "--module", "cfg.py", "--topologies", "v4-8", "--no-cache", f"--libtpu-init-args={flags}",
+                  env=child_env(LIBTPU_INIT_ARGS="--xla_tpu_scoped_vmem_limit_kib=1024"))
+    assert ("aotcheck: the environment's LIBTPU_INIT_ARGS (--xla_tpu_scoped_vmem_limit_kib=1024) is not used: "
+            "--libtpu-init-args (or aot_libtpu_init_args) gives this run's launch flags") in ignored.stdout
+    assert ignored.returncode == 0 and "toy/step@v4-8x1: pass" in ignored.stdout, ignored.stdout[-3000:]
+
+
 # --- 5. SIGHUP (a closed terminal or ssh session) ends a run as SIGTERM does ------------------------------
 
 SLOW = '''
