@@ -487,11 +487,27 @@ def _mesh_clash(config: Config, mesh: jax.sharding.Mesh) -> Iterator[None]:
         ) from e
 
 
-def _as_target(config: Config, placement: Placement) -> contextlib.AbstractContextManager[None]:
-    """jax's device questions answered as the target while tracing (``trace_as_target``)."""
+@contextlib.contextmanager
+def _as_target(config: Config, placement: Placement) -> Iterator[None]:
+    """jax's device questions answered as the target while tracing (``trace_as_target``). Eager work that
+    puts an array on ``jax.devices()[0]`` then meets a deviceless device, and jax's error (``UNIMPLEMENTED:
+    ... compile-only client``) names neither the cause nor the cure: a LoweringError names both."""
     if not config.trace_as_target:
-        return contextlib.nullcontext()
-    return traced_as(placement.mesh.devices.flat, placement.target.topology)
+        yield
+        return
+    try:
+        with traced_as(placement.mesh.devices.flat, placement.target.topology):
+            yield
+    except Exception as e:
+        if "compile-only client" not in str(e):
+            raise
+        raise LoweringError(
+            f"{config.programs[0] if len(config.programs) == 1 else type(config).__name__} for {placement.target}: "
+            f"code run while the program was built put an array on a device ({str(e).strip().splitlines()[0]}). "
+            "Under trace_as_target (the default) jax.devices() are the target's deviceless devices, which hold no "
+            "array. Make what is computed eagerly (in make_args, a model's init, tables built at trace time) "
+            "abstract (jax.ShapeDtypeStruct, jax.eval_shape), or build the config with trace_as_target=False so "
+            "that eager work runs on this host's CPU.") from e
 
 
 def lower_config(config: Config, target: Target, *, program: str | None = None) -> dict[str, jax.stages.Lowered]:

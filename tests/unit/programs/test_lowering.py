@@ -259,3 +259,21 @@ def test_one_argument_on_the_mesh_places_the_program_and_a_function_with_its_own
 
     lowered = lower_config(aotcheck.FunctionConfig(make_program=make_program), Target.of("v5e-16"))
     assert "mhlo.num_partitions = 16" in lowered["step"].as_text()
+
+
+def test_eager_work_on_the_targets_devices_names_trace_as_target():
+    """Hardening round 4: an array put on jax.devices()[0] in make_args was jax's `UNIMPLEMENTED:
+    MakeArraysFromHostBufferShards not available with compile-only client`, the cure not said."""
+    import numpy as np
+
+    def make_args(mesh):
+        jax.device_put(np.ones(8), jax.devices()[0])  # Eager work: under trace_as_target, a deviceless device.
+        return (jax.ShapeDtypeStruct((8 * mesh.devices.size,), jnp.float32, sharding=NamedSharding(mesh, P("data"))),)
+
+    with pytest.raises(LoweringError) as e:
+        lower_config(aotcheck.FunctionConfig(fn=jnp.sin, make_args=make_args), Target.of("v4-8"))
+    assert str(e.value).startswith("step for v4-8x1: code run while the program was built put an array on a device "
+                                   "(UNIMPLEMENTED: ")
+    assert "or build the config with trace_as_target=False so that eager work runs on this host's CPU" in str(e.value)
+    lowered = lower_config(aotcheck.FunctionConfig(fn=jnp.sin, make_args=make_args, trace_as_target=False), Target.of("v4-8"))
+    assert list(lowered) == ["step"]  # The cure works.
