@@ -260,7 +260,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.render.markdown": ("tests/unit/gate/test_report.py", "the job summary from a report"),
     "aotcheck.render.summary": ("tests/unit/gate/test_report.py", "the session summary from a report"),
     "aotcheck.render.tables": ("tests/unit/figures/test_frames.py", "buffer tables with their source lines"),
-    "aotcheck.render.text": ("tests/unit/gate/test_check.py", "each verdict's message"),
     "aotcheck.render.upgrade": ("tests/unit/gate/test_report.py", "an upgrade's advice"),
     "aotcheck.render.serving": ("tests/unit/gate/test_bill.py", "a server's table and bill, worded beside the bill"),
 }

@@ -211,6 +211,15 @@ class Outcome:
         return Details.from_json(self.golden.details) if self.golden is not None else None
 
     @property
+    def options_changed(self) -> list[tuple[str, str | None, str | None]]:
+        """The compiler options the golden's compile and this one's differ in: ``(name, the golden's, this
+        run's)``, None where one was not sent (a golden made with aotcheck's presets off, judged with them on)."""
+        if self.golden is None or self.measured is None:
+            return []
+        before, now = self.golden.compiler_options, self.measured.compiler_options
+        return [(k, before.get(k), now.get(k)) for k in sorted({*before, *now}) if before.get(k) != now.get(k)]
+
+    @property
     def toolchain_note(self) -> str | None:
         """How the golden's toolchain differs from this process's."""
         return toolchain_note(self.golden.toolchain, platform=self.case.topology.platform) if self.golden is not None else None

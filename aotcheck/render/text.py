@@ -145,10 +145,31 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         lines += [line for found in unsharded_lines(outcome) for line in (found, "")]
         if outcome.toolchain_note:
             lines.append(f"Note: {outcome.toolchain_note}.")
+        if outcome.options_changed:
+            lines.append(options_note(outcome.options_changed))
         if not (outcome.toolchain_note or "").startswith(NEWER_GOLDEN):  # A downgrade is never accepted.
             lines.append(f"To accept the new figures: {accept}")
         return "\n".join(lines)
     return outcome.message
+
+
+def options_note(changed: Sequence[tuple[str, str | None, str | None]]) -> str:
+    """A golden compiled with other compiler options than this run's, in words (each option, then the fix).
+
+    Example:
+        >>> print(options_note([("xla_tpu_enable_latency_hiding_scheduler", None, "true")]))
+        Note: the golden was compiled with other compiler options than this run's (1 differs: xla_tpu_enable_latency_hiding_scheduler not sent there, true here); figures may differ for that reason alone. Options sent here and not there are aotcheck's presets or launch flags the golden's run did not have (aot_default_options = none, or other aot_libtpu_init_args): judge with the settings the goldens were made with, or accept these figures.
+    """
+    def value(v: str | None, where: str) -> str:
+        return f"not sent {where}" if v is None else f"{v[:40]} {where}"
+
+    shown = "; ".join(f"{k} {value(a, 'there')}, {value(b, 'here')}" for k, a, b in changed[:6])
+    more = f"; and {len(changed) - 6} more" if len(changed) > 6 else ""
+    return (f"Note: the golden was compiled with other compiler options than this run's ({len(changed)} "
+            f"differ{'s' if len(changed) == 1 else ''}: {shown}{more}); figures may differ for that reason alone. "
+            "Options sent here and not there are aotcheck's presets or launch flags the golden's run did not have "
+            "(aot_default_options = none, or other aot_libtpu_init_args): judge with the settings the goldens were "
+            "made with, or accept these figures.")
 
 
 def error_words(failure: Failure) -> str:

@@ -1,0 +1,45 @@
+"""A case's message in words (aotcheck.render.text).
+
+FAKE: outcomes are made by hand here (no compile): what is tested is the wording of records.
+"""
+
+from pathlib import Path
+
+from aotcheck.gate.compare import Change, Row, Tolerance
+from aotcheck.gate.golden import Golden
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.verdict import Verdict
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
+from aotcheck.programs.options import preset_options
+from aotcheck.render.text import outcome_message
+
+CASE = Case.of("lm", "train_step", "v4-8")
+
+
+def regression(golden_options, now_options):
+    measured = Measurement(CASE, {"peak_bytes": 2**30}, now_options, 3.0)
+    golden = Golden({"peak_bytes": 2**29}, {}, golden_options, Path("g"))
+    return Outcome(CASE, Verdict.REGRESSION, measured=measured, golden=golden,
+                   changes=[Row("peak_bytes", 2**29, 2**30, Tolerance(0.01), Change.REGRESSION)])
+
+
+def test_a_golden_made_with_presets_off_judged_with_them_on_says_so():
+    """Hardening round 4: a 7-figure regression, the options mismatch not said."""
+    presets = preset_options("v4-8")
+    outcome = regression({}, presets)
+    assert [k for k, before, now in outcome.options_changed] == sorted(presets)
+    message = outcome_message(outcome, golden_file="golden/lm/train_step@v4-8x1.json", accept="pytest --update-golden")
+    assert (f"Note: the golden was compiled with other compiler options than this run's ({len(presets)} differ: "
+            f"{sorted(presets)[0]} not sent there, {presets[sorted(presets)[0]]} here") in message
+    assert "(aot_default_options = none, or other aot_libtpu_init_args)" in message
+    assert message.rstrip().endswith("To accept the new figures: pytest --update-golden")
+
+
+def test_the_same_options_say_nothing_of_them():
+    same = regression({"xla_a": "1"}, {"xla_a": "1"})
+    assert same.options_changed == []
+    assert "other compiler options" not in outcome_message(same, golden_file="g", accept="a")
+    changed = regression({"xla_a": "1"}, {"xla_a": "2"})
+    assert changed.options_changed == [("xla_a", "1", "2")]
+    assert "(1 differs: xla_a 1 there, 2 here)" in outcome_message(changed, golden_file="g", accept="a")
