@@ -54,7 +54,7 @@ from aotcheck.render.tables import table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import fit_lines, hbm_words
 from aotcheck.session import GateSession, Interruption, exit_status
-from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, check_ini_keys, read_settings
+from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, check_ini_keys, read_settings, repeated_options
 from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
 
 
@@ -465,7 +465,12 @@ USER_ERRORS = (AotcheckError, ValueError)
 
 def main(argv: Sequence[str] | None = None) -> int:
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    twice = repeated_options(_Parser.argv, front_end="cli")
+    if twice:  # argparse keeps the last value without a word.
+        parser.error(f"{twice[0]} is given {sum(a.partition('=')[0] == twice[0] for a in _Parser.argv)} times; "
+                     "give it once (its last value would win without a word)")
+    args = parser.parse_args(argv)
     interruption = Interruption().install()
     try:
         return args.func(args)

@@ -26,8 +26,8 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.summary import session_summary
 from aotcheck.session import GateSession
-from aotcheck.settings import (GateSettings, Setting, SettingsError, add_pytest_options, check_ini_keys, read_settings,
-                               split_list)
+from aotcheck.settings import (BY_NAME, GateSettings, Setting, SettingsError, add_pytest_options, check_ini_keys,
+                               read_settings, repeated_options, split_list)
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"
@@ -59,9 +59,21 @@ PATH_OPTIONS = ("--aot-golden-dir", "--aot-cache-dir", "--aot-report")
 
 
 def check_invocation(args: list[str]) -> None:
-    """Usage errors for option spellings that mislead pytest (see PATH_OPTIONS) or turn the gate off
-    by accident (an empty ``--aot-topologies=``)."""
+    """Usage errors for option spellings that mislead pytest (see PATH_OPTIONS; launch flags after a
+    space, which pytest reads as an option of its own), turn the gate off by accident (an empty
+    ``--aot-topologies=``), or are given twice (the last would win without a word)."""
+    twice = repeated_options(args, front_end="pytest")
+    if twice:
+        raise pytest.UsageError(f"{twice[0]} is given {sum(a.partition('=')[0] == twice[0] for a in args)} times; "
+                                "give it once (its last value would win without a word)")
+    flag = BY_NAME["libtpu_init_args"].pytest
     for i, arg in enumerate(args):
+        if arg == flag:
+            value = args[i + 1] if i + 1 < len(args) else None
+            raise pytest.UsageError(
+                f"{flag} needs its value after '=': {flag}={value or '--xla_...'}" + (
+                    f" (given after a space, pytest reads {value!r} as an option of its own; quote the whole "
+                    f"value when it holds several flags: '{flag}={value} ...')" if value else ""))
         if arg in PATH_OPTIONS and i + 1 < len(args):
             value = args[i + 1]
             raise pytest.UsageError(
@@ -87,6 +99,13 @@ def pytest_plugin_registered(plugin: object) -> None:
             and now != _REGISTERED[0]:
         note_loaded(plugin.__name__, file)
     _REGISTERED[0] = now
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Before pytest's last parse of the command line, which would fail on launch flags after a space
+    # with only "unrecognized arguments".
+    check_invocation(list(early_config.invocation_params.args))
 
 
 def pytest_configure(config: pytest.Config) -> None:

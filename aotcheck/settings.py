@@ -286,6 +286,33 @@ def names_in_messages(flags: Mapping[str, str], from_ini: Collection[str] = ()) 
     return {**flags, **{name: BY_NAME[name].ini for name in from_ini if name in BY_NAME and BY_NAME[name].ini}}
 
 
+MISSING_VALUE = "\0missing"  # An option given with no value (the plugin names the fix before pytest's parse fails).
+
+
+def repeated_options(args: Sequence[str], *, front_end: str) -> list[str]:
+    """The settings' value options given more than once in ``args`` (a command line), in order: the last
+    would win without a word. Options that append (``--module``) may repeat.
+
+    Example:
+        >>> repeated_options(["--aot-topologies=v4-8", "-k", "x", "--aot-topologies", "v5e-16"], front_end="pytest")
+        ['--aot-topologies']
+        >>> repeated_options(["--module", "a.py", "--module=b.py", "--topologies", "v4-8"], front_end="cli")
+        []
+    """
+    flags = {getattr(s, front_end) for s in SETTINGS if getattr(s, front_end) and s.action not in ("append", "store_true")}
+    seen: list[str] = []
+    repeated: list[str] = []
+    for arg in args:
+        if arg == "--":
+            break
+        flag = arg.partition("=")[0]
+        if flag in flags:
+            if flag in seen and flag not in repeated:
+                repeated.append(flag)
+            seen.append(flag)
+    return repeated
+
+
 def add_pytest_options(parser: Any) -> None:
     """The plugin's options (one group) and ini keys, from the table."""
     group = parser.getgroup("aotcheck", "aotcheck: AOT-compile registered configs for TPU topologies and GPU hosts")
@@ -293,6 +320,8 @@ def add_pytest_options(parser: Any) -> None:
         if s.pytest:
             extra: dict[str, Any] = {"action": "store_true", "default": None if s.ini else False} \
                 if s.action == "store_true" else {"metavar": s.metavar} if s.metavar else {}
+            if s.name == "libtpu_init_args":  # Its value starts with "--": after a space, argparse would say only
+                extra.update(nargs="?", const=MISSING_VALUE)  # "expected one argument" (the plugin says why).
             group.addoption(s.pytest, help=s.help, **extra)
     for s in SETTINGS:
         if s.ini:

@@ -98,6 +98,15 @@ USAGE = [
     (["--aot-topologies=v4-8"], "aot_fit = seq_len", "fit=seq_len: no selected case offers a knob named 'seq_len'"),
     ([], "aot_topology = v4-8", "aot_topology is not an aotcheck setting, so nothing reads it; did you mean aot_topologies?"),
     (["--aot-topologies=none"], "AOT_Strict = true", "AOT_Strict is not an aotcheck setting"),
+    # Hardening round 4: given twice, the last won without a word; launch flags after a space were pytest's
+    # "expected one argument".
+    (["--aot-topologies=v4-8", "--aot-topologies", "v5e-16"], "",
+     "--aot-topologies is given 2 times; give it once (its last value would win without a word)"),
+    (["--aot-topologies=v4-8", "--aot-fit=batch", "--aot-fit=seq"], "", "--aot-fit is given 2 times"),
+    (["--aot-topologies=v4-8", "--aot-libtpu-init-args", "--xla_tpu_scoped_vmem_limit_kib=65536"], "",
+     "--aot-libtpu-init-args needs its value after '=': --aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=65536 "
+     "(given after a space, pytest reads '--xla_tpu_scoped_vmem_limit_kib=65536' as an option of its own"),
+    (["--aot-topologies=v4-8", "--aot-libtpu-init-args"], "", "--aot-libtpu-init-args needs its value after '='"),
     (["--aot-topologies=v4-8"], "aot_zzzz = 1", "aot_zzzz is not an aotcheck setting, so nothing reads it; aotcheck reads "),
 ]
 
@@ -468,6 +477,16 @@ def test_cli_argument_errors_are_argparse_usage(capsys, args, words):
     with pytest.raises(SystemExit) as e:
         cli.main(["report", "x.json", *args])
     assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["check", "--topologies", "v4-8", "--topologies=v5e-16"],
+                                  ["check", "--fit", "batch", "--topologies", "v4-8", "--fit", "seq"]])
+def test_cli_option_given_twice_is_a_usage_error(capsys, args):
+    """Hardening round 4: the last value won without a word."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(args)
+    flag = "--topologies" if args[1] == "--topologies" else "--fit"
+    assert e.value.code == 2 and f"error: {flag} is given 2 times; give it once" in capsys.readouterr().err
 
 
 @pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
