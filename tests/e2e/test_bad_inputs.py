@@ -422,7 +422,7 @@ CLI = [
      "write the report again"),
     (["report", "nanfigure.json"], "nanfigure.json: case lm/p@v4-8x1: figure 'flops' is nan; figures are finite and "
      "never negative (in its golden)"),
-    (["report", "nocases.json"], "nocases.json: not an aotcheck report of format 3"),
+    (["report", "nocases.json"], "nocases.json: its 'cases' is str, not a list; write the report again"),  # Was: not format 3 (found 3).
     (["report", "ok.json", "--output", "adir"], "adir: Is a directory"),
 ]
 
