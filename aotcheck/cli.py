@@ -53,6 +53,7 @@ from aotcheck.render.summary import case_line, session_summary, summary_table
 from aotcheck.render.tables import table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import fit_lines, hbm_words
+from aotcheck.units import clip_runs, read_count
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, check_ini_keys, read_settings, repeated_options
 from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
@@ -302,14 +303,14 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def _count(text: str) -> int:
     if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 0")
-    return int(text)
+        raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 0")
+    return read_count(text)
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1")
-    return int(text)
+    if not text.isdigit() or read_count(text) < 1:
+        raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 1")
+    return read_count(text)
 
 
 def ini_values(ini: Ini) -> Callable[[Setting], Any]:
@@ -479,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"aotcheck: interrupted ({interruption.signal})", file=sys.stderr)
         return INTERRUPTED_STATUS[interruption.signal or "SIGINT"]
     except USER_ERRORS as e:
-        print(f"aotcheck: error: {e}", file=sys.stderr)
+        print(f"aotcheck: error: {clip_runs(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # A path the user gave that cannot be written or read.
         print(f"aotcheck: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)

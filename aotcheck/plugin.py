@@ -26,6 +26,7 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.summary import session_summary
 from aotcheck.session import GateSession
+from aotcheck.units import clip_runs
 from aotcheck.settings import (BY_NAME, GateSettings, Setting, SettingsError, add_pytest_options, check_ini_keys,
                                read_settings, repeated_options, split_list)
 
@@ -70,10 +71,10 @@ def check_invocation(args: list[str]) -> None:
     for i, arg in enumerate(args):
         if arg == flag:
             value = args[i + 1] if i + 1 < len(args) else None
-            raise pytest.UsageError(
+            raise pytest.UsageError(clip_runs(
                 f"{flag} needs its value after '=': {flag}={value or '--xla_...'}" + (
                     f" (given after a space, pytest reads {value!r} as an option of its own; quote the whole "
-                    f"value when it holds several flags: '{flag}={value} ...')" if value else ""))
+                    f"value when it holds several flags: '{flag}={value} ...')" if value else "")))
         if arg in PATH_OPTIONS and i + 1 < len(args):
             value = args[i + 1]
             raise pytest.UsageError(
@@ -117,7 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             check_ini_keys(read_ini(config.inipath).values, where=config.inipath)
         except AotcheckError as e:
-            raise pytest.UsageError(str(e)) from None
+            raise pytest.UsageError(clip_runs(str(e))) from None
     if (config.getoption("aot_topologies") or "").strip().lower() == "none":
         config.pluginmanager.register(GateOff(), "aotcheck-off")
         return
@@ -131,14 +132,14 @@ def pytest_configure(config: pytest.Config) -> None:
             return  # No topology asked for: stay out of ordinary test runs.
         session = GateSession(settings)
     except SettingsError as e:
-        raise pytest.UsageError(str(e)) from None
+        raise pytest.UsageError(clip_runs(str(e))) from None
     if _measures_here(config):
         session.start_workers()
     try:
         session.prepare()
     except SettingsError as e:
         session.close()
-        raise pytest.UsageError(str(e)) from None
+        raise pytest.UsageError(clip_runs(str(e))) from None
     session.interruption.install()  # SIGTERM and SIGHUP end the run as Ctrl-C does (summary, report, workers stopped).
     config.pluginmanager.register(AotPlugin(config, session), "aotcheck-session")
 

@@ -56,6 +56,7 @@ from aotcheck.render.summary import header_lines
 from aotcheck.render.text import outcome_message
 from aotcheck.settings import GateSettings, SettingsError, flag_names
 from aotcheck.targets.platform import GPU, TPU, Platform
+from aotcheck.units import clip_runs
 
 
 class Interruption:
@@ -238,8 +239,8 @@ class GateSession:
         new = [n for n in worker_notes if n not in self._noted]
         self._noted.update(new)
         # The message is the one worded field: the report's readers (Markdown, annotations) show it as is.
-        return dataclasses.replace(outcome, notes=[*outcome.notes, *new], message=outcome_message(
-            outcome, golden_file=self.golden_file(case), accept=self.accept_command(case)))
+        return dataclasses.replace(outcome, notes=[*outcome.notes, *new], message=clip_runs(outcome_message(
+            outcome, golden_file=self.golden_file(case), accept=self.accept_command(case))))
 
     def start_workers(self) -> None:
         """Starts the compile workers of the run's TPU topologies now, before the configs are built and
@@ -345,7 +346,7 @@ class GateSession:
             lines.append(f"aotcheck: WARNING: the golden directory {self.store.root} does not exist, so every case "
                          f"will be missing its golden. The rootdir is {s.rootdir}; if your goldens are elsewhere, "
                          f"pass {s.flags['golden_dir']}=PATH{with_equals}, or create them with {s.flags['update']}.")
-        return lines
+        return [clip_runs(line) for line in lines]  # A flag of 100,000 digits is shown by its ends.
 
     def platforms(self) -> list[Platform]:
         """The platforms of this run's targets (TPU's when there are none), the TPU's first."""

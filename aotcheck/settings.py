@@ -33,6 +33,7 @@ from aotcheck.gate.shard import ShardError, parse_shard
 from aotcheck.pipeline.measurement import figure_names
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
+from aotcheck.units import read_count
 
 
 class SettingsError(AotcheckError, ValueError):
@@ -93,11 +94,11 @@ def example(name: str, value: str) -> str:
 def _slice_counts(value: Any, r: Reading) -> list[int]:
     counts = []
     for text in split_list(value):
-        if not text.isdigit() or int(text) < 1:
+        if not text.isdigit() or read_count(text) < 1:
             raise SettingsError(f"{r.said['slices']}: {text!r} is not a slice count; give integers >= 1, "
                                 f"e.g. {example(r.said['slices'], '1,2')}")
         try:
-            counts.append(check_num_slices(int(text)))
+            counts.append(check_num_slices(read_count(text)))
         except TopologyError as e:
             raise SettingsError(f"{r.said['slices']}: {e}") from None
     return counts

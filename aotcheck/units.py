@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 
 
 def fmt_bytes(n: float | int | None) -> str:
@@ -57,3 +58,35 @@ def fmt_share(x: float | None) -> str:
 def fmt_pct(x: float | None) -> str:
     """A signed relative change."""
     return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+# A run of characters no reader takes in at once: a value a user gave (a flag of 100,000 digits) is shown
+# by its ends and its length, so an error or a header stays a line, not 200 KB.
+LONG_RUN = 400
+
+
+def clip_runs(text: str, limit: int = LONG_RUN) -> str:
+    """``text`` with every run of more than ``limit`` non-space characters cut to its ends and its length.
+
+    Example:
+        >>> clip_runs("--xla_a=" + "9" * 1000 + " is not a size")  # Past LONG_RUN (400) characters.
+        '--xla_a=99999999999999999999999999999999999999999999999999999999999999…9999999999 (1,008 characters) is not a size'
+        >>> clip_runs("short words stay")
+        'short words stay'
+    """
+    def cut(match: "re.Match[str]") -> str:
+        run = match.group(0)
+        return f"{run[:70]}…{run[-10:]} ({len(run):,} characters)"
+
+    return re.sub(rf"\S{{{limit + 1},}}", cut, text)
+
+
+def read_count(digits: str) -> int:
+    """A count a user wrote, in decimal digits: past 18 digits no count is meant, and Python refuses to
+    read one of over 4,300 (a ValueError no check expects), so those read as 10**18, which every limit refuses.
+
+    Example:
+        >>> read_count("16"), read_count("9" * 100_000)
+        (16, 1000000000000000000)
+    """
+    return int(digits) if len(digits) <= 18 else 10**18

@@ -33,10 +33,14 @@ from collections.abc import Iterable, Mapping
 
 from aotcheck.errors import AotcheckError
 from aotcheck.pipeline.case import Case
+from aotcheck.units import read_count
 
 
 class ShardError(AotcheckError, ValueError):
     """A shard spec that is not K/N with 1 <= K <= N."""
+
+
+MAX_SHARDS = 10_000  # GitHub Actions runs at most 256 jobs of a matrix; no CI splits one run 10,000 ways.
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -44,9 +48,12 @@ def parse_shard(text: str) -> tuple[int, int]:
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
     if not match:
         raise ShardError(f"{text!r} is not K/N (e.g. 1/4: the first of 4 shards).")
-    k, n = int(match[1]), int(match[2])
+    k, n = read_count(match[1]), read_count(match[2])
     if n < 1 or not 1 <= k <= n:
-        raise ShardError(f"{text!r}: K must be between 1 and N (N >= 1), e.g. 1/{max(n, 1)}.")
+        raise ShardError(f"{text!r}: K must be between 1 and N (N >= 1), e.g. 1/{min(max(n, 1), MAX_SHARDS)}.")
+    if n > MAX_SHARDS:
+        raise ShardError(f"{text!r}: {n:,} shards is more than a CI matrix runs (at most {MAX_SHARDS:,}); give the "
+                         "number of runners, e.g. 1/4.")
     return k, n
 
 
@@ -73,9 +80,11 @@ def assign_shards(cases: Iterable[Case], num_shards: int, *, seconds: Mapping[st
     def cost(case: Case) -> float:
         return seconds[case.id] if seconds is not None else case_weight(case)
 
-    heap = [(0.0, shard) for shard in range(1, num_shards + 1)]
+    ordered = sorted(set(cases), key=lambda c: (-cost(c), c.id))
+    # Shards past the case count get none: no heap entry for them (N may be large).
+    heap = [(0.0, shard) for shard in range(1, min(num_shards, len(ordered)) + 1)]
     out: dict[str, int] = {}
-    for case in sorted(set(cases), key=lambda c: (-cost(c), c.id)):
+    for case in ordered:
         load, shard = heapq.heappop(heap)
         out[case.id] = shard
         heapq.heappush(heap, (load + cost(case), shard))

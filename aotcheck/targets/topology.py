@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aotcheck.errors import ConfigError
-from aotcheck.units import fmt_bytes, fmt_count
+from aotcheck.units import fmt_bytes, fmt_count, read_count
 from aotcheck.targets.gpu import GPUS, Gpu
 from aotcheck.targets.platform import CPU, GPU, HOST_DEVICE, TPU, DeviceSpec, Platform
 from aotcheck.targets.tpu import ALIASES, CHIPS, SHAPES, Chip, wraparound
@@ -206,7 +206,7 @@ def parse_topology(name: str | Topology) -> Topology:
     match = _NAME_RE.match(text)
     if match:
         family = ALIASES.get(match["family"], match["family"])
-        n = int(match["n"])
+        n = read_count(match["n"])
         if family == "cpu" and n >= 1:
             if n > MAX_CPU_DEVICES:
                 raise TopologyError(too_many_cpu_devices(f"cpu-{n}", n))
@@ -291,7 +291,7 @@ def closest_name(text: str) -> str | None:
         text, suffix = sliced["topo"], sliced["slices"]
     match = _NAME_RE.match(text)
     if match:
-        family, n = ALIASES.get(match["family"], match["family"]), max(int(match["n"]), 1)
+        family, n = ALIASES.get(match["family"], match["family"]), max(read_count(match["n"]), 1)
         if family not in (*SHAPES, *GPUS, "cpu"):  # v9-8: the closest family, at the closest size.
             family = next(iter(difflib.get_close_matches(family, [*SHAPES, *GPUS, *ALIASES], n=1, cutoff=0.4)), "")
             family = ALIASES.get(family, family)
@@ -416,7 +416,7 @@ def split_target(text: str) -> tuple[Topology, int | None]:
     """
     match = re.match(r"^(?P<topo>.+?)x(?P<slices>\d+)$", text.strip())
     if match and match["topo"][-1].isdigit():
-        slices = check_num_slices(int(match["slices"]))
+        slices = check_num_slices(read_count(match["slices"]))
         gpus = _NAME_RE.match(match["topo"].lower())
         if gpus and gpus["family"] in GPUS and _gpu_target_text(gpus["family"], int(gpus["n"])):
             # a100-16x2: 2 x a100-16, and a100-16 is already 2 hosts of a100-8: said in the one spelling.

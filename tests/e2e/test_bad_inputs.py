@@ -17,6 +17,8 @@ import pytest
 
 from aotcheck import cli
 from aotcheck.pipeline.measurement import COST_FIGURES
+from aotcheck.gate.shard import ShardError
+from aotcheck.pipeline.case import Case
 from toy import CONFTEST, INI, golden, plant_stale, run
 
 AOTCHECK_SOURCE = str(Path(cli.__file__).resolve().parent)
@@ -127,6 +129,43 @@ def test_usage_errors_name_the_input(usage_project, args, ini, words):
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
     assert words in result.stderr.str(), result.stderr.str()[-2000:]
     no_aotcheck_traceback(result.stderr.str() + result.stdout.str())
+
+
+BIG = "9" * 100_000
+
+
+@pytest.mark.parametrize("args", [["--aot-topologies=v4-8", f"--aot-fit=a{BIG}"],
+                                  ["--aot-topologies=v4-8", f"--aot-configs={BIG}"],
+                                  ["--aot-topologies=v4-8", f"--aot-slices={BIG}"],  # Was an INTERNALERROR.
+                                  [f"--aot-topologies=v4-8x{BIG}"], [f"--aot-topologies=v4-{BIG}"],
+                                  ["--aot-topologies=v4-8", f"--aot-shard=1/{BIG}"]],  # Was killed for memory.
+                         ids=["fit", "configs", "slices", "topology-slices", "topology-size", "shard"])
+def test_a_value_of_100000_digits_is_shown_by_its_ends(usage_project, args):
+    """Hardening round 4 (from round 3): a 100,000-digit value was echoed as a 200 KB line; read as a
+    count, Python refused it (an INTERNALERROR) or a shard count filled the memory."""
+    usage_project.makeini(INI + "\n")
+    result = run(usage_project, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = (result.stderr.str() + result.stdout.str()).splitlines()
+    assert max(map(len, lines)) < 1000 and any("characters)" in line or "is more than" in line for line in lines), \
+        [line[:200] for line in lines]
+
+
+def test_a_shard_count_past_any_ci_is_refused_and_a_large_one_costs_nothing():
+    from aotcheck.gate.shard import assign_shards, parse_shard
+
+    with pytest.raises(ShardError, match=r"'1/1000000000': 1,000,000,000 shards is more than a CI matrix runs"):
+        parse_shard("1/1000000000")
+    cases = [Case.of("lm", p, "v4-8") for p in ("a", "b")]
+    assert sorted(assign_shards(cases, 10_000).values()) == [1, 2]  # No heap of 10,000 entries.
+
+
+def test_launch_flags_of_100000_digits_are_shown_by_their_ends(usage_project):
+    usage_project.makeini(INI + "\n")
+    result = run(usage_project, "--aot-topologies=v4-8", "--co", f"--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib={BIG}")
+    lines = result.stdout.str().splitlines()
+    assert max(map(len, lines)) < 1000 and any(line.startswith("aotcheck: your launch flags: --xla_tpu_scoped_vmem_limit_"
+                                                                "kib=999") for line in lines), lines[:5]
 
 
 def test_turning_the_gate_off_is_explicit_and_said(usage_project):
