@@ -217,7 +217,7 @@ def parse_topology(name: str | Topology) -> Topology:
             return _parse_gpu(str(name), family, n)
         if family in SHAPES:
             sizes = sorted(SHAPES[family])
-            nearest = sorted(sizes, key=lambda s: (abs(math.log(s / max(n, 1))), s))[:3]
+            nearest = sorted(sizes, key=lambda s: (abs(math.log(s) - math.log(max(n, 1))), s))[:3]
             raise TopologyError(
                 f"Unknown topology {name!r}. Closest valid names: "
                 f"{', '.join(f'{family}-{s}' for s in sorted(nearest))}. "
