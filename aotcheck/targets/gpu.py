@@ -102,11 +102,40 @@ def plugin_version() -> str | None:
 
 
 def _library() -> str:
-    spec = importlib.util.find_spec("jax_plugins.xla_cuda12")
+    try:
+        spec = importlib.util.find_spec("jax_plugins.xla_cuda12")
+    except ImportError:  # A module named jax_plugins that is not a package.
+        spec = None
     path = os.path.join(os.path.dirname(spec.origin), "xla_cuda_plugin.so") if spec and spec.origin else None
-    if plugin_version() is None or path is None or not os.path.isfile(path):
+    if plugin_version() is None:
         raise GpuPluginError(missing_plugin())
+    if path is None or not os.path.isfile(path):
+        raise GpuPluginError(shadowed_plugin() or missing_plugin())
     return path
+
+
+def shadowed_plugin() -> str | None:
+    """When the CUDA plugin is installed but ``import jax_plugins`` finds something else first (a directory
+    or module of the project's own named ``jax_plugins``, earlier on ``sys.path``): what shadows it and the
+    fix. None when nothing does (the install itself is broken: reinstalling fixes it)."""
+    installed = next((f.locate() for f in importlib.metadata.files(_runtime.CUDA_COMPILER) or []
+                      if f.as_posix() == "jax_plugins/xla_cuda12/__init__.py"), None)
+    if installed is None:
+        return None
+    try:
+        found = importlib.util.find_spec("jax_plugins")
+    except (ImportError, ValueError):
+        found = None
+    where = ([*found.submodule_search_locations] if found and found.submodule_search_locations
+             else [found.origin] if found and found.origin else [])
+    home = os.path.dirname(os.path.dirname(os.path.dirname(str(installed))))  # .../site-packages
+    package = os.path.join(home, "jax_plugins")
+    if not where or any(os.path.exists(w) and os.path.exists(package) and os.path.samefile(w, package) for w in where):
+        return None
+    return (f"{_runtime.CUDA_COMPILER} {plugin_version()} is installed (its compiler in {home}/jax_plugins), but "
+            f"`import jax_plugins` finds {', '.join(map(str, where))} first: a directory or module of that name "
+            "earlier on sys.path shadows the plugin's package. Rename it, or take its parent off sys.path "
+            "(PYTHONPATH, the project root pytest puts first); nothing needs installing.")
 
 
 def missing_plugin() -> str:

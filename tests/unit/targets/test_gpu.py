@@ -191,3 +191,20 @@ def test_the_committed_two_host_goldens_pass_uncached(tmp_path):
     cases = json.loads(report.read_text())["cases"]
     assert {c["case"]: c["verdict"] for c in cases} == {f"lm-tiny/{p}@h100-8x2": "pass"
                                                        for p in ("train_step", "prefill", "sample_decode")}
+
+
+def test_a_project_package_named_jax_plugins_is_named_as_what_shadows_the_installed_plugin(tmp_path, monkeypatch):
+    """Hardening round 4 (from round 3): a shadowed jax_plugins was told to install the plugin the header
+    shows installed."""
+    import sys
+
+    (tmp_path / "jax_plugins").mkdir()
+    (tmp_path / "jax_plugins" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "jax_plugins" or m.startswith("jax_plugins.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(gpu.GpuPluginError) as e:
+        gpu._library()
+    assert str(e.value).startswith(f"jax-cuda12-pjrt {gpu.plugin_version()} is installed")
+    assert f"`import jax_plugins` finds {tmp_path / 'jax_plugins'} first" in str(e.value)
+    assert "pip install" not in str(e.value)
