@@ -100,8 +100,12 @@ class FamilyWorker:
         env.pop("LIBTPU_INIT_ARGS", None)
         env.update(topology.platform.environment)  # No runtime: JAX_PLATFORMS=cpu (targets/platform.py).
         warm = None if topology.platform.host_devices else family  # What to warm up while the parent collects.
+        # Linux ends a child when the *thread* that started it ends: only a worker started by the main thread
+        # may ask for the parent-death signal (a session run from a pool's thread keeps the watchdog alone).
+        main = threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from aotcheck.gate.worker import serve; serve({write_fd}, {warm!r})"],
+            [sys.executable, "-c",
+             f"from aotcheck.gate.worker import serve; serve({write_fd}, {warm!r}, parent_death={main!r})"],
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(write_fd,),
@@ -110,7 +114,7 @@ class FamilyWorker:
             env=env,
             # Its own session: a signal to the terminal's or CI's process group (Ctrl-C, a cancel's
             # SIGTERM) reaches the session process alone, which ends its workers; a worker whose
-            # parent is gone ends itself (serve's watchdog).
+            # parent is gone ends itself (the kernel's parent-death signal; serve's watchdog).
             start_new_session=True,
         )
         os.close(write_fd)

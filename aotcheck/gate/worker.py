@@ -10,10 +10,12 @@ registry where the parent found it) and refuses a config whose builds differ.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -94,10 +96,29 @@ def _registry(where: Sequence[str] | None) -> Registry:
     return found
 
 
-def serve(reply_fd: int, warm: str | None = None) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Asks Linux to SIGKILL this process the moment its parent ends (``PR_SET_PDEATHSIG``). The watchdog
+    thread alone took 1.6 to 8 s: it needs the GIL, which a compile or a trace can hold for seconds. Dump
+    directories of a worker so ended are removed by the next run (``_runtime.remove_dumps``)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # No prctl to be had: the watchdog does it.
+        return
+    if os.getppid() != parent:  # The parent ended before the signal was set.
+        os._exit(1)
+
+
+def serve(reply_fd: int, warm: str | None = None, *, parent_death: bool = False) -> None:
     """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``; ``warm``: the
-    chip family whose compiler to warm up first."""
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="aotcheck-parent-watch", daemon=True).start()
+    chip family whose compiler to warm up first; ``parent_death``: end with the parent (the kernel's
+    signal, when the parent's main thread started this process)."""
+    parent = os.getppid()
+    if parent_death:
+        _die_with_parent(parent)
+    threading.Thread(target=_watch_parent, args=(parent,), name="aotcheck-parent-watch", daemon=True).start()
     os.set_inheritable(reply_fd, False)  # A process the compile starts must not hold the reply pipe open.
     replies = os.fdopen(reply_fd, "w")
     os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.
