@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from aotcheck.figures.attribution import PEAK_FIGURES, PeakBuffer
+from aotcheck.figures.attribution import LATER_PEAK_FIGURES, PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fallbacks import Fallback
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import CollectiveOp, HloAnalysis, KernelRun, Uncounted, analyze_hlo
@@ -188,7 +188,8 @@ def figures_problem(figures: object) -> str | None:
         if problem:
             return problem
     split = [name for name in PEAK_FIGURES if name in figures]
-    if split and (len(split) < len(PEAK_FIGURES) or sum(figures[n] for n in split) != figures["peak_bytes"]):
+    whole = [name for name in PEAK_FIGURES if name not in LATER_PEAK_FIGURES]  # A split written before them.
+    if split and (not set(whole) <= set(split) or sum(figures[n] for n in split) != figures["peak_bytes"]):
         # Attribution splits the peak exactly: classes that do not add up were not written by it.
         return f"the peak's classes ({', '.join(split)}) do not add up to peak_bytes ({figures['peak_bytes']})"
     return None

@@ -69,7 +69,9 @@ from aotcheck._files import atomic_write_text, probe_writable
 #     static buffer (megablox's declared gmm, ragged paged attention).
 # 17: large TPU slices compiled as tori (wraparound where Cloud TPU closes the axis: v4/v5p/7x slices
 #     of whole 4x4x4 cubes, v5e/v6e's 16-chip rows), as MaxText's and xpk's tables build them.
-FIGURES_VERSION = 17
+# 18: the peak's split has a class of its own for a server's KV pool (peak_kv_cache_bytes; it was counted
+#     as batch), arguments of kind kv_cache.
+FIGURES_VERSION = 18
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
 

@@ -36,7 +36,7 @@ BatchSpec = Mapping[str, jax.ShapeDtypeStruct]
 PLATFORMS = tuple(platforms.PLATFORMS)
 """The platforms a config may name (:attr:`_Common.platforms`)."""
 
-ARGUMENT_KINDS = ("params", "opt_state", "batch", "other")
+ARGUMENT_KINDS = ("params", "opt_state", "batch", "kv_cache", "other")
 """What an argument of a program holds (:attr:`FunctionConfig.arg_kinds`, ``Argument.kind``)."""
 
 
@@ -350,7 +350,8 @@ class FunctionConfig(_Searchable):
             prefix of it whose leaves are kinds (``{"params": "params", "opt_state":
             "opt_state", "rng": "other"}``, as jit's ``in_shardings`` are). The peak's split
             counts ``params`` and ``opt_state`` as ``peak_params_bytes`` and
-            ``peak_opt_state_bytes``, ``batch`` and ``other`` as ``peak_batch_bytes``
+            ``peak_opt_state_bytes``, ``kv_cache`` (a server's KV pool) as ``peak_kv_cache_bytes``,
+            ``batch`` and ``other`` as ``peak_batch_bytes``
             (``peak_other_bytes`` is XLA's padding and fragmentation, never an input's); only
             ``batch`` inputs are checked by the sharding lint (a leading dimension split over
             devices is a batch's). None (the default): inferred per argument: an optax

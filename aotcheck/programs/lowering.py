@@ -56,9 +56,10 @@ class Argument:
     """One entry parameter of a lowered program: its pytree path and what it holds.
 
     ``kind`` is one of ``ARGUMENT_KINDS``: ``"params"``, ``"opt_state"`` (a train state's
-    optimizer state and step), ``"batch"`` (every other input: the batch, a KV cache, a
-    function's arguments unless its ``arg_kinds`` say otherwise) or ``"other"`` (a function's
-    input declared neither: counted with the batch at the peak, never linted as one).
+    optimizer state and step), ``"batch"`` (every other input: the batch, a function's arguments
+    unless its ``arg_kinds`` say otherwise), ``"kv_cache"`` (a server's KV pool, declared so: its
+    own class at the peak) or ``"other"`` (a function's input declared none of these: counted
+    with the batch at the peak, never linted as one).
     """
 
     path: str

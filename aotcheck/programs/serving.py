@@ -258,7 +258,7 @@ class ServingConfig(_Bounded):
         """The FunctionConfig of program ``name`` at ``point`` with a pool of ``pages``."""
         program = self.bucketed[name]
         common = {f.name: getattr(self, f.name) for f in dataclasses.fields(_Common)}
-        kinds = ("params", "other", "batch") if program.uses_kv else ("params", "batch")
+        kinds = ("params", "kv_cache", "batch") if program.uses_kv else ("params", "batch")
         knobs = {KV_KNOB: Knob(pages, lambda n: self.bucket(name, point, pages=n, search=search))} \
             if program.uses_kv else {}
         return FunctionConfig(

@@ -18,7 +18,7 @@ With the peak split by class, each bar is stacked by class (a letter each):
     >>> o = measured(Case.of("lm", "train_step", "v5e-16"), {"peak_bytes": 4 * 2**30, **split})
     >>> print(text_bars([o], width=16))
     lm/train_step@v5e-16x1  POOT░░░░░░░░░░░░    25.0%  4.00 GiB
-    P params  O opt_state  B batch  U outputs  T temp  x other  ░ free
+    P params  O opt_state  B batch  K kv_cache  U outputs  T temp  x other  ░ free
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
+from aotcheck.figures.attribution import CLASSES, Attribution
 from aotcheck.gate.outcome import Outcome
 from aotcheck.render.tables import hbm_fraction
 from aotcheck.units import fmt_bytes, fmt_share
 
 
-GLYPHS = {"params": "P", "opt_state": "O", "batch": "B", "outputs": "U", "temp": "T", "other": "x"}
-COLORS = {"params": "#2f81f7", "opt_state": "#8250df", "batch": "#1a7f37", "outputs": "#bf8700",
+GLYPHS = {"params": "P", "opt_state": "O", "batch": "B", "kv_cache": "K", "outputs": "U", "temp": "T", "other": "x"}
+COLORS = {"params": "#2f81f7", "opt_state": "#8250df", "batch": "#1a7f37", "kv_cache": "#0a7ea4", "outputs": "#bf8700",
           "temp": "#e36209", "other": "#8c959f"}
 
 
@@ -45,9 +45,8 @@ def _bars(outcomes: Sequence[Outcome]) -> list[tuple[str, float, int, dict[str, 
         if frac is not None:
             figures = o.figures or {}
             peak = int(figures.get("peak_bytes", 0))
-            split = {}
-            if peak and all(PEAK_FIGURE[k] in figures for k in CLASSES):
-                split = {k: frac * figures[PEAK_FIGURE[k]] / peak for k in CLASSES}
+            found = Attribution.from_parts(figures, []) if peak else None  # A class added later reads as 0.
+            split = {k: frac * found.classes[k] / peak for k in CLASSES} if found is not None else {}
             rows.append((o.case.id, frac, peak, split))
     return rows
 

@@ -10,6 +10,7 @@ Example:
     params       1.00 GiB      25.0%
     opt_state    2.00 GiB      50.0%
     batch        0 B           0%
+    kv_cache     0 B           0%
     outputs      0 B           0%
     temp         1.00 GiB      25.0%
     other        0 B           0%
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
+from aotcheck.figures.attribution import CLASSES, Attribution
 from aotcheck.figures.loops import analyze_hlo, iter_loops
 from aotcheck.figures.program import Details, Figures, comm_bytes, roofline
 from aotcheck.pipeline.measurement import Measurement
@@ -61,10 +62,10 @@ def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
 def peak_table(figures: Figures) -> str | None:
     """The peak split by class (``peak_*_bytes``), with each class's share; None without the split."""
     peak = figures.get("peak_bytes")
-    if not peak or any(PEAK_FIGURE[kind] not in figures for kind in CLASSES):
+    found = Attribution.from_parts(figures, []) if peak else None  # A class added later reads as 0.
+    if not peak or found is None:
         return None
-    rows = [[kind, fmt_bytes(figures[PEAK_FIGURE[kind]]), fmt_share(figures[PEAK_FIGURE[kind]] / peak)]
-            for kind in CLASSES]
+    rows = [[kind, fmt_bytes(found.classes[kind]), fmt_share(found.classes[kind] / peak)] for kind in CLASSES]
     return table(["at the peak", "bytes/device", "share"], rows + [["peak", fmt_bytes(peak), "100%"]])
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE, Attribution
 from aotcheck.figures.table import FIGURES, Figure, Unit, Worse
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
@@ -62,10 +62,11 @@ def _peak_block(outcome: Outcome) -> list[str]:
     """The peak by class (against the golden when there is one) and the largest buffers, as Markdown."""
     figures, golden = outcome.figures or {}, outcome.golden_figures or {}
     lines = []
-    if all(PEAK_FIGURE[k] in figures for k in CLASSES):
+    found = Attribution.from_parts(figures, [])  # A class added later reads as 0.
+    if found is not None:
         rows = []
         for kind in CLASSES:
-            now, before = figures[PEAK_FIGURE[kind]], golden.get(PEAK_FIGURE[kind])
+            now, before = found.classes[kind], golden.get(PEAK_FIGURE[kind])
             rows.append([kind, fmt_bytes(now), fmt_bytes(before) if before is not None else "-",
                          fmt_pct(now / before - 1) if before else "-"])
         lines += [markdown_table(["class", "now", "golden", "change"], rows), ""]

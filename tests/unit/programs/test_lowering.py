@@ -184,7 +184,7 @@ def test_the_kinds_reach_the_arguments_of_a_lowered_program():
 
 @pytest.mark.parametrize("kinds, message", [
     (("params", "optimizer", "batch"), r"FunctionConfig\.arg_kinds\[1\]: 'optimizer' is not an argument kind; "
-                                       r"use one of params, opt_state, batch, other"),
+                                       r"use one of params, opt_state, batch, kv_cache, other"),
     (("param", "opt_state", "batch"), r"arg_kinds\[0\]: 'param' is not an argument kind.*did you mean 'params'\?"),
     (({"params": "params", "opt_state": 3}, "batch"), r"arg_kinds\[0\]: 3 is not an argument kind"),
     ("params", r"FunctionConfig\.arg_kinds is 'params'; give a sequence of one kind per positional argument"),

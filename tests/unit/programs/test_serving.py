@@ -145,7 +145,7 @@ def test_a_server_expands_to_a_config_per_bucket_its_largest_step_searching_the_
     searched = {c.program: (c.fit, c.fit_upper) for c in configs if c.fit}
     assert searched == {"step[tokens=64]": ("pages", 2**23)}
     step64 = configs[2]
-    assert step64.knobs["pages"].size == 256 and step64.arg_kinds == ("params", "other", "batch")
+    assert step64.knobs["pages"].size == 256 and step64.arg_kinds == ("params", "kv_cache", "batch")
     assert step64.knobs["pages"].rebuild(1024).knobs["pages"].size == 1024
     assert not configs[-1].knobs and configs[-1].arg_kinds == ("params", "batch")  # Sampling holds no pool.
 
