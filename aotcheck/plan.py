@@ -41,7 +41,7 @@ from aotcheck.pipeline.measure import fit_knob, unsupported_reason
 from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.programs.knobs import knobs_offered
 from aotcheck.programs.registry import Registry, RegistryError
-from aotcheck.settings import GateSettings, SettingsError
+from aotcheck.settings import GateSettings, SettingsError, example
 
 
 class Planned(NamedTuple):
@@ -191,7 +191,7 @@ def check_fit_knob(settings: GateSettings, plan: Plan, registry: Registry) -> No
             offered.update(knobs_offered(config))
     near = difflib.get_close_matches(settings.fit, sorted(offered), n=1)
     raise SettingsError(
-        f"{settings.flags['fit']}={settings.fit}: no selected case offers a knob named {settings.fit!r}, so the fit "
+        f"{example(settings.said.get('fit', settings.flags['fit']), settings.fit)}: no selected case offers a knob named {settings.fit!r}, so the fit "
         f"search would run on nothing; " + (f"did you mean {near[0]}? " if near else "")
         + (f"the registered configs offer: {', '.join(sorted(offered))}" if offered else
            "no registered config offers a knob (a trainer's is batch; FunctionConfig(knobs=...) names others)"))

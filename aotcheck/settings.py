@@ -420,6 +420,8 @@ class GateSettings:
     # The environment's LIBTPU_INIT_ARGS, and whether it is this run's launch flags (no setting gave any).
     environment_flags: str | None = None
     environment_flags_used: bool = False
+    # How a message names each setting: its flag, or its ini key where the ini gave the value.
+    said: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def parse(cls, *, rootdir: str | os.PathLike[str], front_end: str = "pytest", from_ini: Collection[str] = (),
@@ -461,7 +463,7 @@ class GateSettings:
         fields.pop("", None)
         return cls(rootdir=reading.rootdir, front_end=front_end, golden_dir_option=golden_dir_option,
                    libtpu_init_args_option=libtpu_init_args_option, environment_flags=environment_flags,
-                   environment_flags_used=used, **fields)
+                   environment_flags_used=used, said=dict(reading.said), **fields)
 
     @property
     def flags(self) -> dict[str, str]:

@@ -97,7 +97,7 @@ USAGE = [
     (["--aot-topologies=v4-8", "--aot-fit=btach"], "",
      "--aot-fit=btach: no selected case offers a knob named 'btach', so the fit search would run on nothing; no "
      "registered config offers a knob"),
-    (["--aot-topologies=v4-8"], "aot_fit = seq_len", "fit=seq_len: no selected case offers a knob named 'seq_len'"),
+    (["--aot-topologies=v4-8"], "aot_fit = seq_len", "aot_fit = seq_len: no selected case offers a knob named 'seq_len'"),  # Was named --aot-fit.
     ([], "aot_topology = v4-8", "aot_topology is not an aotcheck setting, so nothing reads it; did you mean aot_topologies?"),
     (["--aot-topologies=none"], "AOT_Strict = true", "AOT_Strict is not an aotcheck setting"),
     # Hardening round 4: given twice, the last won without a word; launch flags after a space were pytest's
