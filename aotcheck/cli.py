@@ -271,7 +271,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "markdown":
         text = markdown(merged)
     else:
-        served = serving_lines(merged.report)  # A server's bill is judged over the merged shards.
+        # A server's bill is judged over the merged shards; its accept command repeats the run's options.
+        served = serving_lines(merged.report, accept_args=merged.report.accept_args)
         text = "\n".join([summary_table(merged.report.outcomes), *([""] + served if served else [])]
                          + [f"report problem: {p}" for p in merged.problems]) + "\n"
     if args.output:
@@ -302,13 +303,13 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdecimal()):
         raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 0")
     return read_count(text)
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or read_count(text) < 1:
+    if not (text.isascii() and text.isdecimal()) or read_count(text) < 1:
         raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 1")
     return read_count(text)
 

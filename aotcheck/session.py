@@ -303,7 +303,7 @@ class GateSession:
                  else startup_bills(outcomes, self.settings.tolerances, partial=partial))
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
-                        notes=self.notes(), toolchain=self.toolchain(), bills=bills)
+                        notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args())
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)

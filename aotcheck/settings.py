@@ -94,7 +94,7 @@ def example(name: str, value: str) -> str:
 def _slice_counts(value: Any, r: Reading) -> list[int]:
     counts = []
     for text in split_list(value):
-        if not text.isdigit() or read_count(text) < 1:
+        if not text.isdecimal() or not text.isascii() or read_count(text) < 1:
             raise SettingsError(f"{r.said['slices']}: {text!r} is not a slice count; give integers >= 1, "
                                 f"e.g. {example(r.said['slices'], '1,2')}")
         try:
@@ -145,6 +145,9 @@ def _shard(value: Any, r: Reading) -> tuple[int, int] | None:
 
 
 def _launch_flags(value: Any, r: Reading) -> dict[str, str]:
+    if value == MISSING_VALUE:  # Bare, from addopts or PYTEST_ADDOPTS (the command line's is caught earlier).
+        raise SettingsError(f"{r.said['libtpu_init_args']} needs its value after '=': "
+                            f"{r.said['libtpu_init_args']}=--xla_...")
     text = value if isinstance(value, str) else " ".join(value or ())
     try:
         return parse_libtpu_init_args(text, what=r.said["libtpu_init_args"])
@@ -430,28 +433,21 @@ class GateSettings:
         """Parses option values as users write them (keywords: the rows' names; a row not given takes its
         default); SettingsError names the bad one: by its flag, or by its ini key when the ini gave it
         (``from_ini``, from :func:`read_settings`). ``environment_flags``: the environment's
-        ``LIBTPU_INIT_ARGS``, this run's launch flags when no setting gives any (an accept command then
-        repeats them as the option).
+        ``LIBTPU_INIT_ARGS``, this run's launch flags when it compiles something and no setting gives any
+        (an accept command then repeats them as the option); a run with no targets leaves it alone.
 
         Example:
-            >>> s = GateSettings.parse(rootdir="/p", environment_flags="--xla_tpu_scoped_vmem_limit_kib=65536")
+            >>> s = GateSettings.parse(rootdir="/p", topologies="v4-8", environment_flags="--xla_tpu_scoped_vmem_limit_kib=65536")
             >>> s.compiler_options, s.environment_flags_used, s.libtpu_init_args_option
             ({'xla_tpu_scoped_vmem_limit_kib': '65536'}, True, '--xla_tpu_scoped_vmem_limit_kib=65536')
-            >>> GateSettings.parse(rootdir="/p", environment_flags="junk")  # doctest: +ELLIPSIS
+            >>> GateSettings.parse(rootdir="/p", topologies="v4-8", environment_flags="junk")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
             aotcheck.settings.SettingsError: LIBTPU_INIT_ARGS (in the environment): 'junk' is not a flag; ...
+            >>> GateSettings.parse(rootdir="/p", environment_flags="junk").environment_flags_used  # The gate is off.
+            False
         """
         environment_flags = environment_flags if environment_flags and environment_flags.strip() else None
-        used = environment_flags is not None and not values.get("libtpu_init_args")
-        if used:
-            try:
-                parse_libtpu_init_args(environment_flags, what=f"{ENVIRONMENT_FLAGS} (in the environment)")
-            except OptionsError as e:
-                raise SettingsError(f"{e} (or unset {ENVIRONMENT_FLAGS}: aotcheck takes it as your job's launch "
-                                    "flags)") from None
-            values = {**values, "libtpu_init_args": environment_flags}
-            libtpu_init_args_option = environment_flags
         unknown = sorted(set(values) - set(BY_NAME))
         if unknown:
             raise TypeError(f"GateSettings.parse() got unknown settings {unknown}; the settings are {', '.join(BY_NAME)}")
@@ -461,6 +457,18 @@ class GateSettings:
         reading = Reading(Path(rootdir), names_in_messages(flag_names(front_end), from_ini), given)
         fields = {s.field if s.field is not None else s.name: s.parsed(given[s.name], reading) for s in PARSE_ORDER}
         fields.pop("", None)
+        # The environment's launch flags, where this run compiles and no setting gave any (a run with the gate
+        # off, in a shell whose LIBTPU_INIT_ARGS aotcheck cannot read, is none of aotcheck's business).
+        used = environment_flags is not None and not given.get("libtpu_init_args") and bool(fields["targets"])
+        if used:
+            assert environment_flags is not None
+            try:
+                fields["compiler_options"] = parse_libtpu_init_args(
+                    environment_flags, what=f"{ENVIRONMENT_FLAGS} (in the environment)")
+            except OptionsError as e:
+                raise SettingsError(f"{e} (or unset {ENVIRONMENT_FLAGS}: aotcheck takes it as your job's launch "
+                                    "flags)") from None
+            libtpu_init_args_option = environment_flags
         return cls(rootdir=reading.rootdir, front_end=front_end, golden_dir_option=golden_dir_option,
                    libtpu_init_args_option=libtpu_init_args_option, environment_flags=environment_flags,
                    environment_flags_used=used, said=dict(reading.said), **fields)

@@ -36,7 +36,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
-from aotcheck.gate.golden import GoldenStore
+from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
@@ -132,7 +132,11 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
     for bill in bills:
         group = [o for o in outcomes if served(o) and o.verdict is Verdict.ACCEPTED
                  and (o.case.config, o.case.target.name) == (bill.config, bill.target)]
-        goldens = [store.read(o.case) for o in group]
+        try:
+            goldens = [store.read(o.case) for o in group]
+        except GoldenError:  # One was removed or spoiled since the update wrote it: this bill is not accepted.
+            out.append(bill)
+            continue
         now = [(o.figures or {}).get(FIGURE) for o in group]
         kept = [(g.figures.get(FIGURE) if g is not None else None) for g in goldens]
         if ((bill.config, bill.target) in partial or not group or len(group) != bill.buckets
@@ -143,9 +147,14 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
         if row.change is Change.OK:
             out.append(bill)
             continue
-        for o, golden, seconds in zip(group, goldens, now):
-            store.write(o.case, {**golden.figures, FIGURE: seconds}, toolchain=golden.toolchain,
-                        compiler_options=golden.compiler_options, details=golden.details)
+        try:
+            for o, golden, seconds in zip(group, goldens, now):
+                assert golden is not None
+                store.write(o.case, {**golden.figures, FIGURE: seconds}, toolchain=golden.toolchain,
+                            compiler_options=golden.compiler_options, details=golden.details)
+        except OSError:  # The cases' own writes succeeded a moment ago; a bill not accepted fails the next check.
+            out.append(bill)
+            continue
         out.append(dataclasses.replace(bill, row=row, tolerance=tolerance, accepted=True))
     return out
 

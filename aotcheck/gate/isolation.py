@@ -105,7 +105,8 @@ class FamilyWorker:
         main = threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(
             [sys.executable, "-c",
-             f"from aotcheck.gate.worker import serve; serve({write_fd}, {warm!r}, parent_death={main!r})"],
+             f"from aotcheck.gate.worker import serve; serve({write_fd}, {warm!r}, parent={os.getpid()}, "
+             f"parent_death={main!r})"],
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(write_fd,),

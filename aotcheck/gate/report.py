@@ -56,6 +56,8 @@ class Report:
             session's; libtpu's when not given).
         notes: What the session had to say once (an unwritable cache, ...).
         bills: Each server's start-up bill per target (:mod:`aotcheck.gate.bill`).
+        accept_args: The run's options an accept command must repeat (launch flags, presets off, ...),
+            so that one printed from the report (a bill's) accepts the figures judged.
     """
 
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
@@ -67,6 +69,7 @@ class Report:
     toolchain: dict[str, str | None] = dataclasses.field(default_factory=_runtime.toolchain)
     notes: list[str] = dataclasses.field(default_factory=list)
     bills: list[Bill] = dataclasses.field(default_factory=list)
+    accept_args: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.outcomes = sort_outcomes(list(self.outcomes))
@@ -92,6 +95,7 @@ class Report:
             "broken_configs": dict(self.broken),
             "notes": list(self.notes),
             "startup_bills": [b.to_json() for b in self.bills],
+            "accept_args": list(self.accept_args),
         }
 
     @classmethod
@@ -112,6 +116,7 @@ class Report:
             toolchain=dict(doc.get("toolchain") or {}),
             notes=list(doc.get("notes") or []),
             bills=[Bill.from_json(b) for b in doc.get("startup_bills") or []],
+            accept_args=[str(a) for a in doc.get("accept_args") or []],
         )
 
 
@@ -199,6 +204,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     removed: set[str] = set()
     broken: dict[str, str] = {}
     golden_dir = "golden"
+    accept_args: list[str] = []
     notes: list[str] = []
     toolchain: dict[str, str | None] | None = None
     problems: list[str] = []
@@ -224,12 +230,13 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         removed.update(report.removed)
         broken.update(report.broken)
         golden_dir = report.golden_dir
+        accept_args = accept_args or report.accept_args  # Shards of one run share its options.
         notes += [n for n in report.notes if n not in notes]
         if report.toolchain and toolchain and report.toolchain != toolchain:
             toolchains.setdefault(path, report.toolchain)
         elif report.toolchain and not toolchain:
             toolchain, toolchains_first = report.toolchain, path
-        judged += [b for b in report.bills if b.tolerance is not None]
+        judged += [b for b in report.bills if b.tolerance is not None and not b.accepted]
         if report.shard:
             seen_shards.add(report.shard[0])
             of_shards.setdefault(report.shard[1], path)
@@ -260,5 +267,6 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].tolerance)] if judged else (),
                           judge=bool(judged))
     merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
-                    broken=broken, notes=notes, bills=bills, **({"toolchain": toolchain} if toolchain else {}))
+                    broken=broken, notes=notes, bills=bills, accept_args=accept_args,
+                    **({"toolchain": toolchain} if toolchain else {}))
     return Merged(merged, problems)

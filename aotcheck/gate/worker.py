@@ -111,11 +111,14 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def serve(reply_fd: int, warm: str | None = None, *, parent_death: bool = False) -> None:
+def serve(reply_fd: int, warm: str | None = None, *, parent: int | None = None, parent_death: bool = False) -> None:
     """The child's loop: one request per line on stdin, one reply per line on ``reply_fd``; ``warm``: the
-    chip family whose compiler to warm up first; ``parent_death``: end with the parent (the kernel's
-    signal, when the parent's main thread started this process)."""
-    parent = os.getppid()
+    chip family whose compiler to warm up first; ``parent``: the session's pid, as it gave it (read here,
+    after seconds of imports, it may already be init's); ``parent_death``: end with the parent (the
+    kernel's signal, when the parent's main thread started this process)."""
+    parent = os.getppid() if parent is None else parent
+    if os.getppid() != parent:  # The session ended while this process was starting.
+        os._exit(1)
     if parent_death:
         _die_with_parent(parent)
     threading.Thread(target=_watch_parent, args=(parent,), name="aotcheck-parent-watch", daemon=True).start()

@@ -180,7 +180,7 @@ class Bucketed:
         except Exception as e:  # The user's predicate: its error named with the point it was asked about.
             raise BucketError(f"Bucketed.when raised {type(e).__name__}: {e} at the point {point}; when is given "
                               f"each point as a dict of axis -> size (axes: {', '.join(self.axes)}), e.g. "
-                              f"when=lambda p: p[{next(iter(self.axes))!r}] >= 16.") from e
+                              f"when=lambda p: p[{next(iter(self.axes), 'tokens')!r}] >= 16.") from e
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -161,7 +161,7 @@ def options_note(changed: Sequence[tuple[str, str | None, str | None]]) -> str:
         Note: the golden was compiled with other compiler options than this run's (1 differs: xla_tpu_enable_latency_hiding_scheduler not sent there, true here); figures may differ for that reason alone. Options sent here and not there are aotcheck's presets or launch flags the golden's run did not have (aot_default_options = none, or other aot_libtpu_init_args): judge with the settings the goldens were made with, or accept these figures.
     """
     def value(v: str | None, where: str) -> str:
-        return f"not sent {where}" if v is None else f"{v[:40]} {where}"
+        return f"not sent {where}" if v is None else f"{str(v)[:40]} {where}"
 
     shown = "; ".join(f"{k} {value(a, 'there')}, {value(b, 'here')}" for k, a, b in changed[:6])
     more = f"; and {len(changed) - 6} more" if len(changed) > 6 else ""

@@ -418,9 +418,9 @@ def split_target(text: str) -> tuple[Topology, int | None]:
     if match and match["topo"][-1].isdigit():
         slices = check_num_slices(read_count(match["slices"]))
         gpus = _NAME_RE.match(match["topo"].lower())
-        if gpus and gpus["family"] in GPUS and _gpu_target_text(gpus["family"], int(gpus["n"])):
+        if gpus and gpus["family"] in GPUS and _gpu_target_text(gpus["family"], read_count(gpus["n"])):
             # a100-16x2: 2 x a100-16, and a100-16 is already 2 hosts of a100-8: said in the one spelling.
-            family, n = gpus["family"], int(gpus["n"])
+            family, n = gpus["family"], read_count(gpus["n"])
             domain = max(GPUS[family].domain_sizes)
             unit = "hosts" if domain == GPUS[family].gpus_per_host else "domains"
             raise TopologyError(
@@ -429,7 +429,7 @@ def split_target(text: str) -> tuple[Topology, int | None]:
                 f"x {family}-{domain}; {_spell_target(family, domain, n // domain * slices)}")
         return parse_topology(match["topo"]), slices
     gpus = _NAME_RE.match(text.strip().lower())
-    target = _gpu_target_text(gpus["family"], int(gpus["n"])) if gpus and gpus["family"] in GPUS else None
+    target = _gpu_target_text(gpus["family"], read_count(gpus["n"])) if gpus and gpus["family"] in GPUS else None
     if target:  # h100-16: two hosts of h100-8.
         return split_target(target)
     return parse_topology(text), None

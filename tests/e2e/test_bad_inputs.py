@@ -109,6 +109,8 @@ USAGE = [
      "--aot-libtpu-init-args needs its value after '=': --aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=65536 "
      "(given after a space, pytest reads '--xla_tpu_scoped_vmem_limit_kib=65536' as an option of its own"),
     (["--aot-topologies=v4-8", "--aot-libtpu-init-args"], "", "--aot-libtpu-init-args needs its value after '='"),
+    (["--aot-topologies=v4-8"], "addopts = --aot-libtpu-init-args", "--aot-libtpu-init-args needs its value after '='"),
+    (["--aot-topologies=v4-8", "--aot-slices=\u00b2"], "", "--aot-slices: '\u00b2' is not a slice count"),  # isdigit()'s.
     (["--aot-topologies=v4-8"], "aot_zzzz = 1", "aot_zzzz is not an aotcheck setting, so nothing reads it; aotcheck reads "),
 ]
 

@@ -73,3 +73,14 @@ def test_targets_are_each_topology_at_each_slice_count_once(topologies, slices):
     parsed = GateSettings.parse(rootdir="/p", topologies=",".join(topologies), slices=[str(n) for n in slices])
     expected = {f"{t}x{n}" for t in topologies for n in (slices or [1])}
     assert {t.name for t in parsed.targets} == expected and len(parsed.targets) == len(expected)
+
+
+def test_the_environments_launch_flags_are_read_only_by_a_run_that_compiles():
+    """A shell whose LIBTPU_INIT_ARGS aotcheck cannot read must not break pytest runs with the gate off."""
+    off = GateSettings.parse(rootdir="/p", environment_flags="-single_dash_flag")
+    assert not off.environment_flags_used and off.compiler_options == {}
+    with pytest.raises(SettingsError, match=r"LIBTPU_INIT_ARGS \(in the environment\): '-single_dash_flag'"):
+        GateSettings.parse(rootdir="/p", topologies="v4-8", environment_flags="-single_dash_flag")
+    given = GateSettings.parse(rootdir="/p", topologies="v4-8", libtpu_init_args="--xla_a=1",
+                               environment_flags="--xla_b=2")
+    assert given.compiler_options == {"xla_a": "1"} and not given.environment_flags_used

@@ -241,3 +241,17 @@ def test_goldens_of_another_toolchain_give_one_upgrade_table(tmp_path):
             "--aot-topologies=v4-8x1,v5e-4x1 --aot-libtpu-init-args=--xla_a=1") in text
     md = markdown(Merged(report, problems=[]))
     assert "### Toolchain upgrade" in md and "| toy/step@v5e-4x1 | peak_bytes | 100.00 MiB | 200.00 MiB | +100.0% |" in md
+
+
+def test_a_golden_written_before_the_kv_cache_class_is_judged_not_failed_for_the_name(tmp_path):
+    """A golden of figures version 17 holds no peak_kv_cache_bytes: read as 0, its split is judged as it
+    stands (a training step passes; a server's pool that left batch shows as the class that moved)."""
+    split = {"peak_params_bytes": 2**20, "peak_opt_state_bytes": 0, "peak_batch_bytes": 3 * 2**20,
+             "peak_outputs_bytes": 0, "peak_temp_bytes": 0, "peak_other_bytes": 0}
+    old = {**FIGURES, "peak_bytes": 4 * 2**20, **split}
+    write_golden(tmp_path, old)
+    training = session(tmp_path, {**old, "peak_kv_cache_bytes": 0}).check(CASE)
+    assert training.verdict is Verdict.PASS, training.message
+    served = session(tmp_path, {**old, "peak_batch_bytes": 2**20, "peak_kv_cache_bytes": 2 * 2**20}).check(CASE)
+    assert served.verdict is Verdict.REGRESSION
+    assert {r.metric for r in served.changes} == {"peak_kv_cache_bytes", "peak_batch_bytes"}

@@ -377,10 +377,11 @@ def test_the_text_report_of_a_servers_shards_shows_its_bill_and_why_it_fails(tmp
     one, two = [bucket(16), bucket(32)], [bucket(64), bucket(128)]
     split = split_groups([o.case for o in one + two], [o.case for o in one])
     for k, outcomes in enumerate((one, two), start=1):
-        write_report(tmp_path / f"{k}.json", Report(outcomes, shard=(k, 2),
+        write_report(tmp_path / f"{k}.json", Report(outcomes, shard=(k, 2), accept_args=["-o", "aot_default_options=none"],
                                                     bills=startup_bills(outcomes, tolerance, partial=split)))
     result = report_command(tmp_path, "1.json", "2.json")
     assert result.returncode == 1
+    # The accept command repeats the run's options the shards recorded (presets off here).
     assert ("aotcheck: server llm on v5e-8x1: 4 buckets, start-up bill 12.00s of compile CPU (goldens 0.40s: "
             "REGRESSION, beyond its tolerance 100% + 1); if expected, accept it: pytest --update-golden "
-            "--aot-configs=llm --aot-topologies=v5e-8x1") in result.stdout
+            "--aot-configs=llm --aot-topologies=v5e-8x1 -o aot_default_options=none") in result.stdout
