@@ -687,8 +687,9 @@ def slow(x, w):  # Traced in the compile worker: a case that is still running wh
     return x
 
 aotcheck.register("zslow", aotcheck.FunctionConfig(fn=slow, make_args=make_args))
+'''
 
-
+HELD = '''
 def held(x, w):  # Holds the GIL for seconds at a time, as a long C call in a trace or a compile can.
     for _ in range(100):
         sum(range(10**8))
@@ -768,7 +769,7 @@ def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project
 
 def test_a_worker_whose_run_was_killed_stops_at_once(project):
     # kill -9 of the session process alone: nothing can stop its workers but themselves.
-    project.makeconftest(CONFTEST + SLOW)
+    project.makeconftest(CONFTEST + HELD)
     tmp = project.path / "tmp"
     tmp.mkdir()
     marker = f"{project.path}-orphan"
