@@ -164,15 +164,16 @@ def main() -> None:
     if args.attribution_worker:
         return attribution_cost(args.configs, args.topologies, args.slices)
 
-    def gate(configs: str, *options: str) -> tuple[float, dict]:
+    def gate(configs: str, *options: str, golden: str | None = None, update: bool = True) -> tuple[float, dict]:
+        """A gate run (``update``: writing goldens, which reads no figures cache; else checking them)."""
         with tempfile.TemporaryDirectory() as scratch:
             report = Path(scratch) / "report.json"
             # benchmarks/ as the only path: it holds no test file, so pytest collects the generated cases alone.
             seconds = timed([sys.executable, "-m", "pytest", "benchmarks", "-p", "no:cacheprovider", "-q", "-m", "aotcheck_case",
                              "-o", f"aot_config_modules={MODULES}", f"--aot-configs={configs}",
                              f"--aot-topologies={args.topologies}", f"--aot-slices={args.slices}",
-                             f"--aot-golden-dir={scratch}/golden", "--update-golden", f"--aot-report={report}",
-                             *options])[0]
+                             f"--aot-golden-dir={golden or scratch + '/golden'}", *(["--update-golden"] if update else []),
+                             f"--aot-report={report}", *options])[0]
             return seconds, json.loads(report.read_text())
 
     plain = ",".join(f"bench-{c}" for c in args.configs.split(","))
@@ -184,11 +185,15 @@ def main() -> None:
         gate_walls.append(gate(plain, "--aot-no-cache", "-n", "0")[0])
     (bare_wall, bare_compile), gate_s = min(bare_walls), min(gate_walls)
     with tempfile.TemporaryDirectory() as cache:
-        cold_s, _ = gate(plain, f"--aot-cache-dir={cache}", "-n", "0")
-        warm_s, warm = gate(plain, f"--aot-cache-dir={cache}", "-n", "0")
+        # Cold: checking goldens an uncached update wrote, filling the cache; warm: the same check, from it
+        # (an update run reads no cache, so both sides are check runs of the same cases).
+        goldens = f"{cache}/golden"
+        gate(plain, "--aot-no-cache", "-n", "0", golden=goldens)
+        cold_s, _ = gate(plain, f"--aot-cache-dir={cache}/figures", "-n", "0", golden=goldens, update=False)
+        warm_s, warm = gate(plain, f"--aot-cache-dir={cache}/figures", "-n", "0", golden=goldens, update=False)
         start_s = timed([sys.executable, "-c", "pass"])[0]
         split: dict[str, float] = {"process start": start_s}
-        for _, out in per_family(args, "--phases", "--cache-dir", cache):
+        for _, out in per_family(args, "--phases", "--cache-dir", f"{cache}/figures"):
             for phase, seconds in json.loads(out.splitlines()[-1]).items():
                 split[phase] = split.get(phase, 0.0) + seconds
     parallel_s, _ = gate(plain, "--aot-no-cache", "-n", "2")
