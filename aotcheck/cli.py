@@ -190,7 +190,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), **options)
     try:
         with _stdout_to_stderr():  # The session builds the config again (a builder must give the same one).
-            results = [measurer(Case(entry.name, program, target)) for program in programs]
+            results = [measurer(Case.for_config(entry.name, entry.program(program), target)) for program in programs]
     except WorkerCrashed as e:
         print(f"aotcheck: error: {e}", file=sys.stderr)
         return 3
@@ -208,12 +208,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
         out = Path(args.dump_hlo)
         out.mkdir(parents=True, exist_ok=True)
         for r in results:
-            path = out / f"{r.case.config}.{r.case.program}@{r.case.target}.hlo.txt"
+            path = out / f"{r.case.config}.{r.case.program_id}@{r.case.target}.hlo.txt"
             path.write_text(r.hlo_text or "")
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
         hbm = target.topology.hbm_bytes
-        print(json.dumps({r.case.program: {  # A view of each measurement, with its share of the chip's HBM.
+        print(json.dumps({r.case.program_id: {  # A view of each measurement, with its share of the chip's HBM.
             **r.view("case", "figures", "compiler_options", "host_peak_bytes", "details", "attribution_problem"),
             "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": hbm,
             "peak_share_of_hbm": r.figures["peak_bytes"] / hbm if hbm else None,
@@ -243,7 +243,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     options = _compile_options(args)
     del options["hbm_headroom"]  # --headroom, not the ini's, as documented.
     measurer = Measurer(fit=knob, hbm_headroom=args.headroom, **options)
-    case = Case(entry.name, program, target)
+    case = Case.for_config(entry.name, config, target)
     try:
         with _stdout_to_stderr() if args.json else contextlib.nullcontext():  # A config's prints are not the JSON.
             result = measurer(case)

@@ -30,7 +30,7 @@ import fnmatch
 import functools
 from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aotcheck.figures.table import fit_max
 from aotcheck.gate.compare import ToleranceError, check_knob_tolerances, over_knobs
@@ -112,7 +112,10 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
     matrix is empty if it is, and this run's shard of it."""
     matrix: list[Planned] = []
     broken: dict[str, str] = {}
-    selected = registry.select(list(settings.config_globs) or None)
+    wanted = set(settings.cases)
+    # A case names its config: --aot-case selects by the id alone, whatever the globs say.
+    selected = [e for e in registry if e.name in {c.config for c in wanted}] if wanted else \
+        registry.select(list(settings.config_globs) or None)
     twins = registry.case_twins()
     for entry in selected:
         try:
@@ -122,19 +125,23 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
         except RegistryError as e:
             broken[entry.name] = str(e)
             continue
-        for program, config in programs.items():
+        for config in programs.values():
             for target in settings.targets:
-                case = Case(entry.name, program, target)
+                case = Case.for_config(entry.name, config, target)
+                if wanted and case not in wanted:
+                    continue
                 matrix.append(Planned(case, unsupported_reason(config, case),
                                       fit_knob(config, case, fit_default=settings.fit)))
     empty = None
-    if not selected:
+    if wanted and not matrix and not broken:
+        empty = f"no registered case is {' or '.join(sorted(c.id for c in wanted))}"
+    elif not selected:
         globs = ", ".join(settings.config_globs)
         empty = (f"no registered config matches {settings.flags['configs']}={globs} "
                  f"(registered: {', '.join(registry.names())})" if len(registry) else
                  "no configs are registered: call aotcheck.register(...) in the rootdir conftest.py "
                  "or in a module listed in the aot_config_modules ini option")
-    complete = not broken and len(selected) == len(registry)
+    complete = not broken and len(selected) == len(registry) and not wanted
     if not settings.shard:
         return Plan(tuple(matrix), tuple(matrix), MappingProxyType(broken), empty, complete=complete)
     k, n = settings.shard
@@ -171,9 +178,31 @@ def stale_goldens(registry: Registry, store: GoldenStore) -> list[str]:
     stale = []
     for rel in store.cases():  # Only files aotcheck wrote: a user's own JSON is never stale.
         case = Case.parse(rel.removesuffix(".json"))
-        if case.config not in unbuildable and (case.config, case.program) not in known:
+        if case.config not in unbuildable and (case.config, case.program_id) not in known:
             stale.append(rel)
     return stale
+
+
+def check_cases(settings: GateSettings, plan: Plan, registry: Registry) -> None:
+    """SettingsError for a ``--aot-case`` that names no registered case (a typo would accept nothing and
+    pass), naming the nearest case ids there are."""
+    found = {p.case for p in plan.matrix}
+    missing = [c for c in settings.cases if c not in found and c.config not in plan.broken]
+    if not missing:
+        return
+    known = [Case.for_config(entry.name, config, target).id for entry in registry for config in _built(entry)
+             for target in {c.target for c in missing}]
+    near = difflib.get_close_matches(missing[0].id, known, n=3, cutoff=0.5)
+    raise SettingsError(f"{example(settings.said.get('cases', settings.flags['cases']), missing[0].id)}: no registered "
+                        f"config has this case" + (f"; did you mean {', '.join(near)}?" if near else
+                                                   " (aotcheck configs lists the configs and their programs)"))
+
+
+def _built(entry: Any) -> list[Any]:
+    try:
+        return entry.configs()
+    except RegistryError:
+        return []
 
 
 def check_fit_knob(settings: GateSettings, plan: Plan, registry: Registry) -> None:

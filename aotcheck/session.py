@@ -47,11 +47,11 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
-from aotcheck.plan import Plan, check_fit_knob, check_knob_globs, make_plan, stale_goldens
+from aotcheck.plan import Plan, check_cases, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import format_libtpu_init_args, refusal_lines, runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
-from aotcheck.render.accept import accept_all_command
+from aotcheck.render.accept import accept_case_command
 from aotcheck.render.summary import header_lines
 from aotcheck.render.text import outcome_message
 from aotcheck.settings import GateSettings, SettingsError, flag_names
@@ -146,6 +146,7 @@ class GateSession:
             load_config_modules(self.settings.config_modules, rootdir=self.settings.rootdir)
         except LoaderError as e:
             raise SettingsError(f"aot_config_modules: {e}") from None
+        check_cases(self.settings, self.plan(), self.registry)  # A case id that names nothing.
         empty = self.plan().empty_reason
         if empty:  # A selection that selects nothing would pass having checked nothing.
             hint = (f"to run without the gate, say so: {self.settings.flags['topologies']}=none"
@@ -217,10 +218,10 @@ class GateSession:
 
     def accept_command(self, case: Case) -> str:
         """The command that accepts this case's current figures as its golden (the one builder,
-        :func:`aotcheck.render.accept.accept_all_command`, with this program selected)."""
+        :func:`aotcheck.render.accept.accept_command`), selecting it by its id."""
         given = self.settings.golden_dir_option  # As given (it may override the ini's), even "golden".
-        return accept_all_command([case.id], extra=[*([f"{flag_names('pytest')['golden_dir']}={given}"] if given else []),
-                                                    *self.accept_args(), "-k", case.program])
+        return accept_case_command(case, extra=[*([f"{flag_names('pytest')['golden_dir']}={given}"] if given else []),
+                                               *self.accept_args()])
 
     def golden_file(self, case: Case) -> str:
         return str(self.store.path(case))

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from aotcheck.errors import AotcheckError
 from aotcheck.gate.compare import Tolerance, ToleranceError, parse_tolerances
 from aotcheck.gate.shard import ShardError, parse_shard
+from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import figure_names
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
@@ -166,6 +167,18 @@ def _report_path(value: Any, r: Reading) -> Path | None:
     return path
 
 
+def _cases(value: Any, r: Reading) -> tuple[Case, ...]:
+    cases = []
+    for text in value or ():
+        try:
+            cases.append(Case.parse(text.strip()))
+        except ValueError as e:
+            raise SettingsError(f"{r.said['cases']}: {text!r} is not a case id: {e} Give one as a case's accept "
+                                f"command prints it, e.g. {example(r.said['cases'], 'lm-tiny/train_step@v4-8x1')}, "
+                                "quoted for the shell") from None
+    return tuple(dict.fromkeys(cases))
+
+
 def _cache_dir(value: Any, r: Reading) -> Path | None:
     return r.rootdir / value if value and not r.given.get("no_cache") else None
 
@@ -182,6 +195,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("configs", "--aot-configs", "--configs", "aot_configs", "args", [],
             "glob(s) over config names, e.g. 'lm-*' (default all)", cli_help="glob(s) over config names, e.g. 'lm-*'",
             field="config_globs", read=lambda v, r: tuple(split_list(v))),
+    Setting("cases", "--aot-case", "--case", None, "string", [],
+            "run only this case, by its id (CONFIG/PROGRAM@TOPOLOGYxSLICES, e.g. 'llm/step[tokens=16]@v5e-16x1'; "
+            "repeatable): its config and target, whatever the topologies and configs say",
+            action="append", metavar="ID", read=_cases),
     Setting("golden_dir", "--aot-golden-dir", "--golden-dir", "aot_golden_dir", "string", "golden",
             "golden directory (default golden/ at the rootdir)",
             ini_help="default --aot-golden-dir, relative to the rootdir",
@@ -324,6 +341,8 @@ def add_pytest_options(parser: Any) -> None:
         if s.pytest:
             extra: dict[str, Any] = {"action": "store_true", "default": None if s.ini else False} \
                 if s.action == "store_true" else {"metavar": s.metavar} if s.metavar else {}
+            if s.action == "append":
+                extra["action"] = "append"
             if s.name == "libtpu_init_args":  # Its value starts with "--": after a space, argparse would say only
                 extra.update(nargs="?", const=MISSING_VALUE)  # "expected one argument" (the plugin says why).
             group.addoption(s.pytest, help=s.help, **extra)
@@ -405,6 +424,7 @@ class GateSettings:
     front_end: str  # "pytest" or "cli": how messages name a setting, and what a hint may suggest.
     targets: tuple[Target, ...]
     config_globs: tuple[str, ...]
+    cases: tuple[Case, ...]  # Only these cases (their targets are the run's), when given.
     golden_dir: Path
     golden_dir_option: str | None  # As given on the command line (the accept command repeats it).
     update: bool
@@ -457,6 +477,8 @@ class GateSettings:
         reading = Reading(Path(rootdir), names_in_messages(flag_names(front_end), from_ini), given)
         fields = {s.field if s.field is not None else s.name: s.parsed(given[s.name], reading) for s in PARSE_ORDER}
         fields.pop("", None)
+        if fields["cases"]:  # A case names its target: the run's targets are the cases'.
+            fields["targets"] = tuple(dict.fromkeys(case.target for case in fields["cases"]))
         # The environment's launch flags, where this run compiles and no setting gave any (a run with the gate
         # off, in a shell whose LIBTPU_INIT_ARGS aotcheck cannot read, is none of aotcheck's business).
         used = environment_flags is not None and not given.get("libtpu_init_args") and bool(fields["targets"])

@@ -26,8 +26,9 @@ Example (a model written as plain functions, to show the pieces):
     >>> config = adapted.trainer(
     ...     batch_spec={"x": jax.ShapeDtypeStruct((32, 64), jnp.float32)},
     ...     loss_fn=lambda model, batch: jnp.mean(model(batch["x"]) ** 2), optimizer=optax.sgd(0.1))
-    >>> from aotcheck.programs.lowering import place, trainer_state_specs
-    >>> state, batch = trainer_state_specs(config, place(config, "cpu-4"))
+    >>> from aotcheck.programs.lowering import place
+    >>> from aotcheck.programs.model import trainer_state_specs
+    >>> state, batch = trainer_state_specs(config, place(config, "cpu-4").mesh)
     >>> state["params"]["w"].sharding.spec, state["opt_state"]
     (P(None, 'data'), (EmptyState(), EmptyState()))
 """

@@ -40,7 +40,6 @@ from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
-from aotcheck.programs.serving import parse_bucket
 
 FIGURE = "compile_cpu_seconds"
 
@@ -89,8 +88,8 @@ class Bill:
 
 
 def served(outcome: Outcome) -> bool:
-    """Whether the case is a bucket of a server (its program named ``step[tokens=64]``)."""
-    return parse_bucket(outcome.case.program) is not None
+    """Whether the case is a bucket of a server (it carries its bucket)."""
+    return bool(outcome.case.bucket)
 
 
 def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES,
@@ -169,4 +168,4 @@ def split_groups(matrix: Iterable[Case], ran: Iterable[Case]) -> set[tuple[str, 
         ({('llm', 'v5e-8x1')}, set())
     """
     ran = set(ran)
-    return {(c.config, c.target.name) for c in matrix if parse_bucket(c.program) is not None and c not in ran}
+    return {(c.config, c.target.name) for c in matrix if c.bucket and c not in ran}

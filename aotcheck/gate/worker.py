@@ -30,7 +30,7 @@ from aotcheck.pipeline.measure import measure
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_main_script, import_sources, imported
-from aotcheck.programs.lowering import lower_config
+from aotcheck.programs.lowering import lower_function
 from aotcheck.programs.options import probe_notes, recheck_presets
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
 
@@ -201,11 +201,11 @@ def _check_same_program(entry: Any, case: Case, seen: dict[str, Any] | None) -> 
     builds = [entry.configs()] + [entry.rebuilt()[0] for _ in range(2)]
     texts = []
     for configs in builds:
-        config = next((c for c in configs if case.program in c.programs), None)
+        config = next((c for c in configs if case.program_id in c.programs), None)
         if config is None:
             texts.append("(no such program)")
             continue
-        lowered = lower_config(config, case.target, program=case.program)[case.program]
+        lowered = lower_function(config, case.target)[case.program_id]
         texts.append(hashlib.sha256(lowered.as_text().encode()).hexdigest()[:16])
     if len(set(texts)) == 1:
         return
@@ -213,7 +213,7 @@ def _check_same_program(entry: Any, case: Case, seen: dict[str, Any] | None) -> 
              f"this process's build is not the session's (fingerprints {mine.digest[:12]} and "
              f"{str(seen.get('digest'))[:12]})")
     raise RegistryError(
-        f"Config {entry.name!r} builds a different program on each call: its {case.program} for {case.target}, "
+        f"Config {entry.name!r} builds a different program on each call: its {case.program_id} for {case.target}, "
         f"lowered from three builds in one compile process, gave {len(set(texts))} different programs "
         f"(sha256 {', '.join(texts)}), and {where}. "
         "aotcheck builds a config in the session and again in each compile process, so its figures, and their "

@@ -17,7 +17,7 @@ over ``data`` (each replica a server of its own).
 
 Example:
     >>> config = serving_config(TINY)
-    >>> [c.program for c in config.expand()][:3], TINY.pages_per_seq
+    >>> [c.programs[0] for c in config.expand()][:3], TINY.pages_per_seq
     (['step[tokens=16]', 'step[tokens=32]', 'step[tokens=64]'], 16)
 """
 

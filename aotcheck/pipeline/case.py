@@ -1,4 +1,5 @@
-"""A case: one (config, program, target), with a readable, parseable id.
+"""A case: one (config, program, target), a serving bucket's program with its bucket as a value,
+with a readable, parseable id (the one place it is made: :attr:`Case.id`, :meth:`Case.parse`).
 
 Example:
     >>> from aotcheck.pipeline.case import Case
@@ -9,6 +10,9 @@ Example:
     True
     >>> case.topology.family, case.num_slices
     ('v5e', 2)
+    >>> bucket = Case.parse("llm/sample[tokens=64,seqs=8]@v5e-8x1")
+    >>> bucket.program, dict(bucket.bucket), bucket.golden_relpath
+    ('sample', {'tokens': 64, 'seqs': 8}, 'llm/sample[tokens=64,seqs=8]@v5e-8x1.json')
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from aotcheck.programs.config import FunctionConfig
+from aotcheck.programs.names import Bucket, parse_program_id, program_id
 from aotcheck.targets.topology import Target, Topology
 
 _ID = re.compile(r"^(?P<config>[^/@\s]+)/(?P<program>[^/@\s]+)@(?P<target>[^/@\s]+)$")
@@ -28,10 +34,24 @@ class Case:
     config: str
     program: str
     target: Target
+    bucket: Bucket = Bucket()
 
     @classmethod
     def of(cls, config: str, program: str, topology: str | Topology, num_slices: int = 1) -> "Case":
-        return cls(config, program, Target.of(topology, num_slices))
+        """A case from its parts, the program by its id (``step[tokens=64]``: a bucket's)."""
+        name, bucket = parse_program_id(program)
+        return cls(config, name, Target.of(topology, num_slices), bucket)
+
+    @classmethod
+    def for_config(cls, config: str, function: FunctionConfig, target: Target) -> "Case":
+        """The case of a registered function config (its program and bucket) on ``target``."""
+        return cls(config, function.program, target, function.bucket)
+
+    @property
+    def program_id(self) -> str:
+        """The program with its bucket, as the id says it (``step[tokens=64]``): what a config's
+        program is looked up by."""
+        return program_id(self.program, self.bucket)
 
     @property
     def topology(self) -> Topology:
@@ -43,7 +63,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.config}/{self.program}@{self.target.name}"
+        return f"{self.config}/{self.program_id}@{self.target.name}"
 
     @property
     def golden_relpath(self) -> str:
@@ -56,7 +76,8 @@ class Case:
         match = _ID.match(text)
         if not match:
             raise ValueError(f"Not a case id: {text!r} (expected CONFIG/PROGRAM@TOPOLOGYxSLICES).")
-        return cls(match["config"], match["program"], Target.parse(match["target"]))
+        program, bucket = parse_program_id(match["program"])
+        return cls(match["config"], program, Target.parse(match["target"]), bucket)
 
     def __str__(self) -> str:
         return self.id

@@ -36,6 +36,7 @@ from aotcheck.pipeline.measurement import Measurement
 from aotcheck.pipeline.stages import lower
 from aotcheck.programs.config import Config
 from aotcheck.programs.knobs import knob_of, knobs_offered
+from aotcheck.programs.model import function_for
 from aotcheck.programs.registry import REGISTRY, Registry
 
 
@@ -101,7 +102,9 @@ def measure(
     then the error, its fit saying so), or finds the largest size that compiles, its ``refused``
     naming the kernel that stops the next size. Sizes are never searched past such a refusal.
     """
-    config = config or registry.get(case.config).program(case.program)
+    # A model config given as built is its program's function config, as the registry's are.
+    config = function_for(config, case.program_id) if config is not None else \
+        registry.get(case.config).program(case.program_id)
     knob = fit_knob(config, case, fit=fit, fit_default=fit_default)
     at = dict(compiler_options=compiler_options, cache=cache, presets=presets)
     try:

@@ -59,8 +59,9 @@ from aotcheck.pipeline.cache import FiguresCache, cache_key
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import CACHED_FIELDS, COST_FIGURES, Measurement
 from aotcheck.programs.compile import compile_lowered
-from aotcheck.programs.config import Config
-from aotcheck.programs.lowering import Argument, argument_kinds_key, arguments, lower_config, place
+from aotcheck.programs.config import Config, FunctionConfig
+from aotcheck.programs.model import function_for
+from aotcheck.programs.lowering import Argument, argument_kinds_key, arguments, lower_function, place
 from aotcheck.programs.options import resolve_compiler_options
 
 
@@ -78,14 +79,15 @@ def lower(
     options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
                                        presets=presets, store=store)
     cpu = time.process_time()  # The process's own counters (user + sys, every thread), not wall time.
-    lowered = lower_config(config, case.target, program=case.program)[case.program]
+    config = function_for(config, case.program_id)  # A model config given as built: its program's function.
+    lowered = lower_function(config, case.target)[case.program_id]
     return LoweredCase(case, config, lowered, options, lower_cpu_seconds=round(time.process_time() - cpu, 2))
 
 
 class LoweredCase:
     """A case's program as JAX lowered it, with what compiling and caching it need."""
 
-    def __init__(self, case: Case, config: Config, lowered: jax.stages.Lowered, options: dict[str, str], *,
+    def __init__(self, case: Case, config: FunctionConfig, lowered: jax.stages.Lowered, options: dict[str, str], *,
                  lower_cpu_seconds: float) -> None:
         self.case, self.config, self.lowered, self.options = case, config, lowered, options
         self.lower_cpu_seconds = lower_cpu_seconds

@@ -28,7 +28,8 @@ import jax
 from aotcheck import _runtime
 from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, Overflow, out_of_memory
 from aotcheck.programs.config import BatchSpec, TrainerConfig, InferenceConfig
-from aotcheck.programs.lowering import lower_inference, lower_trainer
+from aotcheck.programs.lowering import LoweringError, lower_config, lower_function
+from aotcheck.programs.model import as_functions
 from aotcheck.programs.options import resolve_compiler_options, tiny_lowered
 from aotcheck.targets.families import note_family
 from aotcheck.targets.topology import Target, Topology, parse_topology
@@ -38,7 +39,7 @@ def lower_trainer_programs(
     trainer_config: TrainerConfig, *, topology: str | Topology, topology_num_slices: int = 1
 ) -> dict[str, jax.stages.Lowered]:
     """Lowers the train step (no XLA compile). See :func:`compile_trainer_programs`."""
-    return lower_trainer(trainer_config, Target.of(topology, topology_num_slices))
+    return lower_config(trainer_config, Target.of(topology, topology_num_slices))
 
 
 def lower_inference_programs(
@@ -50,8 +51,11 @@ def lower_inference_programs(
     method: str = "sample_decode",
 ) -> dict[str, jax.stages.Lowered]:
     """Lowers one inference method (no XLA compile). See :func:`compile_inference_programs`."""
-    return lower_inference(inferencer_config, Target.of(topology, topology_num_slices), method=method,
-                           input_batch_spec=input_batch_spec)
+    if method not in inferencer_config.methods:
+        raise LoweringError(f"Inference method {method!r} is not defined; this config offers "
+                            f"{', '.join(inferencer_config.methods)}.")
+    function, = (f for f in as_functions(inferencer_config, input_batch_spec=input_batch_spec) if f.program == method)
+    return lower_function(function, Target.of(topology, topology_num_slices))
 
 
 def compile_lowered(
@@ -266,7 +270,7 @@ def compile_trainer_programs(
         topology, topology_num_slices, trainer_config.options, compiler_options, presets=presets
     )
     target = Target.of(topology, topology_num_slices)
-    return compile_programs(lower_trainer(trainer_config, target), options, what=f"the trainer on {target}",
+    return compile_programs(lower_config(trainer_config, target), options, what=f"the trainer on {target}",
                             topology=target.topology)
 
 
@@ -298,7 +302,8 @@ def compile_inference_programs(
         topology, topology_num_slices, inferencer_config.options, compiler_options, presets=presets
     )
     target = Target.of(topology, topology_num_slices)
-    lowered = lower_inference(inferencer_config, target, method=method, input_batch_spec=input_batch_spec)
+    lowered = lower_inference_programs(inferencer_config, input_batch_spec=input_batch_spec, topology=target.topology,
+                                       topology_num_slices=target.num_slices, method=method)
     return compile_programs(lowered, options, what=f"{method} on {target}", topology=target.topology)
 
 

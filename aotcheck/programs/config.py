@@ -26,6 +26,7 @@ import jax
 from jax.sharding import PartitionSpec
 
 from aotcheck.errors import ConfigError
+from aotcheck.programs.names import Bucket, program_id
 from aotcheck.programs.options import parse_libtpu_init_args
 from aotcheck.targets import platform as platforms
 from aotcheck.targets.mesh import MeshSpec
@@ -54,6 +55,11 @@ class Knob(NamedTuple):
     size: int
     rebuild: Callable[[int], Any]
     step: int = 1
+    step_on: Callable[[Any], int] | None = None  # target -> its step, where the mesh decides it (a batch's).
+
+    def on(self, target: Any) -> "Knob":
+        """The knob on ``target``: its step there, where ``step_on`` gives one."""
+        return self if self.step_on is None else self._replace(step=self.step_on(target))
 
 
 def _check_callable(field: str, fn: Any, *, forms: Sequence[tuple[str, ...]], gives: str) -> None:
@@ -361,6 +367,11 @@ class FunctionConfig(_Searchable):
             ``{"params": ..., "opt_state": ..., "step": ...}`` or flax's ``TrainState``) has its
             ``params`` as ``params`` and the rest (``opt_state``, the step) as ``opt_state``,
             as a ``TrainerConfig``'s state; every other argument is ``batch``.
+        arg_names: What each positional argument is called in argument paths (``params/embed``);
+            ``""`` names an argument's entries by their own names (a train state's ``params/...``,
+            ``opt_state/...``). None: ``args[0]``, ``args[1]``, ...
+        bucket: The serving bucket the program is compiled at (``{"tokens": 64}``), a value its case
+            carries and its id shows (``step[tokens=64]``); empty for a program that is not a bucket.
 
     Example (a step made per target; the number of devices sizes its batch):
         >>> from jax.sharding import NamedSharding, PartitionSpec as P
@@ -388,10 +399,19 @@ class FunctionConfig(_Searchable):
     program: str = "step"
     donate_argnums: tuple[int, ...] = ()
     arg_kinds: Sequence[Any] | None = None
+    arg_names: tuple[str, ...] | None = None
+    bucket: Mapping[str, int] = dataclasses.field(default_factory=Bucket)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_program()
+        object.__setattr__(self, "bucket", Bucket(self.bucket))  # A value: hashed with its case.
+        if self.arg_names is not None and (isinstance(self.arg_names, str) or not all(
+                isinstance(n, str) for n in self.arg_names)):
+            raise ConfigError(f"FunctionConfig.arg_names={self.arg_names!r}: give one name per positional argument, "
+                              "e.g. arg_names=(\"params\", \"batch\") (\"\" shows an argument's entries by their own names).")
+        if self.arg_names is not None:
+            object.__setattr__(self, "arg_names", tuple(self.arg_names))
         if self.arg_kinds is None:
             return
         if isinstance(self.arg_kinds, str) or not isinstance(self.arg_kinds, Sequence):
@@ -433,7 +453,8 @@ class FunctionConfig(_Searchable):
 
     @property
     def programs(self) -> tuple[str, ...]:
-        return (self.program,)
+        """Its program's id: the name, with its bucket where it is one (``step[tokens=64]``)."""
+        return (program_id(self.program, self.bucket),)
 
 
 Config = TrainerConfig | InferenceConfig | FunctionConfig

@@ -21,13 +21,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
-import optax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from aotcheck.errors import ConfigError
-from aotcheck.programs.config import ARGUMENT_KINDS, BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.config import ARGUMENT_KINDS, Config, FunctionConfig
+from aotcheck.programs.model import as_functions, function_for
 from aotcheck.targets.mesh import build_mesh
-from aotcheck.targets.partition import check_spec, match_partition_specs, named_shardings, with_shardings
 from aotcheck.targets.devices import get_devices_for_topology, traced_as
 from aotcheck.targets.topology import Target, Topology
 
@@ -121,11 +119,9 @@ def argument_kinds(config: FunctionConfig, args: Sequence[Any]) -> list[list[str
     return out
 
 
-def argument_kinds_key(lowered: jax.stages.Lowered, config: Config) -> str:
-    """What the figures cache keys on besides the lowered program: a FunctionConfig's argument kinds
-    where any is not ``batch`` ("" otherwise, so a key made before argument kinds stays valid)."""
-    if not isinstance(config, FunctionConfig):
-        return ""
+def argument_kinds_key(lowered: jax.stages.Lowered, config: FunctionConfig) -> str:
+    """What the figures cache keys on besides the lowered program: its argument kinds where any is
+    not ``batch`` ("" otherwise, so a key made before argument kinds stays valid)."""
     kinds = [kind for leaves in argument_kinds(config, lowered.args_info[0]) for kind in leaves]
     return "" if all(kind == "batch" for kind in kinds) else "\n// aotcheck argument kinds: " + ",".join(kinds)
 
@@ -169,13 +165,14 @@ def _inferred_kinds(arg: Any) -> list[str]:
     return ["batch"] * len(leaves)
 
 
-def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
-    """The lowered program's entry parameters in order, each with its path and kind.
+def arguments(lowered: jax.stages.Lowered, config: FunctionConfig) -> list[Argument]:
+    """The lowered program's entry parameters in order, each with its path (the argument's name
+    from ``arg_names``, then the leaf's) and kind.
 
     Example:
         >>> from aotcheck.models import lm
-        >>> lowered = lower_config(lm.trainer_config(lm.TINY), Target.of("cpu-4"))["train_step"]
-        >>> found = arguments(lowered, lm.trainer_config(lm.TINY))
+        >>> step, = as_functions(lm.trainer_config(lm.TINY))
+        >>> found = arguments(lower_function(step, Target.of("cpu-4"))["train_step"], step)
         >>> [a for a in found if a.path in ("params/embed", "batch/tokens")]
         [Argument(path='params/embed', kind='params'), Argument(path='batch/tokens', kind='batch')]
         >>> sorted({a.kind for a in found})
@@ -183,22 +180,15 @@ def arguments(lowered: jax.stages.Lowered, config: Config) -> list[Argument]:
     """
     leaves = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
     positional = [(path[1:], leaf) for path, leaf in leaves if path and getattr(path[0], "idx", None) == 0]
-    tops = {TrainerConfig: ("state", "batch"), InferenceConfig: ("params", "batch")}.get(type(config))
-    kinds = ([kind for leaves in argument_kinds(config, lowered.args_info[0]) for kind in leaves]
-             if isinstance(config, FunctionConfig) else [])
+    kinds = [kind for leaves in argument_kinds(config, lowered.args_info[0]) for kind in leaves]
+    names = config.arg_names or ()
     out = []
     for number, (path, leaf) in enumerate(positional):
         position = getattr(path[0], "idx", 0)
         rest = jax.tree_util.keystr(path[1:], simple=True, separator="/")
-        if tops is None:
-            found = Argument(f"args[{position}]" + (f"/{rest}" if rest else ""), kinds[number] if kinds else "batch")
-        elif tops[position if position < 2 else 1] == "state":
-            first = getattr(path[1], "key", None) if len(path) > 1 else None
-            found = Argument(rest, "params" if first == "params" else "opt_state")
-        else:
-            top = tops[min(position, 1)]
-            found = Argument(f"{top}/{rest}" if rest else top, "params" if top == "params" else "batch")
-        out.append(dataclasses.replace(found, shape=tuple(getattr(leaf, "shape", ()))))
+        name = names[position] if position < len(names) else f"args[{position}]"
+        found = "/".join(part for part in (name, rest) if part) or f"args[{position}]"
+        out.append(Argument(found, kinds[number], shape=tuple(getattr(leaf, "shape", ()))))
     # jit leaves unused arguments out of the program (keep_unused=False): keep the parameter numbering.
     kept = kept_arguments(lowered.as_text(debug_info=True),
                           [(path, tuple(getattr(leaf, "shape", ()))) for path, leaf in positional])
@@ -282,105 +272,6 @@ def _legacy_mesh(mesh: jax.sharding.Mesh) -> contextlib.ExitStack:
     return stack
 
 
-def _axis_sizes(mesh: jax.sharding.Mesh) -> dict[str, int]:
-    return dict(zip(mesh.axis_names, mesh.devices.shape))
-
-
-def _batch_args(
-    batch_spec: BatchSpec, partition: PartitionSpec | None, mesh: jax.sharding.Mesh
-) -> dict[str, jax.ShapeDtypeStruct]:
-    spec = partition if partition is not None else PartitionSpec(mesh.axis_names[0])
-    out = {}
-    for name, leaf in batch_spec.items():
-        check_spec(f"batch/{name}", leaf.shape, spec, _axis_sizes(mesh))
-        out[name] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, spec))
-    return out
-
-
-def abstract_params(config: Any) -> Any:
-    # Traced, never run: a 100B-parameter init costs nothing here.
-    return jax.eval_shape(config.init_fn, jax.ShapeDtypeStruct((2,), jax.numpy.uint32))
-
-
-def param_shardings(config: Any, params: Any, mesh: jax.sharding.Mesh) -> Any:
-    specs = match_partition_specs(params, config.partition_rules, axis_sizes=_axis_sizes(mesh))
-    return named_shardings(specs, mesh)
-
-
-def trainer_state_specs(config: TrainerConfig, placement: Placement) -> tuple[Any, Any]:
-    """Abstract, sharded train state and batch for ``config`` on ``placement``."""
-    mesh = placement.mesh
-    params = abstract_params(config)
-    params_shardings = param_shardings(config, params, mesh)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    opt_state = jax.eval_shape(config.optimizer.init, params)
-    # Optimizer moments follow their parameters; counts and the like replicate.
-    opt_shardings = optax.tree_map_params(
-        config.optimizer,
-        lambda _, sharding: sharding,
-        opt_state,
-        params_shardings,
-        transform_non_params=lambda _: replicated,
-        is_leaf=lambda x: isinstance(x, NamedSharding),
-    )
-    state = {"params": params, "opt_state": opt_state, "step": jax.ShapeDtypeStruct((), jax.numpy.int32)}
-    shardings = {"params": params_shardings, "opt_state": opt_shardings, "step": replicated}
-    return with_shardings(state, shardings), _batch_args(config.batch_spec, config.batch_partition, mesh)
-
-
-def make_train_step(config: TrainerConfig) -> Callable[[Any, Any], tuple[Any, Any]]:
-    """The train step aotcheck compiles: loss, gradients, one optimizer update."""
-
-    def train_step(state: Any, batch: Any) -> tuple[Any, Any]:
-        loss, grads = jax.value_and_grad(config.loss_fn)(state["params"], batch)
-        updates, opt_state = config.optimizer.update(grads, state["opt_state"], state["params"])
-        params = optax.apply_updates(state["params"], updates)
-        new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
-        return new_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
-
-    return train_step
-
-
-def lower_trainer(config: TrainerConfig, target: Target) -> dict[str, jax.stages.Lowered]:
-    """``{"train_step": Lowered}``: the state donated, state and batch shardings explicit."""
-    placement = place(config, target)
-    state, batch = trainer_state_specs(config, placement)
-    state_shardings = jax.tree_util.tree_map(lambda s: s.sharding, state)
-    replicated = NamedSharding(placement.mesh, PartitionSpec())
-    step = jax.jit(
-        make_train_step(config),
-        in_shardings=(state_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
-        out_shardings=(state_shardings, replicated),
-        donate_argnums=(0,),
-    )
-    with lowering_context(config, placement.mesh), _as_target(config, placement):
-        return {"train_step": step.lower(state, batch)}
-
-
-def lower_inference(
-    config: InferenceConfig, target: Target, *, method: str, input_batch_spec: BatchSpec | None = None
-) -> dict[str, jax.stages.Lowered]:
-    """``{method: Lowered}`` for one inference method."""
-    if method not in config.methods:
-        raise LoweringError(
-            f"Inference method {method!r} is not defined; this config offers {', '.join(config.methods)}."
-        )
-    placement = place(config, target)
-    params = abstract_params(config)
-    params_shardings = param_shardings(config, params, placement.mesh)
-    batch = _batch_args(
-        input_batch_spec if input_batch_spec is not None else config.input_batch_spec,
-        config.batch_partition,
-        placement.mesh,
-    )
-    fn = jax.jit(
-        config.methods[method],
-        in_shardings=(params_shardings, jax.tree_util.tree_map(lambda s: s.sharding, batch)),
-    )
-    with lowering_context(config, placement.mesh), _as_target(config, placement):
-        return {method: fn.lower(with_shardings(params, params_shardings), batch)}
-
-
 def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stages.Lowered]:
     """``{config.program: Lowered}`` for the escape hatch: its arguments (``make_args``), or its function
     and arguments (``make_program``), made for the target on the target's mesh."""
@@ -393,7 +284,7 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
         lowered = fn.lower(*args)
     _check_on_the_mesh(config, args, placement, lowered)
     argument_kinds(config, lowered.args_info[0])  # arg_kinds that do not fit fail here, before any compile.
-    return {config.program: lowered}
+    return {config.programs[0]: lowered}
 
 
 _PARTITIONS = re.compile(r"mhlo\.num_partitions = (\d+)")
@@ -503,7 +394,7 @@ def _as_target(config: Config, placement: Placement) -> Iterator[None]:
         if "compile-only client" not in str(e):
             raise
         raise LoweringError(
-            f"{config.programs[0] if len(config.programs) == 1 else type(config).__name__} for {placement.target}: "
+            f"{config.programs[0]} for {placement.target}: "
             f"code run while the program was built put an array on a device ({str(e).strip().splitlines()[0]}). "
             "Under trace_as_target (the default) jax.devices() are the target's deviceless devices, which hold no "
             "array. Make what is computed eagerly (in make_args, a model's init, tables built at trace time) "
@@ -512,12 +403,18 @@ def _as_target(config: Config, placement: Placement) -> Iterator[None]:
 
 
 def lower_config(config: Config, target: Target, *, program: str | None = None) -> dict[str, jax.stages.Lowered]:
-    """Lowers one program (or all) of any config kind."""
-    if isinstance(config, TrainerConfig):
-        return lower_trainer(config, target)
-    if isinstance(config, InferenceConfig):
-        out: dict[str, jax.stages.Lowered] = {}
-        for method in [program] if program else list(config.methods):
-            out.update(lower_inference(config, target, method=method))
-        return out
-    return lower_function(config, target)
+    """Lowers one program (by its id) or all of any config kind, each as its function config.
+
+    Example:
+        >>> from aotcheck.models import lm
+        >>> sorted(lower_config(lm.inference_config(lm.TINY), Target.of("cpu-4")))
+        ['prefill', 'sample_decode']
+    """
+    if program is not None:
+        try:
+            return lower_function(function_for(config, program), target)
+        except LoweringError:
+            raise
+        except ConfigError as e:
+            raise LoweringError(str(e)) from None
+    return {name: lowered for function in as_functions(config) for name, lowered in lower_function(function, target).items()}

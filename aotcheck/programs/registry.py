@@ -27,25 +27,11 @@ from typing import Any, NamedTuple
 
 from aotcheck.errors import ConfigError
 from aotcheck.programs.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.model import as_functions
+from aotcheck.programs.names import name_problem
 from aotcheck.programs.serving import ServingConfig
 
 Builder = Callable[[], Config | list[Config] | tuple[Config, ...]]
-
-
-def name_problem(name: object, what: str) -> str | None:
-    """Why ``name`` cannot name a config or program (it becomes part of a case id and a golden
-    file's path), None if it can.
-
-    Example:
-        >>> name_problem("train_step", "Program"), name_problem("my step", "Program")
-        (None, "Program name 'my step' must be non-empty, without '/', '@' or spaces.")
-    """
-    # '/' and '@' separate a case id's parts; ',' and spaces separate the names of --aot-configs (a
-    # program's name is never listed there: a bucket's, step[tokens=16,seqs=8], has commas).
-    banned = "/@," if what == "Config" else "/@"
-    if not isinstance(name, str) or not name or any(c in banned or c.isspace() for c in name) or name in (".", ".."):
-        return f"{what} name {name!r} must be non-empty, without {', '.join(map(repr, banned))} or spaces."
-    return None
 
 
 class RegistryError(ConfigError):
@@ -70,7 +56,7 @@ class Entry:
     module: str | None = None  # The module that registered it (a child process imports it the same way)...
     source: str | None = None  # ...and its file, for modules that have no importable name.
 
-    def configs(self) -> list[Config]:
+    def configs(self) -> list[FunctionConfig]:
         """Builds the configs once per process (the plan, the stale-golden check and every case of the
         config read the same build); any failure is re-raised naming this config, each time."""
         built = self._built
@@ -79,7 +65,7 @@ class Entry:
         return list(built)
 
     @functools.cached_property
-    def _built(self) -> "list[Config] | RegistryError":
+    def _built(self) -> "list[FunctionConfig] | RegistryError":
         try:
             configs = self._build()
         except RegistryError as e:
@@ -93,7 +79,7 @@ class Entry:
         built; None when it does not build."""
         return None if isinstance(self._built, RegistryError) else self.__dict__["_fingerprint"]
 
-    def rebuilt(self) -> "tuple[list[Config], Fingerprint]":
+    def rebuilt(self) -> "tuple[list[FunctionConfig], Fingerprint]":
         """A fresh build (the builder called again), with its fingerprint: a builder must return the
         same config on every call, and :meth:`unstable` compares."""
         configs = self._build()
@@ -113,46 +99,48 @@ class Entry:
             self.__dict__["_unstable"] = where
         return self.__dict__["_unstable"]
 
-    def _build(self) -> list[Config]:
+    def _build(self) -> list[FunctionConfig]:
         try:
             built = self.build() if callable(self.build) else self.build
         except Exception as e:
             raise RegistryError(f"Building config {self.name!r} failed: {type(e).__name__}: {e}") from e
-        configs = list(built) if isinstance(built, (list, tuple)) else [built]
-        # A server is a config per bucket (programs.serving): the rest of aotcheck sees those.
-        configs = [c for config in configs for c in (config.expand() if isinstance(config, ServingConfig) else [config])]
-        if not configs:
+        listed = list(built) if isinstance(built, (list, tuple)) else [built]
+        if not listed:
             raise RegistryError(f"Config {self.name!r} built no config (its builder returned an empty "
                                 f"{type(built).__name__}); return a TrainerConfig, InferenceConfig or FunctionConfig.")
-        programs: dict[str, Config] = {}
-        for config in configs:
-            if not isinstance(config, (TrainerConfig, InferenceConfig, FunctionConfig)):
+        configs: list[FunctionConfig] = []
+        for config in listed:
+            if not isinstance(config, (TrainerConfig, InferenceConfig, FunctionConfig, ServingConfig)):
                 raise RegistryError(
                     f"Config {self.name!r} built a {type(config).__name__}; expected a "
                     "TrainerConfig, InferenceConfig, FunctionConfig or ServingConfig (or a list of them)."
                 )
-            if not config.programs:
-                raise RegistryError(f"Config {self.name!r} defines no program (an {type(config).__name__} with "
+            if isinstance(config, InferenceConfig) and not config.methods:
+                raise RegistryError(f"Config {self.name!r} defines no program (an InferenceConfig with "
                                     "methods={}); give it at least one method to compile.")
-            for program in config.programs:
-                problem = name_problem(program, "Program")
-                if problem:
-                    raise RegistryError(f"Config {self.name!r}: {problem}")
-                twin = next((p for p in programs if p.casefold() == program.casefold()), None)
-                if twin == program:
-                    raise RegistryError(f"Config {self.name!r} defines program {program!r} twice.")
-                if twin is not None:
-                    raise RegistryError(f"Config {self.name!r} defines programs {twin!r} and {program!r}, which differ "
-                                        "only in letter case: their golden files would be one file on macOS and "
-                                        "Windows. Rename one.")
-                programs[program] = config
+            # One compiled kind past here: a server is a function per bucket, a model one per program.
+            configs += config.expand() if isinstance(config, ServingConfig) else as_functions(config)
+        programs: dict[str, FunctionConfig] = {}
+        for config in configs:
+            problem = name_problem(config.program, "Program")
+            if problem:
+                raise RegistryError(f"Config {self.name!r}: {problem}")
+            program = config.programs[0]
+            twin = next((p for p in programs if p.casefold() == program.casefold()), None)
+            if twin == program:
+                raise RegistryError(f"Config {self.name!r} defines program {program!r} twice.")
+            if twin is not None:
+                raise RegistryError(f"Config {self.name!r} defines programs {twin!r} and {program!r}, which differ "
+                                    "only in letter case: their golden files would be one file on macOS and "
+                                    "Windows. Rename one.")
+            programs[program] = config
         return configs
 
-    def programs(self) -> dict[str, Config]:
+    def programs(self) -> dict[str, FunctionConfig]:
         """Program name -> the config that defines it."""
         return {p: c for c in self.configs() for p in c.programs}
 
-    def program(self, program: str) -> Config:
+    def program(self, program: str) -> FunctionConfig:
         """The config that defines ``program``; ProgramNotFound names the ones there are."""
         programs = self.programs()
         if program not in programs:

@@ -6,8 +6,8 @@ doubling to ``max_num_seqs``, and their products for logits and sampling; JetStr
 MaxText's offline inference compile power-of-two prefill lengths. A :class:`ServingConfig`
 declares a server's programs (:class:`Bucketed`: a function, its inputs at a bucket, the axes
 it is bucketed over), its KV pool and the scheduler's :class:`Limits`. :meth:`ServingConfig.expand`
-makes one :class:`~aotcheck.programs.config.FunctionConfig` per bucket, named as the bucket
-(``step[tokens=64]``, so its case is ``llm/step[tokens=64]@v5e-8x1``), the KV pool a donated
+makes one :class:`~aotcheck.programs.config.FunctionConfig` per bucket, carrying the bucket as a
+value (:class:`~aotcheck.programs.names.Bucket`; its case's id shows it: ``llm/step[tokens=64]@v5e-8x1``), the KV pool a donated
 argument whose size is the knob ``pages``, searched on each program's largest bucket: the KV
 budget.
 
@@ -18,10 +18,10 @@ fills (a wasted compile at start-up) are each named, with the fix.
 Example:
     >>> doubling(16, 128), padded(16, 600, gap=256)
     ((16, 32, 64, 128), (16, 32, 64, 128, 256, 512, 768))
-    >>> bucket_name("sample", {"tokens": 64, "seqs": 8}), parse_bucket("sample[tokens=64,seqs=8]")
-    ('sample[tokens=64,seqs=8]', ('sample', {'tokens': 64, 'seqs': 8}))
-    >>> parse_bucket("train_step") is None
-    True
+    >>> from aotcheck.models import serve
+    >>> step = serve.serving_config(serve.TINY).expand()[2]
+    >>> step.program, step.bucket, step.programs
+    ('step', Bucket(tokens=64), ('step[tokens=64]',))
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from aotcheck.errors import ConfigError
 from aotcheck.programs.config import FunctionConfig, Knob, _Bounded, _Common
-from aotcheck.programs.lowering import abstract_params, param_shardings
+from aotcheck.programs.model import abstract_params, param_shardings
+from aotcheck.programs.names import Bucket
 from aotcheck.targets.partition import Rules, with_shardings
 
 Point = Mapping[str, int]
@@ -91,28 +92,6 @@ def _check_sizes(minimum: int, maximum: int) -> None:
             raise BucketError(f"A bucket's {name} is a size >= 1, got {size!r}.")
     if maximum < minimum:
         raise BucketError(f"The largest bucket ({maximum}) is below the smallest ({minimum}); swap them.")
-
-
-def bucket_name(program: str, point: Point) -> str:
-    """The program's name at a bucket: ``step[tokens=64]`` (axes in their declared order)."""
-    return f"{program}[{','.join(f'{axis}={size}' for axis, size in point.items())}]"
-
-
-_BUCKET = re.compile(r"^(?P<program>[^\[\]]+)\[(?P<point>[^\[\]]+)\]$")
-
-
-def parse_bucket(name: str) -> tuple[str, dict[str, int]] | None:
-    """``(program, point)`` of a bucket's program name, None for a program that is not a bucket."""
-    match = _BUCKET.match(name)
-    if not match:
-        return None
-    point = {}
-    for part in match["point"].split(","):
-        axis, _, size = part.partition("=")
-        if not size.isdigit():
-            return None
-        point[axis] = int(size)
-    return match["program"], point
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -237,13 +216,13 @@ class ServingConfig(_Bounded):
         return KV_KNOB, self.pages
 
     def expand(self) -> list[FunctionConfig]:
-        """One FunctionConfig per bucket of every program, named as the bucket; the largest bucket of
+        """One FunctionConfig per bucket of every program, carrying its bucket; the largest bucket of
         each program that uses the pool searches its size (``kv_budget``).
 
         Example:
             >>> from aotcheck.models import serve
             >>> configs = serve.serving_config(serve.TINY).expand()
-            >>> [(c.program, c.fit) for c in configs][:4]
+            >>> [(c.programs[0], c.fit) for c in configs][:4]
             [('step[tokens=16]', None), ('step[tokens=32]', None), ('step[tokens=64]', 'pages'), ('sample[tokens=16,seqs=8]', None)]
         """
         out = []
@@ -263,7 +242,7 @@ class ServingConfig(_Bounded):
             if program.uses_kv else {}
         return FunctionConfig(
             **common, fn=jax.jit(program.fn, donate_argnums=(1,) if program.uses_kv else ()),
-            make_args=lambda mesh: self._args(program, point, pages, mesh), program=bucket_name(name, point),
+            make_args=lambda mesh: self._args(program, point, pages, mesh), program=name, bucket=Bucket(point),
             arg_kinds=kinds, knobs=knobs, fit=KV_KNOB if search else None,
             fit_upper=self.fit_upper, fit_targets=self.fit_targets)
 
@@ -295,8 +274,7 @@ def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> 
         bad = {axis for axis, sizes in program.axes.items() if not _sizes(sizes)}
         problems += [f"{name}: axis {axis!r} is {program.axes[axis]!r}; give its sizes, e.g. doubling(16, 512)"
                      for axis in program.axes if axis in bad]
-        # A bucket's name carries its axes (step[tokens=64]): a name that is not a word cannot be read back,
-        # and its buckets would leave the server's start-up bill.
+        # A case's id shows its bucket's axes (step[tokens=64]): a name that is not a word could not be read back.
         problems += [f"{name}: axis {axis!r} is not a name (letters, digits and _, not starting with a digit): its "
                      f"buckets could not be told apart; rename it, e.g. {re.sub(r'[^0-9A-Za-z_]', '_', str(axis))!r}"
                      for axis in program.axes if not (isinstance(axis, str) and axis.isidentifier())]

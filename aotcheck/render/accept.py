@@ -23,13 +23,25 @@ def accept_all_command(cases: Sequence[Case | str], *, extra: Sequence[str] = ()
     Example:
         >>> accept_all_command([Case.of("lm", "prefill", "v4-8")], extra=["--aot-libtpu-init-args=--xla_a=1 --xla_b=2"])
         "pytest --update-golden --aot-configs=lm --aot-topologies=v4-8x1 '--aot-libtpu-init-args=--xla_a=1 --xla_b=2'"
-        >>> accept_all_command(["lm[v2]/step@v4-8x1"], extra=[*golden_dir_option("ci/golden"), "-k", "step"])
-        "pytest --update-golden '--aot-configs=lm[[]v2]' --aot-topologies=v4-8x1 --aot-golden-dir=ci/golden -k step"
+        >>> accept_all_command(["lm[v2]/step@v4-8x1"], extra=golden_dir_option("ci/golden"))
+        "pytest --update-golden '--aot-configs=lm[[]v2]' --aot-topologies=v4-8x1 --aot-golden-dir=ci/golden"
     """
     parsed = [c if isinstance(c, Case) else Case.parse(c) for c in cases]
     args = ["pytest", "--update-golden", "--aot-configs=" + ",".join(sorted({glob_quote(c.config) for c in parsed})),
             "--aot-topologies=" + ",".join(sorted({str(c.target) for c in parsed}))]
     return shlex.join([*args, *extra])
+
+
+def accept_case_command(case: Case, *, extra: Sequence[str] = ()) -> str:
+    """The command that accepts one case's current figures as its golden: the case by its id with
+    aotcheck's own option (which a bucket's brackets pass through, as pytest's ``-k`` does not), quoted
+    for a shell; ``extra`` as :func:`accept_all_command`'s.
+
+    Example:
+        >>> accept_case_command(Case.of("llm", "step[tokens=16]", "v5e-16"))
+        "pytest --update-golden '--aot-case=llm/step[tokens=16]@v5e-16x1'"
+    """
+    return shlex.join(["pytest", "--update-golden", f"--aot-case={case.id}", *extra])
 
 
 def golden_dir_option(golden_dir: str | None) -> list[str]:

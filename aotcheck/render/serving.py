@@ -32,7 +32,7 @@ from aotcheck.gate.bill import Bill, served
 from aotcheck.gate.compare import Change
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
-from aotcheck.programs.serving import KV_KNOB, parse_bucket
+from aotcheck.programs.serving import KV_KNOB
 from aotcheck.render.accept import accept_all_command, golden_dir_option
 from aotcheck.render.tables import fmt_value, hbm_fraction, table, verdict_label
 from aotcheck.units import fmt_bytes, fmt_share
@@ -55,14 +55,13 @@ def bucket_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
     order: dict[str, int] = {}
     keyed = []
     for o in outcomes:
-        program, point = parse_bucket(o.case.program) or (o.case.program, {})
-        order.setdefault(program, len(order))
-        keyed.append(((order[program], tuple(-size for size in point.values())), o))
+        order.setdefault(o.case.program, len(order))
+        keyed.append(((order[o.case.program], tuple(-size for size in o.case.bucket.values())), o))
     rows = []
     for _, o in sorted(keyed, key=lambda pair: pair[0]):
         figures = o.figures or {}
         pages = figures.get(fit_max(KV_KNOB))
-        rows.append([o.case.program, fmt_bytes(figures.get("peak_bytes")) if figures else "-", fmt_share(hbm_fraction(o)),
+        rows.append([o.case.program_id, fmt_bytes(figures.get("peak_bytes")) if figures else "-", fmt_share(hbm_fraction(o)),
                      fmt_value("compile_cpu_seconds", figures.get("compile_cpu_seconds")), memory_spaces(o),
                      f"{int(pages):,} pages" if pages is not None else "-", verdict_label(o)])
     return rows

@@ -329,7 +329,7 @@ def test_broken_golden_files_fail_their_case_and_are_left_alone(faults):
         result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy")
         result.assert_outcomes(failed=1)
         assert words in result.stdout.str(), (text, result.stdout.str()[-1500:])
-        assert "To replace it: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -k step" in result.stdout.str()
+        assert "To replace it: pytest --update-golden --aot-case=toy/step@v4-8x1" in result.stdout.str()
         no_aotcheck_traceback(result.stdout.str())
         if text not in ("DIRECTORY", "\udcff"):
             assert path.read_text() == text  # Never rewritten without --update-golden.
@@ -348,7 +348,7 @@ def test_metrics_missing_or_extra_in_the_golden_are_never_silent(faults):
         "*toy/step@v4-8x1: its figures and its golden's (*) differ in names:*",
         "*figure_from_the_future: in the golden, no longer produced*",
         "*flops: new, not in the golden*",
-        "*accept the new set: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -k step*",
+        "*accept the new set: pytest --update-golden --aot-case=toy/step@v4-8x1*",
     ])
     faults.makeini(INI + "aot_metric_drift = warn\n")
     result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy")
@@ -414,8 +414,8 @@ def test_files_are_written_with_the_users_umask(faults):
 def test_a_missing_golden_under_another_golden_dir_names_it_in_the_accept_command(faults):
     result = run(faults, "--aot-topologies=v4-8", "--aot-configs=toy", "--aot-golden-dir=other")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*To create it: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 "
-                                 "--aot-golden-dir=other -k step*"])
+    result.stdout.fnmatch_lines(["*To create it: pytest --update-golden --aot-case=toy/step@v4-8x1 "
+                                 "--aot-golden-dir=other"])
 
 
 # --- 3. The command line tool: exit status 2 and one line naming the input ----------------------------
@@ -618,9 +618,9 @@ def test_the_accept_command_selects_a_config_named_with_glob_characters(project)
                          'make_args=make_args))\n')
     result = run(project, "--aot-topologies=v4-8")
     result.assert_outcomes(passed=1, failed=2)
-    line = next(line for line in result.stdout.lines if line.startswith("To create it: ") and "toy[[]v2]" in line)
+    line = next(line for line in result.stdout.lines if line.startswith("To create it: ") and "toy[v2]" in line)
     command = shlex.split(line.split(": ", 1)[1])
-    assert command[:2] == ["pytest", "--update-golden"] and "--aot-configs=toy[[]v2]" in command, line
+    assert command[:2] == ["pytest", "--update-golden"] and "--aot-case=toy[v2]/step@v4-8x1" in command, line
     accepted = run(project, *command[1:])
     accepted.assert_outcomes(passed=1)  # toy[v2] alone: not toy, which the unquoted glob would match.
     assert golden(project, "toy[v2]/step@v4-8x1.json").exists() and not golden(project).exists()

@@ -198,14 +198,14 @@ def test_the_accept_command_repeats_the_settings_pytest_has_no_option_for(tmp_pa
                                       front_end="cli")
     gate = GateSession(cli_settings, measure=fake_measure)
     assert gate.accept_command(case) == (
-        "pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 --aot-libtpu-init-args=--xla_x=1 "
-        "--aot-fit=batch -o aot_default_options=none -o aot_hbm_headroom=0.9 -o aot_config_modules=script.py -k step")
+        "pytest --update-golden --aot-case=toy/step@v4-8x1 --aot-libtpu-init-args=--xla_x=1 "
+        "--aot-fit=batch -o aot_default_options=none -o aot_hbm_headroom=0.9 -o aot_config_modules=script.py")
     assert "To create it: " + gate.accept_command(case) in gate.check(case).message
     # Under pytest the ini's modules are read again by the accept run; presets off is still said.
     pytest_settings = GateSettings.parse(rootdir=tmp_path, topologies=["v4-8"], default_options="none",
                                          config_modules=["script.py"], front_end="pytest")
     assert GateSession(pytest_settings, measure=fake_measure).accept_command(case) == (
-        "pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -o aot_default_options=none -k step")
+        "pytest --update-golden --aot-case=toy/step@v4-8x1 -o aot_default_options=none")
 
 
 @pytest.mark.heavy

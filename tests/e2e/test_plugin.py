@@ -51,7 +51,7 @@ def test_growth_fails_with_a_table_and_the_accept_command(project, monkeypatch):
         "*toy/step@v4-8x1 regressed against*",
         "*metric*golden*now*change*%*tolerance*status*",
         "*argument_bytes*regression*",
-        "*To accept the new figures: pytest --update-golden --aot-configs=toy --aot-topologies=v4-8x1 -k step*",
+        "*To accept the new figures: pytest --update-golden --aot-case=toy/step@v4-8x1",
     ])
     assert golden(project).read_text() == before  # Never rewritten without --update-golden.
     result = run(project, "--aot-topologies=v4-8", "--update-golden")
@@ -75,7 +75,7 @@ def test_missing_golden_says_how_to_create_it(project):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*toy/step@v5e-16x2 has no golden file*",
-        "*To create it: pytest --update-golden --aot-configs=toy --aot-topologies=v5e-16x2 -k step*",
+        "*To create it: pytest --update-golden --aot-case=toy/step@v5e-16x2*",
     ])
 
 

@@ -6,6 +6,7 @@ that does not fit beside the largest bucket, and a start-up bill that grew (pyte
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,31 @@ def test_buckets_that_miss_the_schedulers_limits_are_each_named(pytester):
            "seqs buckets, or lower max_num_seqs to 16" in out
     assert "step: bucket tokens=128 over the budget (max_num_batched_tokens=64): the scheduler never sends more " \
            "than 64 tokens, so it is compiled at start-up for nothing; make the largest bucket 64" in out
+
+
+def test_a_buckets_accept_command_runs_as_printed_and_writes_that_golden(pytester):
+    """Issue 41's bug: the command printed for a bucket selected it with pytest's -k, which refuses the
+    brackets. It is run here exactly as printed (split as a shell splits it), and writes that golden only."""
+    server(pytester, overrides="kv_budget=False")
+    result = run(pytester, "--aot-topologies=v5e-16", "--aot-case=llm/step[tokens=16]@v5e-16x1")
+    result.assert_outcomes(failed=1)  # Its golden is missing; no other case ran.
+    line = next(line for line in result.stdout.lines if line.startswith("To create it: "))
+    command = shlex.split(line.split(": ", 1)[1])
+    assert command == ["pytest", "--update-golden", "--aot-case=llm/step[tokens=16]@v5e-16x1"], line
+    run(pytester, *command[1:]).assert_outcomes(passed=1)
+    written = sorted(str(p.relative_to(pytester.path / "golden")) for p in (pytester.path / "golden").rglob("*.json"))
+    assert written == ["llm/step[tokens=16]@v5e-16x1.json"]
+
+
+def test_a_case_id_that_names_no_case_is_a_usage_error_naming_the_nearest(pytester):
+    server(pytester, overrides="kv_budget=False")
+    result = run(pytester, "--aot-case=llm/step[tokens=17]@v5e-16x1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--aot-case=llm/step[[]tokens=17]@v5e-16x1: no registered config has this case; "
+                                 "did you mean llm/step[[]tokens=16]@v5e-16x1*"])
+    bad = run(pytester, "--aot-case=llm/step")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--aot-case: 'llm/step' is not a case id*e.g. --aot-case=lm-tiny/train_step@v4-8x1*"])
 
 
 @pytest.mark.heavy

@@ -22,7 +22,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from aotcheck.adapters.base import AdapterError
-from aotcheck.programs.lowering import place, trainer_state_specs
+from aotcheck.programs.lowering import place
+from aotcheck.programs.model import trainer_state_specs
 from aotcheck.targets.partition import PartitionError, path_to_str
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,7 +49,7 @@ def shardings(adapted, *, topology="v5e-16", mesh=am.MESH):
     """Per parameter path: (its spec, the spec of its first Adam moment), on ``topology``'s devices."""
     config = adapted.trainer(batch_spec={"tokens": am.TOKENS}, optimizer=OPT, mesh=mesh,
                              loss_fn=lambda model, batch: jnp.zeros(()))
-    state, _ = trainer_state_specs(config, place(config, topology))
+    state, _ = trainer_state_specs(config, place(config, topology).mesh)
     mu = state["opt_state"][0].mu
     flat = jax.tree_util.tree_flatten_with_path(state["params"])[0]
     moments = jax.tree_util.tree_leaves(mu)

@@ -34,7 +34,8 @@ from aotcheck.pipeline.measurement import COST_FIGURES, Measurement
 from aotcheck.gate.golden import Golden
 from aotcheck.gate.why import grown
 from aotcheck.models import lm
-from aotcheck.programs.lowering import lower_config, place, trainer_state_specs
+from aotcheck.programs.lowering import lower_config, place
+from aotcheck.programs.model import trainer_state_specs
 from aotcheck.targets.topology import Target
 
 GOLDEN = Path(__file__).resolve().parents[3] / "golden"
@@ -43,7 +44,7 @@ HERE = "tests/unit/figures/test_attribution.py"
 
 def analytic_param_bytes(config: aotcheck.TrainerConfig, target: Target) -> int:
     """The parameters' bytes on one device, from their shapes and shardings alone (no compile)."""
-    state, _ = trainer_state_specs(config, place(config, target))
+    state, _ = trainer_state_specs(config, place(config, target).mesh)
     return sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
                for leaf in jax.tree_util.tree_leaves(state["params"]))
 

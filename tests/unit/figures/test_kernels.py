@@ -122,7 +122,7 @@ def test_ragged_paged_attention_counts_every_query_against_the_longest_sequence(
     from aotcheck.models import serve
 
     config = serve.serving_config(serve.TINY)
-    step = next(c for c in config.expand() if c.program == "step[tokens=64]")
+    step = next(c for c in config.expand() if c.programs[0] == "step[tokens=64]")
     with lower(Case.of("llm", "step[tokens=64]", "v5e-16"), step).compile() as compiled:
         measured = compiled.measure()
     [run] = measured.details.kernels

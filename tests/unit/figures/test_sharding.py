@@ -36,6 +36,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.stages import lower
 from aotcheck.programs.compile import compile_lowered
 from aotcheck.programs.lowering import lower_config, place
+from aotcheck.programs.model import make_train_step, trainer_state_specs
 from aotcheck.render.markdown import markdown
 from aotcheck.targets.topology import Target
 
@@ -63,9 +64,9 @@ def test_a_model_that_reads_the_legacy_mesh_gets_its_constraints():
 
     config = llama_config(shard=shard_helpers.by_legacy_mesh)
     placement = lowering.place(config, target)
-    state, batch = lowering.trainer_state_specs(config, placement)
+    state, batch = trainer_state_specs(config, placement.mesh)
     with jax.sharding.use_abstract_mesh(placement.mesh.abstract_mesh):  # The abstract mesh alone.
-        bare = jax.jit(lowering.make_train_step(config)).lower(state, batch).as_text()
+        bare = jax.jit(make_train_step(config)).lower(state, batch).as_text()
     assert _constraints(bare) == 0
 
 

@@ -146,7 +146,7 @@ def test_an_update_accepts_a_bill_its_kept_goldens_would_fail(tmp_path):
     line = serving_lines(Report(outcomes, bills=[bill]))[0]
     assert line.endswith("(the goldens kept summed 0.90s, beyond its tolerance 100% + 1: accepted, each bucket's "
                          "compile_cpu_seconds written as measured)")
-    checked = [bucket(o.case.program, 0.6, store.read(o.case).figures["compile_cpu_seconds"]) for o in outcomes]
+    checked = [bucket(o.case.program_id, 0.6, store.read(o.case).figures["compile_cpu_seconds"]) for o in outcomes]
     assert not startup_bills(checked, TOLERANCE)[0].failed  # The next check, against what was written.
     assert Bill.from_json(bill.to_json()) == bill
 

@@ -83,13 +83,13 @@ def test_missing_and_corrupt_goldens_say_how_to_fix(tmp_path):
     missing = session(tmp_path, FIGURES).check(CASE)
     assert missing.verdict is Verdict.MISSING_GOLDEN and missing.failed
     assert missing.message.endswith(
-        "To create it: pytest --update-golden --aot-configs=toy --aot-topologies=v5e-4x1 -k step")
+        "To create it: pytest --update-golden --aot-case=toy/step@v5e-4x1")
     path = tmp_path / "golden" / CASE.golden_relpath
     path.parent.mkdir(parents=True)
     path.write_text("{oops")
     corrupt = session(tmp_path, FIGURES, golden_dir_option="golden").check(CASE)
     assert corrupt.verdict is Verdict.CORRUPT_GOLDEN and "is not valid JSON" in corrupt.message
-    assert "--aot-golden-dir=golden -k step" in corrupt.message  # The accept command keeps a given golden dir.
+    assert corrupt.message.endswith("--aot-golden-dir=golden")  # The accept command keeps a given golden dir.
     assert path.read_text() == "{oops"  # Never rewritten without --update-golden.
 
 
@@ -129,11 +129,11 @@ def test_an_unwritable_golden_is_recorded_with_its_path(tmp_path):
 
 
 def test_every_accept_command_comes_from_one_builder(tmp_path):
-    from aotcheck.render.accept import accept_all_command
+    from aotcheck.render.accept import accept_all_command, accept_case_command
 
     gate = session(tmp_path, FIGURES, golden_dir_option="ci/golden", libtpu_init_args_option="--xla_a=1")
-    expected = accept_all_command([CASE], extra=["--aot-golden-dir=ci/golden", "--aot-libtpu-init-args=--xla_a=1",
-                                                 "-k", "step"])
+    expected = accept_case_command(CASE, extra=["--aot-golden-dir=ci/golden", "--aot-libtpu-init-args=--xla_a=1"])
+    assert expected == f"pytest --update-golden --aot-case={CASE.id} --aot-golden-dir=ci/golden --aot-libtpu-init-args=--xla_a=1"
     assert gate.accept_command(CASE) == expected and gate.check(CASE).message.endswith("To create it: " + expected)
     assert accept_all_command([CASE.id]) == accept_all_command([CASE])
 

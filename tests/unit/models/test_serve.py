@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def bucket(program: str, **changes):
-    return {c.program: c for c in serve.serving_config(serve.TINY, **changes).expand()}[program]
+    return {c.programs[0]: c for c in serve.serving_config(serve.TINY, **changes).expand()}[program]
 
 
 def kernels(program: str, topology: str, **changes) -> int:
@@ -75,7 +75,7 @@ def test_a_bucket_whose_kernel_overflows_vmem_is_named_with_its_kernel():
     """The kernel's VMEM grows with its query block, min(tokens, 32) here: under a 330 KiB limit the
     16-token bucket fits (323,584 bytes) and the 32-token one does not (348,160)."""
     tight = dataclasses.replace(serve.TINY, vmem_limit_bytes=330 * 1024)
-    configs = {c.program: c for c in serve.serving_config(tight, kv_budget=False).expand()}
+    configs = {c.programs[0]: c for c in serve.serving_config(tight, kv_budget=False).expand()}
     assert measure(Case.of("llm", "step[tokens=16]", "v5e-8"), config=configs["step[tokens=16]"]).figures["peak_bytes"]
     with pytest.raises(OutOfMemorySpace) as raised:
         measure(Case.of("llm", "step[tokens=32]", "v5e-8"), config=configs["step[tokens=32]"])

@@ -139,7 +139,7 @@ def test_a_functions_knob_is_the_default_search_and_is_offered():
         check_knob(config, "batch")
     bare = aotcheck.FunctionConfig(make_program=per_target)
     assert knobs_offered(bare) == [] and default_knob(bare) == "batch"
-    with pytest.raises(KnobError, match=r"offers none \(a FunctionConfig has no batch aotcheck can move: give it a "
+    with pytest.raises(KnobError, match=r"offers none \(a function's batch is its own.*: give it a "
                                         r"Knob in knobs="):
         check_knob(bare, "batch")
     two = dataclasses.replace(config, knobs={**config.knobs, "cols": aotcheck.Knob(8, rows_program)})

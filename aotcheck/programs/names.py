@@ -1,0 +1,98 @@
+"""Names of configs and programs, and a serving bucket as a value: the one place a program's id
+(``step[tokens=64]``) is made from its bucket and read back.
+
+Example:
+    >>> bucket = Bucket({"tokens": 64, "seqs": 8})
+    >>> program_id("sample", bucket), parse_program_id("sample[tokens=64,seqs=8]") == ("sample", bucket)
+    ('sample[tokens=64,seqs=8]', True)
+    >>> parse_program_id("train_step"), dict(bucket), bucket == Bucket(tokens=64, seqs=8)
+    (('train_step', Bucket()), {'tokens': 64, 'seqs': 8}, True)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from aotcheck.errors import ConfigError
+
+
+class Bucket(Mapping[str, int]):
+    """A serving bucket: a size per axis, in the axes' declared order; immutable and hashable, so a
+    case that carries one is a value. Empty for a program that is not a bucket."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, point: Mapping[str, int] | None = None, /, **sizes: int) -> None:
+        items = tuple({**(point or {}), **sizes}.items())
+        for axis, size in items:
+            if not (isinstance(axis, str) and axis.isidentifier()):
+                raise ConfigError(f"bucket axis {axis!r} is not a name (letters, digits and _, not starting with a "
+                                  f"digit); rename it, e.g. {re.sub(r'[^0-9A-Za-z_]', '_', str(axis))!r}")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ConfigError(f"bucket size {axis}={size!r} is not a size; give an int >= 1")
+        object.__setattr__(self, "_items", items)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Bucket is immutable")
+
+    def __getitem__(self, axis: str) -> int:
+        for name, size in self._items:
+            if name == axis:
+                return size
+        raise KeyError(axis)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and list(self.items()) == list(other.items())
+
+    def __repr__(self) -> str:
+        return f"Bucket({', '.join(f'{a}={s}' for a, s in self._items)})"
+
+
+def program_id(program: str, bucket: Mapping[str, int]) -> str:
+    """The program's name at a bucket, as case ids and golden files say it: ``step[tokens=64]`` (axes
+    in their declared order); the program's name alone for no bucket."""
+    return f"{program}[{','.join(f'{axis}={size}' for axis, size in bucket.items())}]" if bucket else program
+
+
+_BUCKET = re.compile(r"^(?P<program>[^\[\]]+)\[(?P<point>[^\[\]]+)\]$")
+
+
+def parse_program_id(text: str) -> tuple[str, Bucket]:
+    """``(program, bucket)`` of a program id; a name that is no bucket's is a program's whole name."""
+    match = _BUCKET.match(text)
+    if not match:
+        return text, Bucket()
+    point = {}
+    for part in match["point"].split(","):
+        axis, _, size = part.partition("=")
+        if not (size.isascii() and size.isdigit()) or not axis.isidentifier():
+            return text, Bucket()
+        point[axis] = int(size)
+    return match["program"], Bucket(point)
+
+
+def name_problem(name: object, what: str) -> str | None:
+    """Why ``name`` cannot name a config or program (it becomes part of a case id and a golden
+    file's path), None if it can.
+
+    Example:
+        >>> name_problem("train_step", "Program"), name_problem("my step", "Program")
+        (None, "Program name 'my step' must be non-empty, without '/', '@', '[', ']' or spaces.")
+    """
+    # '/' and '@' separate a case id's parts; ',' and spaces separate the names of --aot-configs; a
+    # program's brackets are its bucket's (step[tokens=16]), which a config carries as a value.
+    banned = "/@," if what == "Config" else "/@[]"
+    if not isinstance(name, str) or not name or any(c in banned or c.isspace() for c in name) or name in (".", ".."):
+        return f"{what} name {name!r} must be non-empty, without {', '.join(map(repr, banned))} or spaces."
+    return None
