@@ -49,14 +49,15 @@ from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.explain import compile_table, explain
-from aotcheck.render.summary import case_line, session_summary, summary_table
+from aotcheck.render.summary import case_line, header_lines, session_summary, summary_table
 from aotcheck.render.tables import table
 from aotcheck.render.serving import serving_lines
-from aotcheck.render.text import fit_lines, hbm_words
+from aotcheck.render.text import fit_lines, hbm_words, outcome_message
 from aotcheck.units import clip_runs, read_count
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, check_ini_keys, read_settings, repeated_options
-from aotcheck.targets.topology import Target, TopologyError, all_topologies, gpu_topologies, split_target
+from aotcheck.targets.platform import GPU, TPU
+from aotcheck.targets.topology import Target, TopologyError, split_target, topologies
 
 
 def _load(modules: Sequence[str] | None, rootdir: Path | None = None) -> None:
@@ -91,7 +92,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     with GateSession(settings) as session:
         session.start_workers()
         session.prepare()
-        for line in session.header():
+        for line in header_lines(session.header()):
             print(line)
         session.interruption.install()
         try:
@@ -104,7 +105,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         print("\n".join(["", *session_summary(report, update=settings.update, accept_args=session.accept_args())]))
         for outcome in report.failed:
-            print(f"\n{outcome.case.id} FAILED:\n{outcome.message}")
+            print(f"\n{outcome.case.id} FAILED:\n{outcome_message(outcome)}")
         sys.stdout.flush()
     except OSError:  # After SIGHUP the terminal may be gone: the report is written, there is no one to tell.
         if session.interruption.signal != "SIGHUP":
@@ -120,7 +121,7 @@ INTERRUPTED_STATUS = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
-    records = [t.listing() for t in [*all_topologies(), *gpu_topologies()]]
+    records = [t.listing() for t in topologies()]
     rows = [[r["name"], r["libtpu_name"] or r["cuda_topology"], r["chip_config"] or r["device_kind"],
              *(r.get(k, "-") for k in _TOPO_KEYS[3:])] for r in records]
     if args.json:
@@ -130,7 +131,7 @@ def cmd_topologies(args: argparse.Namespace) -> int:
                  "HBM/device", "bf16 FLOP/s/device", "HBM BW/device", "platform"], rows))
     print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. GPU hosts: h100-8x2 (also h100-16) is two hosts of "
           "8, joined by the network as slices are. cpu-N: N host CPU devices (no libtpu).")
-    tpu, gpu = all_topologies()[0].device.source, gpu_topologies()[0].device.source
+    tpu, gpu = topologies(TPU)[0].device.source, topologies(GPU)[0].device.source
     print(f"Per-device figures: TPU: {tpu}. GPU: {gpu}.")
     return 0
 
@@ -212,7 +213,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             path.write_text(r.hlo_text or "")
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        hbm = target.topology.hbm_bytes
+        hbm = target.topology.device.memory_bytes
         print(json.dumps({r.case.program_id: {  # A view of each measurement, with its share of the chip's HBM.
             **r.view("case", "figures", "compiler_options", "host_peak_bytes", "details", "attribution_problem"),
             "compile_seconds": round(r.compile_seconds, 3), "hbm_bytes_per_device": hbm,

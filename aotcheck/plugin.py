@@ -24,7 +24,8 @@ from aotcheck.programs.loader import note_loaded
 from aotcheck.programs.registry import registrations
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
-from aotcheck.render.summary import session_summary
+from aotcheck.render.summary import header_lines, session_summary
+from aotcheck.render.text import outcome_message
 from aotcheck.session import GateSession
 from aotcheck.units import clip_runs
 from aotcheck.settings import (BY_NAME, GateSettings, Setting, SettingsError, add_pytest_options, check_ini_keys,
@@ -177,7 +178,7 @@ class AotItem(pytest.Item):
         self.user_properties.append((PROPERTY, json.dumps(outcome.to_json(), sort_keys=True)))
         self.user_properties += [(f"aotcheck.{k}", v) for k, v in sorted((outcome.figures or {}).items())]
         if outcome.failed:
-            raise AotFailure(outcome.message)
+            raise AotFailure(outcome_message(outcome))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, AotFailure):
@@ -236,7 +237,7 @@ class AotPlugin:
             items[:] = [i for i in items if i.nodeid not in others]
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return self.session.header()
+        return header_lines(self.session.header())
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:

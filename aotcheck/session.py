@@ -43,20 +43,18 @@ from aotcheck.gate.bill import accept_bills, split_groups, startup_bills
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
-from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.outcome import Accept, Outcome
 from aotcheck.gate.report import Report, write_report
+from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import Plan, check_cases, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
-from aotcheck.programs.options import format_libtpu_init_args, refusal_lines, runtime_only
+from aotcheck.programs.options import runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
-from aotcheck.render.accept import accept_case_command
-from aotcheck.render.summary import header_lines
-from aotcheck.render.text import outcome_message
-from aotcheck.settings import GateSettings, SettingsError, flag_names
-from aotcheck.targets.platform import GPU, TPU, Platform
-from aotcheck.units import clip_runs
+from aotcheck.settings import GateSettings, SettingsError
+from aotcheck.spellings import flag_names, ini_override, option
+from aotcheck.targets.platform import TPU, Platform
 
 
 class Interruption:
@@ -204,30 +202,29 @@ class GateSession:
         config modules ``python -m aotcheck check --module`` added. Settings pytest has no option for
         are given as ini overrides (``-o aot_default_options=none``); repeating an ini's own value is
         harmless, leaving one out would accept other figures than this run's."""
-        s, flags = self.settings, flag_names("pytest")  # The accept command is a pytest run.
-        args = [f"{flags['libtpu_init_args']}={s.libtpu_init_args_option}"] if s.libtpu_init_args_option is not None else []
+        s = self.settings  # The accept command is a pytest run.
+        args = [option("libtpu_init_args", s.libtpu_init_args_option)] if s.libtpu_init_args_option is not None else []
         if s.fit:
-            args.append(f"{flags['fit']}={s.fit}")
+            args.append(option("fit", s.fit))
         if not s.presets:
-            args += ["-o", "aot_default_options=none"]
+            args += ini_override("default_options", "none")
         if s.hbm_headroom != 1.0:
-            args += ["-o", f"aot_hbm_headroom={s.hbm_headroom:g}"]
+            args += ini_override("hbm_headroom", f"{s.hbm_headroom:g}")
         if s.config_modules and s.front_end == "cli":
-            args += ["-o", "aot_config_modules=" + "\n".join(s.config_modules)]
+            args += ini_override("config_modules", "\n".join(s.config_modules))
         return args
 
-    def accept_command(self, case: Case) -> str:
-        """The command that accepts this case's current figures as its golden (the one builder,
-        :func:`aotcheck.render.accept.accept_command`), selecting it by its id."""
-        given = self.settings.golden_dir_option  # As given (it may override the ini's), even "golden".
-        return accept_case_command(case, extra=[*([f"{flag_names('pytest')['golden_dir']}={given}"] if given else []),
-                                               *self.accept_args()])
+    def accept(self, case: Case) -> Accept:
+        """The command that accepts this case's current figures as its golden, as a record: the case by
+        its id, the golden directory as given (it may override the ini's, even "golden"), the run's options."""
+        given = self.settings.golden_dir_option
+        return Accept(case.id, (*([option("golden_dir", given)] if given else []), *self.accept_args()))
 
     def golden_file(self, case: Case) -> str:
         return str(self.store.path(case))
 
     def check(self, case: Case) -> Outcome:
-        """Measures and judges one case, and words its message."""
+        """Measures and judges one case; the outcome carries where its golden is and its accept command."""
         s = self.settings
         # The compile workers search the knob the plan chose (a measure of one's own decides for itself).
         measure = functools.partial(self._measurer, fit=self.plan().knob(case)) if self._measurer is not None \
@@ -239,9 +236,8 @@ class GateSession:
         worker_notes = self._measurer.notes if self._measurer is not None else []
         new = [n for n in worker_notes if n not in self._noted]
         self._noted.update(new)
-        # The message is the one worded field: the report's readers (Markdown, annotations) show it as is.
-        return dataclasses.replace(outcome, notes=[*outcome.notes, *new], message=clip_runs(outcome_message(
-            outcome, golden_file=self.golden_file(case), accept=self.accept_command(case))))
+        return dataclasses.replace(outcome, notes=[*outcome.notes, *new], golden_file=self.golden_file(case),
+                                   accept=self.accept(case))
 
     def start_workers(self) -> None:
         """Starts the compile workers of the run's TPU topologies now, before the configs are built and
@@ -291,12 +287,8 @@ class GateSession:
                 except OSError as e:
                     self.warnings.append(f"aotcheck: could not remove the stale golden {rel}: {e.strerror or e}")
             stale = [rel for rel in stale if rel not in removed]
-        if self.interruption.signal:
-            planned = len(self.plan().cases)
-            self.warnings.append(
-                f"aotcheck: interrupted ({self.interruption.signal}) after {len(self.outcomes)} of {planned} cases: "
-                "the finished ones are reported" + (" and their goldens written" if self.settings.update else "")
-                + "; the rest did not run, and no stale golden was removed.")
+        interrupted = Interrupted(self.interruption.signal, len(self.outcomes), len(self.plan().cases),
+                                  self.settings.update) if self.interruption.signal else None
         outcomes = list(self.outcomes.values())
         partial = split_groups([p.case for p in self.plan().matrix], [p.case for p in self.plan().cases])
         # An update accepts a server's bill as it accepts a case's figures (what it kept may sum beyond it).
@@ -304,7 +296,8 @@ class GateSession:
                  else startup_bills(outcomes, self.settings.tolerances, partial=partial))
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
-                        notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args())
+                        notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args(),
+                        interrupted=interrupted)
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)
@@ -319,40 +312,27 @@ class GateSession:
         case_notes = [n for o in self.outcomes.values() for n in o.notes]
         return list(dict.fromkeys([*self.warnings, *worker_notes, *case_notes]))
 
-    def header(self) -> list[str]:
+    def header(self) -> RunHeader:
+        """What the run says before its first case, as a record (the front ends word it)."""
         s = self.settings
-        lines = header_lines(targets=[t.name for t in s.targets], golden_dir=str(self.store.root), update=s.update,
-                             cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
-                             shard_seconds=self.plan().shard_seconds(),
-                             toolchain=self.toolchain(), foreign=self.foreign_toolchain_goldens())
-        if s.presets:
-            lines += refusal_lines({t.topology.family for t in s.targets})
-        if s.compiler_options or not s.presets:
-            sent = {k: v for k, v in s.compiler_options.items() if not runtime_only(k)}
-            dropped = len(s.compiler_options) - len(sent)
-            lines.append("aotcheck: your launch flags: " + (format_libtpu_init_args(sent) or "none")
-                         + (f" ({dropped} runtime-only dropped)" if dropped else "")
-                         + (" (from the environment's LIBTPU_INIT_ARGS: sent as compiler options, recorded in "
-                            "each golden; no compile process inherits the variable)" if s.environment_flags_used else "")
-                         + ("" if s.presets else "; aotcheck's presets off (aot_default_options = none)"))
-        if s.environment_flags and not s.environment_flags_used:
-            lines.append(f"aotcheck: the environment's LIBTPU_INIT_ARGS ({s.environment_flags[:200]}) is not used: "
-                         f"{s.flags['libtpu_init_args']} (or aot_libtpu_init_args) gives this run's launch flags, "
-                         "and no compile process inherits the variable")
-        if s.fit:
-            lines.append(f"aotcheck: fit search of {s.fit!r} on every config that offers it (a few compiles each; "
-                         f"gated as {fit_max(s.fit)})")
-        if not s.update and not self.store.root.is_dir():
-            with_equals = " (with '=')" if s.front_end == "pytest" else ""  # pytest reads a path after a space.
-            lines.append(f"aotcheck: WARNING: the golden directory {self.store.root} does not exist, so every case "
-                         f"will be missing its golden. The rootdir is {s.rootdir}; if your goldens are elsewhere, "
-                         f"pass {s.flags['golden_dir']}=PATH{with_equals}, or create them with {s.flags['update']}.")
-        return [clip_runs(line) for line in lines]  # A flag of 100,000 digits is shown by its ends.
+        given = bool(s.compiler_options) or not s.presets
+        return RunHeader(
+            targets=tuple(t.name for t in s.targets), golden_dir=str(self.store.root), update=s.update,
+            cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
+            shard_seconds=self.plan().shard_seconds(), toolchain=self.toolchain(),
+            foreign=tuple(self.foreign_toolchain_goldens()),
+            families=tuple(sorted({t.topology.family for t in s.targets})) if s.presets else None,
+            launch_flags={k: v for k, v in s.compiler_options.items() if not runtime_only(k)} if given else None,
+            dropped=sum(1 for k in s.compiler_options if runtime_only(k)),
+            environment_flags_used=s.environment_flags_used,
+            unused_environment_flags=s.environment_flags if s.environment_flags and not s.environment_flags_used else None,
+            fit=s.fit, golden_dir_missing=not s.update and not self.store.root.is_dir(), rootdir=str(s.rootdir),
+            front_end=s.front_end)
 
     def platforms(self) -> list[Platform]:
         """The platforms of this run's targets (TPU's when there are none), the TPU's first."""
         # The CUDA plugin's version last, as the header has always said it (TPU and host both say libtpu's).
-        return sorted({t.topology.platform for t in self.settings.targets} or {TPU}, key=lambda p: (p is GPU, p.name))
+        return sorted({t.topology.platform for t in self.settings.targets} or {TPU}, key=lambda p: (p.toolchain_last, p.name))
 
     def toolchain(self) -> dict[str, str | None]:
         """The versions behind this run's figures: jax's, libtpu's where a target is a TPU (or the host's
@@ -371,17 +351,18 @@ class GateSession:
             except (GoldenError, OSError, ValueError):  # Unreadable goldens fail their own case.
                 continue
             platform = _platform_of(rel)
-            if toolchain_note(golden.toolchain, platform=platform):
+            if platform is not None and toolchain_note(golden.toolchain, platform=platform):
                 out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in platform.toolchain()))
         return out
 
 
-def _platform_of(golden_path: str) -> Platform:
-    """The platform of a golden file's case (``lm/prefill@h100-8x1.json``: GPU)."""
+def _platform_of(golden_path: str) -> Platform | None:
+    """The platform of a golden file's case (``lm/prefill@h100-8x1.json``: GPU's); None for a name no
+    table has (its case is stale, and says so), whose toolchain nothing here can judge."""
     try:
         return Case.parse(golden_path.removesuffix(".json")).topology.platform
-    except ValueError:  # A name from a table aotcheck no longer has: judged as a TPU golden.
-        return TPU
+    except ValueError:
+        return None
 
 
 def exit_status(report: Report) -> int:

@@ -9,8 +9,6 @@ the rows, each with its choices and its reader (as Hypothesis's settings carry t
 so a default is written once, in its row.
 
 Example:
-    >>> flag_names("pytest")["topologies"], flag_names("cli")["topologies"], flag_names("cli")["tolerances"]
-    ('--aot-topologies', '--topologies', 'aot_tolerances')
     >>> values = read_settings(option=lambda s: {"topologies": "v4-8"}.get(s.name), ini=lambda s: s.default)
     >>> values["topologies"], values["golden_dir"], values["cache_dir"], values["update"]
     ('v4-8', 'golden', '.aotcheck-cache', False)
@@ -33,6 +31,7 @@ from aotcheck.gate.shard import ShardError, parse_shard
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import figure_names
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
+from aotcheck.spellings import ENVIRONMENT_FLAGS, FRONT_ENDS, SPELLINGS, flag_names, names_in_messages
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
 from aotcheck.units import read_count
 
@@ -51,12 +50,10 @@ class Reading(NamedTuple):
 
 
 class Setting(NamedTuple):
-    """One setting of the gate (a keyword of ``GateSettings.parse``) and how each front end spells it."""
+    """One setting of the gate (a keyword of ``GateSettings.parse``); how each front end spells it is
+    :data:`aotcheck.spellings.SPELLINGS`'s."""
 
     name: str
-    pytest: str | None  # The plugin's option, e.g. "--aot-topologies" (None: ini only).
-    cli: str | None  # ``aotcheck check``'s flag (None: ini only).
-    ini: str | None  # The [pytest] ini key both front ends read (None: a flag only).
     kind: str  # The ini value's type, as pytest's addini takes it: "string", "args", "linelist", "bool".
     default: Any  # When neither the flag nor the ini says.
     help: str  # The plugin's option help.
@@ -68,6 +65,21 @@ class Setting(NamedTuple):
     choices: tuple[tuple[str, str], ...] = ()
     field: str | None = None  # The GateSettings field it sets (default: its name; "": none).
     read: Callable[[Any, Reading], Any] | None = None  # Value as given -> as GateSettings holds it (SettingsError).
+
+    @property
+    def pytest(self) -> str | None:
+        """The plugin's option, e.g. "--aot-topologies" (None: ini only)."""
+        return SPELLINGS[self.name].pytest
+
+    @property
+    def cli(self) -> str | None:
+        """``aotcheck check``'s flag (None: ini only)."""
+        return SPELLINGS[self.name].cli
+
+    @property
+    def ini(self) -> str | None:
+        """The [pytest] ini key both front ends read (None: a flag only)."""
+        return SPELLINGS[self.name].ini
 
     def parsed(self, value: Any, reading: Reading) -> Any:
         """``value`` checked against the choices and read; a choice's empty value is the default."""
@@ -184,56 +196,56 @@ def _cache_dir(value: Any, r: Reading) -> Path | None:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("topologies", "--aot-topologies", "--topologies", "aot_topologies", "args", [],
+    Setting("topologies", "args", [],
             "topologies to check, e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only); 'none' turns the gate off for this "
             "run. Without any (here or in the ini), the plugin adds no tests.",
             cli_help="e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only)",
             field="targets", read=_targets),
-    Setting("slices", "--aot-slices", "--slices", "aot_slices", "args", [],
+    Setting("slices", "args", [],
             "slice counts for every topology, e.g. 1,2 (default 1)", cli_help="slice counts for every topology, e.g. 1,2",
             field="", read=_slice_counts),
-    Setting("configs", "--aot-configs", "--configs", "aot_configs", "args", [],
+    Setting("configs", "args", [],
             "glob(s) over config names, e.g. 'lm-*' (default all)", cli_help="glob(s) over config names, e.g. 'lm-*'",
             field="config_globs", read=lambda v, r: tuple(split_list(v))),
-    Setting("cases", "--aot-case", "--case", None, "string", [],
+    Setting("cases", "string", [],
             "run only this case, by its id (CONFIG/PROGRAM@TOPOLOGYxSLICES, e.g. 'llm/step[tokens=16]@v5e-16x1'; "
             "repeatable): its config and target, whatever the topologies and configs say",
             action="append", metavar="ID", read=_cases),
-    Setting("golden_dir", "--aot-golden-dir", "--golden-dir", "aot_golden_dir", "string", "golden",
+    Setting("golden_dir", "string", "golden",
             "golden directory (default golden/ at the rootdir)",
             ini_help="default --aot-golden-dir, relative to the rootdir",
             cli_help="golden directory (default: aot_golden_dir, or golden/)",
             read=lambda v, r: r.rootdir / v),
-    Setting("update", "--update-golden", "--update-golden", None, "bool", False,
+    Setting("update", "bool", False,
             "write the figures of the cases that run as their goldens (and pass them); cases that do not run are "
             "left alone", cli_help="accept the figures of the cases that run", action="store_true",
             read=lambda v, r: bool(v)),
-    Setting("strict", "--aot-strict", "--strict", "aot_strict", "bool", False,
+    Setting("strict", "bool", False,
             "fail on improvements beyond tolerance too, to keep baselines tight",
             cli_help="fail on improvements beyond tolerance too", action="store_true",
             read=lambda v, r: bool(v)),
-    Setting("report", "--aot-report", "--report", None, "string", None,
+    Setting("report", "string", None,
             "write every case's figures, golden and verdict as JSON", cli_help="write the JSON report here",
             metavar="PATH",
             field="report_path", read=_report_path),
-    Setting("shard", "--aot-shard", "--shard", None, "string", None,
+    Setting("shard", "string", None,
             "run only shard K of N of the case matrix (for CI runners)",
             cli_help="run only shard K of N of the matrix", metavar="K/N",
             read=_shard),
-    Setting("fit", "--aot-fit", "--fit", "aot_fit", "string", "",
+    Setting("fit", "string", "",
             "search the largest KNOB (e.g. batch) that fits on every config that offers it and names no fit= of "
             "its own, gated as fit_max_KNOB",
             cli_help="search the largest KNOB (e.g. batch) that fits on every config that offers it and names "
             "no fit= of its own (default: aot_fit)", metavar="KNOB",
             read=_knob),
-    Setting("libtpu_init_args", "--aot-libtpu-init-args", "--libtpu-init-args", "aot_libtpu_init_args", "string", "",
+    Setting("libtpu_init_args", "string", "",
             "your job's LIBTPU_INIT_ARGS string, e.g. '--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=98304 "
             "--xla_tpu_enable_latency_hiding_scheduler=true' (runtime-only flags are dropped)",
             ini_help="default --aot-libtpu-init-args: your job's LIBTPU_INIT_ARGS string",
             cli_help="your job's LIBTPU_INIT_ARGS string, e.g. --libtpu-init-args='--xla_tpu_scoped_vmem_limit_kib=98304' "
             "(default: aot_libtpu_init_args)", metavar="FLAGS",
             field="compiler_options", read=_launch_flags),
-    Setting("default_options", None, "--default-options", "aot_default_options", "string", "aotcheck",
+    Setting("default_options", "string", "aotcheck",
             "aotcheck's per-chip compiler presets under your options: aotcheck (default) or none (only your options, "
             "as your job sends them)",
             cli_help="aotcheck (its per-chip presets under your options; the default) or none (only your options, "
@@ -241,26 +253,26 @@ SETTINGS: tuple[Setting, ...] = (
             field="presets", read=lambda v, r: v == "aotcheck",
             choices=(("aotcheck", "aotcheck's per-chip presets under your options"),
                      ("none", "only your options, as your job sends them"))),
-    Setting("cache_dir", "--aot-cache-dir", "--cache-dir", "aot_cache_dir", "string", ".aotcheck-cache",
+    Setting("cache_dir", "string", ".aotcheck-cache",
             "figures cache directory (default .aotcheck-cache at the rootdir)",
             ini_help="default --aot-cache-dir, relative to the rootdir",
             cli_help="figures cache directory (default .aotcheck-cache)",
             read=_cache_dir),
-    Setting("no_cache", "--aot-no-cache", "--no-cache", None, "bool", False,
+    Setting("no_cache", "bool", False,
             "compile every case, neither reading nor writing the figures cache",
             cli_help="compile every case; no figures cache", action="store_true",
             field=""),
-    Setting("hbm_headroom", None, None, "aot_hbm_headroom", "string", "1.0",
+    Setting("hbm_headroom", "string", "1.0",
             "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
             read=_headroom),
-    Setting("tolerances", None, None, "aot_tolerances", "linelist", [],
+    Setting("tolerances", "linelist", [],
             "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
             read=_tolerances),
-    Setting("metric_drift", None, None, "aot_metric_drift", "string", "fail",
+    Setting("metric_drift", "string", "fail",
             "figures new or gone against a golden: fail (default) or warn",
             choices=(("fail", "figures new or gone against the golden fail the case"),
                      ("warn", "they pass with a warning"))),
-    Setting("config_modules", None, "--module", "aot_config_modules", "linelist", [],
+    Setting("config_modules", "linelist", [],
             "modules or .py files (rootdir-relative) that register configs",
             cli_help="module or .py file that registers configs (repeatable; the rootdir's conftest.py is always "
             "read)", action="append",
@@ -288,23 +300,6 @@ def check_ini_keys(keys: Collection[str], *, where: object) -> None:
             hint = f"; did you mean {near[0]}?" if near else f"; aotcheck reads {', '.join(sorted(INI_KEYS))}."
             raise SettingsError(f"{where}: {key} is not an aotcheck setting, so nothing reads it{hint} "
                                 "(every key: aotcheck check --help, pytest --help)")
-
-
-def flag_names(front_end: str) -> dict[str, str]:
-    """How ``front_end`` (``"pytest"`` or ``"cli"``) names each setting in a message: its flag, else its ini key."""
-    return {s.name: getattr(s, front_end) or s.ini for s in SETTINGS if getattr(s, front_end) or s.ini}
-
-
-def names_in_messages(flags: Mapping[str, str], from_ini: Collection[str] = ()) -> dict[str, str]:
-    """How a message names each setting: the front end's ``flags``, but the ini key for a value the
-    ini gave (``from_ini``), since that is what the user wrote.
-
-    Example:
-        >>> names = names_in_messages(flag_names("pytest"), from_ini=["slices"])
-        >>> names["slices"], names["topologies"], example(names["slices"], "1,2"), example(names["topologies"], "v4-8")
-        ('aot_slices', '--aot-topologies', 'aot_slices = 1,2', '--aot-topologies=v4-8')
-    """
-    return {**flags, **{name: BY_NAME[name].ini for name in from_ini if name in BY_NAME and BY_NAME[name].ini}}
 
 
 MISSING_VALUE = "\0missing"  # An option given with no value (the plugin names the fix before pytest's parse fails).
@@ -391,11 +386,6 @@ def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], 
 
 
 
-FRONT_ENDS = ("pytest", "cli")
-
-# libtpu reads its launch flags from this variable when it loads: a run takes them as its launch flags
-# (compiler options, in the cache key and each golden) and no compile process inherits the variable.
-ENVIRONMENT_FLAGS = "LIBTPU_INIT_ARGS"
 
 # The order the rows are read in: with several bad values, the error names the first of these (as it always
 # has); the rows' own order is the options' order in --help.

@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "aotcheck"
 
 LAYERS = [
-    ("aotcheck._runtime", "aotcheck.units", "aotcheck._files", "aotcheck.errors"),
+    ("aotcheck._runtime", "aotcheck.units", "aotcheck._files", "aotcheck.errors", "aotcheck.spellings"),
     ("aotcheck.targets",),
     ("aotcheck.programs", "aotcheck.models", "aotcheck.adapters"),
     ("aotcheck.figures",),
@@ -83,10 +83,18 @@ def test_imports_only_look_down(module):
 
 def test_the_checker_catches_a_cycle_and_an_upward_import():
     # The two checks above would pass vacuously if the graph were empty or the layers inverted.
-    assert GRAPH["aotcheck.session"] >= {"aotcheck.gate.check", "aotcheck.render.text"}
+    assert GRAPH["aotcheck.session"] >= {"aotcheck.gate.check", "aotcheck.plan"}
+    assert GRAPH["aotcheck.plugin"] >= {"aotcheck.render.text", "aotcheck.session"}
     assert layer_of("aotcheck.gate.check") > layer_of("aotcheck.programs.compile")
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter({**GRAPH, "aotcheck.targets.topology": {"aotcheck.session"}}).prepare()
+
+
+def test_the_session_words_nothing():
+    """Words happen only where things are shown: the session hands the front ends records (an outcome with
+    its accept command, the run's header, an interruption) and imports nothing from render/."""
+    worded = sorted(m for m in GRAPH["aotcheck.session"] | GRAPH["aotcheck.plan"] if m.startswith("aotcheck.render"))
+    assert not worded, worded
 
 
 def imported_names(module: str) -> set[tuple[str, str]]:
@@ -151,7 +159,8 @@ PLATFORM_NAMES = {"tpu", "gpu", "cpu"}
 def platform_questions(module: str) -> list[str]:
     """Where ``module`` asks which platform or chip a target is: a platform's name as a literal
     (``"tpu"``), ``.platform`` compared by value (``==``, ``!=``, ``in``), or the hardware row itself
-    (``.chip``, ``.hardware``, ``is_tpu``). A piece of an f-string (``f"tpu{name}"``, a spelling) is no question."""
+    (``.chip``, ``.hardware``, ``is_tpu``), or a platform compared by identity (``p is GPU``). A piece of an
+    f-string (``f"tpu{name}"``, a spelling) is no question."""
     found = []
     tree = ast.parse(MODULES[module].read_text())
     pieces = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
@@ -162,9 +171,21 @@ def platform_questions(module: str) -> list[str]:
                                                    for op in node.ops) \
                 and any(isinstance(x, ast.Attribute) and x.attr == "platform" for x in [node.left, *node.comparators]):
             found.append(f"{module}:{node.lineno}: .platform compared by value")
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) \
+                and any(_platform_value(x) for x in [node.left, *node.comparators]):
+            found.append(f"{module}:{node.lineno}: a platform compared by identity")
         elif isinstance(node, ast.Attribute) and node.attr in ("chip", "hardware", "is_tpu"):
             found.append(f"{module}:{node.lineno}: .{node.attr}")
     return found
+
+
+def _platform_value(node: ast.AST) -> bool:
+    """``TPU``, ``GPU``, ``CPU`` (a name or an attribute: ``platform.GPU``)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name in PLATFORM_VALUES
+
+
+PLATFORM_VALUES = {"TPU", "GPU", "CPU"}
 
 
 def test_nothing_past_the_targets_asks_which_platform_or_chip():
@@ -178,9 +199,9 @@ def test_nothing_past_the_targets_asks_which_platform_or_chip():
 def test_the_platform_check_bites(tmp_path, monkeypatch):
     # The check above passes vacuously if it reads nothing: a module that branches on a platform fails it.
     path = tmp_path / "branchy.py"
-    path.write_text('def f(t):\n    return t.topology.platform == "gpu" or t.topology.chip\n')
+    path.write_text('def f(t, p):\n    return t.topology.platform == "gpu" or t.topology.chip or p is GPU or p is not platform.TPU\n')
     monkeypatch.setitem(MODULES, "aotcheck.gate.branchy", path)
-    assert len(platform_questions("aotcheck.gate.branchy")) == 3
+    assert len(platform_questions("aotcheck.gate.branchy")) == 5
     assert "aotcheck.plugin" in PAST_TARGETS and "aotcheck.targets.platform" not in PAST_TARGETS
 
 

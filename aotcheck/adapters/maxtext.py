@@ -72,6 +72,7 @@ import jax
 from aotcheck.adapters.base import AdapterError, require
 from aotcheck.programs.config import FunctionConfig, Knob
 from aotcheck.targets.platform import TPU
+from aotcheck.targets.topology import parse_topology
 
 RNG_FLAG = "--xla_tpu_spmd_rng_bit_generator_unsafe=true"
 """The launch flag MaxText's ``train_compile`` adds to ``LIBTPU_INIT_ARGS`` for its unsafe RBG PRNG."""
@@ -117,8 +118,7 @@ class MaxText:
     def argv(self, topology: str, num_slices: int) -> list[str]:
         """The command line ``pyconfig.initialize`` reads for one target (``argv[0]`` is a placeholder), its
         topology as MaxText spells it (``tpu7x-8`` for aotcheck's ``7x-8``)."""
-        topology = f"tpu{topology}" if topology.startswith("7x-") else topology
-        return ["aotcheck", self.config_file, f"compile_topology={topology}",
+        return ["aotcheck", self.config_file, f"compile_topology={parse_topology(topology).spelled('maxtext')}",
                 f"compile_topology_num_slices={num_slices}", *(f"{k}={v}" for k, v in self.overrides)]
 
     def trainer(self, *, knobs: Sequence[str] | None = None, fit: str | None = None,

@@ -72,12 +72,12 @@ def hbm_verdict(peak_bytes: int, topology: str | Topology, *, headroom: float = 
         ('106%', None, 15461882265)
     """
     topo = parse_topology(topology)
-    if topo.hbm_bytes is None:
+    if topo.device.memory_bytes is None:
         return None
-    limit = topo.hbm_bytes * headroom
+    limit = topo.device.memory_bytes * headroom
     if peak_bytes <= limit:
         return None
-    return HbmVerdict(int(peak_bytes), int(topo.hbm_bytes), math.floor(limit), float(headroom), topo.name)
+    return HbmVerdict(int(peak_bytes), int(topo.device.memory_bytes), math.floor(limit), float(headroom), topo.name)
 
 
 def _size(number: str, unit: str) -> float:

@@ -397,8 +397,8 @@ def roofline(figures: dict[str, int | float], topology: str | Topology) -> dict[
     a lower bound too). ``bound_seconds``: the larger of the two.
     """
     topo = parse_topology(topology)
-    if topo.peak_flops is None or topo.hbm_bandwidth is None or "flops" not in figures:
+    if topo.device.peak_flops is None or topo.device.bandwidth is None or "flops" not in figures:
         return None
-    compute = figures["flops"] / topo.peak_flops
-    memory = figures.get("bytes_accessed_xla", 0) / topo.hbm_bandwidth
+    compute = figures["flops"] / topo.device.peak_flops
+    memory = figures.get("bytes_accessed_xla", 0) / topo.device.bandwidth
     return {"compute_seconds": compute, "memory_seconds": memory, "bound_seconds": max(compute, memory)}

@@ -5,8 +5,8 @@ pytest item, through pytest-xdist (as JSON in the report's ``user_properties``),
 into the JSON report, and back out of it for the Markdown summary and the chart.
 It holds the records it was judged from (the :class:`Measurement`, the
 :class:`~aotcheck.gate.golden.Golden`, or the :class:`Failure` that left no figures: a
-:class:`Reason` and the error's record, never prose) and the one worded field, ``message``,
-that the session words with :mod:`aotcheck.render.text`.
+:class:`Reason` and the error's record, never prose), where its golden is and the command that
+accepts it (:class:`Accept`, a record): :mod:`aotcheck.render.text` words its message from them.
 
 Example:
     >>> from aotcheck.pipeline.case import Case
@@ -151,6 +151,28 @@ class Failure:
 
 
 @dataclasses.dataclass(frozen=True)
+class Accept:
+    """The command that accepts a case's current figures as its golden, as a record: the case, and the
+    options of its run that decide the figures or where goldens are (:mod:`aotcheck.render.accept` words it).
+
+    Example:
+        >>> accept = Accept("lm/step[tokens=16]@v5e-16x1", ("--aot-golden-dir=ci/golden",))
+        >>> Accept.from_json(accept.to_json()) == accept
+        True
+    """
+
+    case: str
+    args: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "args": list(self.args)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Accept":
+        return cls(str(data["case"]), tuple(str(a) for a in data.get("args") or ()))
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """What checking one case found.
 
@@ -164,7 +186,9 @@ class Outcome:
         error: What went wrong, when something did: its record (:class:`Failure`).
         golden_action: What ``--update-golden`` did, when it ran.
         notes: What the session had to say once while checking it (e.g. a cache that stopped working).
-        message: One paragraph for the user (a table for regressions), with the fix: worded by the session.
+        reason: Why a skipped case did not run (the plan's reason, or pytest's).
+        golden_file: Its golden file, as the user sees the path.
+        accept: The command that accepts its figures, as a record.
     """
 
     case: Case
@@ -176,18 +200,20 @@ class Outcome:
     error: Failure | None = None
     golden_action: GoldenAction | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
-    message: str = ""
+    reason: str = ""
+    golden_file: str = ""
+    accept: Accept | None = None
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
-        """A case not run, with the reason (the plan's words, kept as the message: no session words a skip)."""
-        return cls(case, Verdict.SKIPPED, message=reason)
+        """A case not run, with the reason (the plan's, or pytest's)."""
+        return cls(case, Verdict.SKIPPED, reason=reason)
 
     @classmethod
     def internal_error(cls, case: Case, report: str) -> "Outcome":
         """A case that failed outside the check, so that it is not lost from the report: ``report`` is
-        pytest's, kept verbatim (it is also the message: no session words it)."""
-        return cls(case, Verdict.ERROR, failed=True, error=Failure(Reason.INTERNAL, report), message=report)
+        pytest's, kept verbatim as the error's text."""
+        return cls(case, Verdict.ERROR, failed=True, error=Failure(Reason.INTERNAL, report))
 
     # Views of the records, as the readers of an outcome ask for them.
 
@@ -246,6 +272,7 @@ class Outcome:
             "case": self.case.id,
             "config": self.case.config,
             "program": self.case.program,
+            "bucket": dict(self.case.bucket),
             "topology": self.case.topology.name,
             "num_slices": self.case.num_slices,
             "verdict": self.verdict.value,
@@ -257,7 +284,9 @@ class Outcome:
             "error": self.error.to_json() if self.error is not None else None,
             "golden_action": self.golden_action.value if self.golden_action else None,
             "notes": list(self.notes),
-            "message": self.message,
+            "reason": self.reason,
+            "golden_file": self.golden_file,
+            "accept": self.accept.to_json() if self.accept is not None else None,
         }
 
     @classmethod
@@ -276,7 +305,9 @@ class Outcome:
             if error is not None else None,
             golden_action=GoldenAction(data["golden_action"]) if data.get("golden_action") else None,
             notes=list(data.get("notes") or []),
-            message=data.get("message") or "",
+            reason=str(data.get("reason") or ""),
+            golden_file=str(data.get("golden_file") or ""),
+            accept=Accept.from_json(data["accept"]) if data.get("accept") else None,
         )
 
 

@@ -31,6 +31,7 @@ from aotcheck.figures.program import value_problem
 from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill, startup_bills
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
+from aotcheck.gate.run import Interrupted
 
 # 2: typed outcomes (changes with their tolerance), relative golden paths, broken configs.
 # 3: an outcome holds its records: the measurement, the golden, the failure (aotcheck.gate.outcome).
@@ -58,6 +59,7 @@ class Report:
         bills: Each server's start-up bill per target (:mod:`aotcheck.gate.bill`).
         accept_args: The run's options an accept command must repeat (launch flags, presets off, ...),
             so that one printed from the report (a bill's) accepts the figures judged.
+        interrupted: What ended the run early, when something did.
     """
 
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
@@ -70,6 +72,7 @@ class Report:
     notes: list[str] = dataclasses.field(default_factory=list)
     bills: list[Bill] = dataclasses.field(default_factory=list)
     accept_args: list[str] = dataclasses.field(default_factory=list)
+    interrupted: Interrupted | None = None
 
     def __post_init__(self) -> None:
         self.outcomes = sort_outcomes(list(self.outcomes))
@@ -96,6 +99,7 @@ class Report:
             "notes": list(self.notes),
             "startup_bills": [b.to_json() for b in self.bills],
             "accept_args": list(self.accept_args),
+            "interrupted": self.interrupted.to_json() if self.interrupted is not None else None,
         }
 
     @classmethod
@@ -117,6 +121,7 @@ class Report:
             notes=list(doc.get("notes") or []),
             bills=[Bill.from_json(b) for b in doc.get("startup_bills") or []],
             accept_args=[str(a) for a in doc.get("accept_args") or []],
+            interrupted=Interrupted.from_json(doc["interrupted"]) if doc.get("interrupted") else None,
         )
 
 
@@ -206,6 +211,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     golden_dir = "golden"
     accept_args: list[str] = []
     notes: list[str] = []
+    interrupted: Interrupted | None = None  # A shard's interruption (the first that says one).
     toolchain: dict[str, str | None] | None = None
     problems: list[str] = []
     seen_shards: set[int] = set()
@@ -232,6 +238,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         golden_dir = report.golden_dir
         accept_args = accept_args or report.accept_args  # Shards of one run share its options.
         notes += [n for n in report.notes if n not in notes]
+        interrupted = interrupted or report.interrupted
         if report.toolchain and toolchain and report.toolchain != toolchain:
             toolchains.setdefault(path, report.toolchain)
         elif report.toolchain and not toolchain:
@@ -267,6 +274,6 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].tolerance)] if judged else (),
                           judge=bool(judged))
     merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
-                    broken=broken, notes=notes, bills=bills, accept_args=accept_args,
+                    broken=broken, notes=notes, bills=bills, accept_args=accept_args, interrupted=interrupted,
                     **({"toolchain": toolchain} if toolchain else {}))
     return Merged(merged, problems)

@@ -136,8 +136,8 @@ def fit_search(
     measured_at: dict[int, Measurement] = {}
     topo = case.topology
     # The affine model aims at what the compiler lets a device use (below the datasheet's HBM).
-    limit = int(min(topo.hbm_bytes * hbm_headroom, topo.memory_limit_bytes)) \
-        if topo.hbm_bytes is not None and topo.memory_limit_bytes is not None else 2**62
+    limit = int(min(topo.device.memory_bytes * hbm_headroom, topo.device.memory_limit_bytes)) \
+        if topo.device.memory_bytes is not None and topo.device.memory_limit_bytes is not None else 2**62
 
     def probe(size: int) -> Probe:
         if size == knob.size and first is not None:

@@ -223,9 +223,9 @@ def compiler_name(topology: str | Topology) -> str:
 def warm_up(family: str) -> None:
     """Compiles a tiny program for ``family``'s smallest topology, so that libtpu's and jax's one-time
     start-up is not counted in the first real case's compile cost (``compile_cpu_seconds``)."""
-    from aotcheck.targets.topology import all_topologies, gpu_topologies  # noqa: PLC0415
+    from aotcheck.targets.topology import topologies  # noqa: PLC0415
 
-    smallest = next((t for t in [*all_topologies(), *gpu_topologies()] if t.family == family), None)
+    smallest = next((t for t in topologies() if t.family == family), None)
     if smallest is None:
         return
     with contextlib.suppress(Exception), _runtime.quiet_compiler_stderr(), _runtime.no_persistent_cache():

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from aotcheck.errors import ConfigError
 from aotcheck import _runtime
+from aotcheck.targets.platform import TPU
 from aotcheck.targets.topology import Topology, parse_topology
 from aotcheck.targets.tpu import CHIPS
 
@@ -36,24 +37,6 @@ class OptionsError(ConfigError):
     """Compiler options or launch flags that cannot be used; the message names the token and the fix."""
 
 
-# Production presets for TPU training (from MaxText's and axlearn's launch flags).
-_TPU_DEFAULTS: dict[str, str] = {
-    "xla_tpu_enable_latency_hiding_scheduler": "true",
-    "xla_tpu_spmd_rng_bit_generator_unsafe": "true",
-    "xla_tpu_enable_async_collective_fusion": "true",
-    "xla_tpu_enable_async_collective_fusion_fuse_all_gather": "true",
-    "xla_tpu_enable_async_collective_fusion_multiple_steps": "true",
-    "xla_tpu_overlap_compute_collective_tc": "true",
-    "xla_enable_async_all_gather": "true",
-}
-_TPU_FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
-    "v6e": {"xla_tpu_scoped_vmem_limit_kib": "98304"},  # As axlearn ships for v6e.
-}
-_MULTI_SLICE_DEFAULTS = {
-    # Overlaps the cross-slice (DCN) gradient all-reduce with compute.
-    "xla_tpu_enable_data_parallel_all_reduce_opt": "true",
-    "xla_tpu_data_parallel_opt_different_sized_ops": "true",
-}
 # Options that only mean something to a running job (launch barriers, the
 # megascale DCN transport, dumps): they do not change the program, so drop them.
 _RUNTIME_ONLY = re.compile(
@@ -65,7 +48,7 @@ _RUNTIME_ONLY = re.compile(
 # continuation fusion for AllGather on every chip but v5e ("not supported/recommended on platforms
 # other than TPU v5e"); 0.0.42.1 accepted every preset everywhere. A libtpu not listed here is
 # probed: one tiny compile per (family, multi-slice), remembered (see refused_presets).
-_ASYNC_FUSION = frozenset(k for k in _TPU_DEFAULTS if k.startswith("xla_tpu_enable_async_collective_fusion"))
+_ASYNC_FUSION = frozenset(k for k in TPU.presets if k.startswith("xla_tpu_enable_async_collective_fusion"))
 KNOWN_REFUSALS: dict[str, dict[str, frozenset[str]]] = {
     "0.0.42.1": {family: frozenset() for family in ("v4", "v5p", "v5e", "v6e", "7x")},
     "0.0.50.1": {"v4": _ASYNC_FUSION, "v5p": _ASYNC_FUSION, "v5e": frozenset(), "v6e": _ASYNC_FUSION,
@@ -76,13 +59,7 @@ KNOWN_REFUSALS: dict[str, dict[str, frozenset[str]]] = {
 def preset_options(topology: str | Topology, num_slices: int = 1) -> dict[str, str]:
     """Every preset aotcheck has for this chip (before asking what the running libtpu accepts)."""
     topo = parse_topology(topology)
-    if not topo.platform.option_presets:
-        return {}
-    options = dict(_TPU_DEFAULTS)
-    options.update(_TPU_FAMILY_DEFAULTS.get(topo.family, {}))
-    if num_slices > 1:
-        options.update(_MULTI_SLICE_DEFAULTS)
-    return options
+    return topo.platform.preset_options(topo.family, num_slices)
 
 
 class Refusal(NamedTuple):

@@ -1,6 +1,7 @@
-"""The command that accepts cases' current figures as their goldens: one builder for every place that
-shows one (a case's message through the session's :meth:`~aotcheck.session.GateSession.accept_command`,
-the toolchain upgrade's advice in :mod:`aotcheck.render.upgrade`).
+"""The command that accepts cases' current figures as their goldens, worded: one builder for every place
+that shows one (a case's message from its :class:`~aotcheck.gate.outcome.Accept` record, a server's bill,
+the toolchain upgrade's advice in :mod:`aotcheck.render.upgrade`). Every option is spelled as
+:mod:`aotcheck.spellings` spells it for pytest (an accept command is a pytest run).
 
 Example:
     >>> accept_all_command(["lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1"])
@@ -12,7 +13,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from aotcheck.gate.outcome import Accept
 from aotcheck.pipeline.case import Case
+from aotcheck.spellings import option
+
+UPDATE = option("update", "").removesuffix("=")  # --update-golden, a switch.
 
 
 def accept_all_command(cases: Sequence[Case | str], *, extra: Sequence[str] = ()) -> str:
@@ -27,21 +32,21 @@ def accept_all_command(cases: Sequence[Case | str], *, extra: Sequence[str] = ()
         "pytest --update-golden '--aot-configs=lm[[]v2]' --aot-topologies=v4-8x1 --aot-golden-dir=ci/golden"
     """
     parsed = [c if isinstance(c, Case) else Case.parse(c) for c in cases]
-    args = ["pytest", "--update-golden", "--aot-configs=" + ",".join(sorted({glob_quote(c.config) for c in parsed})),
-            "--aot-topologies=" + ",".join(sorted({str(c.target) for c in parsed}))]
+    args = ["pytest", UPDATE, option("configs", ",".join(sorted({glob_quote(c.config) for c in parsed}))),
+            option("topologies", ",".join(sorted({str(c.target) for c in parsed})))]
     return shlex.join([*args, *extra])
 
 
-def accept_case_command(case: Case, *, extra: Sequence[str] = ()) -> str:
+def accept_case_command(accept: Accept) -> str:
     """The command that accepts one case's current figures as its golden: the case by its id with
-    aotcheck's own option (which a bucket's brackets pass through, as pytest's ``-k`` does not), quoted
-    for a shell; ``extra`` as :func:`accept_all_command`'s.
+    aotcheck's own option (which a bucket's brackets pass through, as pytest's ``-k`` does not), then
+    its run's options, quoted for a shell.
 
     Example:
-        >>> accept_case_command(Case.of("llm", "step[tokens=16]", "v5e-16"))
-        "pytest --update-golden '--aot-case=llm/step[tokens=16]@v5e-16x1'"
+        >>> accept_case_command(Accept("llm/step[tokens=16]@v5e-16x1", ("--aot-golden-dir=ci golden",)))
+        "pytest --update-golden '--aot-case=llm/step[tokens=16]@v5e-16x1' '--aot-golden-dir=ci golden'"
     """
-    return shlex.join(["pytest", "--update-golden", f"--aot-case={case.id}", *extra])
+    return shlex.join(["pytest", UPDATE, option("cases", accept.case), *accept.args])
 
 
 def golden_dir_option(golden_dir: str | None) -> list[str]:
@@ -51,7 +56,7 @@ def golden_dir_option(golden_dir: str | None) -> list[str]:
         >>> golden_dir_option("golden"), golden_dir_option(None), golden_dir_option("ci/golden")
         ([], [], ['--aot-golden-dir=ci/golden'])
     """
-    return [f"--aot-golden-dir={golden_dir}"] if golden_dir and golden_dir != "golden" else []
+    return [option("golden_dir", golden_dir)] if golden_dir and golden_dir != "golden" else []
 
 
 def glob_quote(name: str) -> str:

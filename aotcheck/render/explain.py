@@ -36,7 +36,7 @@ COMPILE_HEADERS = ["case", "compile", "argument", "output", "alias", "temp", "co
 
 def compile_table(results: Sequence[Measurement], topology: Topology) -> str:
     """``aotcheck compile``'s table: XLA's memory analysis, the peak's share of HBM, FLOPs, collectives."""
-    hbm = topology.hbm_bytes
+    hbm = topology.device.memory_bytes
     rows = []
     for r in results:
         f = r.figures

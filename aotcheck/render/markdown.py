@@ -21,7 +21,7 @@ from aotcheck.gate.upgrade import Upgrade, find_upgrade
 from aotcheck.render.summary import SUMMARY_HEADERS, summary_row
 from aotcheck.render.serving import HEADERS, bill_line, bucket_rows, groups
 from aotcheck.render.tables import source_line
-from aotcheck.render.text import UNSHARDED_CAUSES
+from aotcheck.render.text import UNSHARDED_CAUSES, outcome_message
 from aotcheck.render.upgrade import upgrade_advice, upgrade_heading, upgrade_rows, upgrade_summary
 from aotcheck.units import fmt_bytes, fmt_pct
 
@@ -105,7 +105,7 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
         lines += ["", "### What failed", ""]
         for o in report.failed:
             lines += [f"<details><summary><code>{o.case.id}</code>: {o.verdict.value}</summary>", "",
-                      "```", o.message, "```", "</details>", ""]
+                      "```", outcome_message(o), "```", "</details>", ""]
     explained = [o for o in outcomes if (o.failed or o.verdict is Verdict.REGRESSION) and _peak_block(o)]
     if explained:
         lines += ["", "### What holds the HBM at the peak", ""]
@@ -157,7 +157,7 @@ def annotations(merged: Merged, *, limit: int = 5) -> list[str]:
     """At most ``limit`` ``::error`` workflow commands, pointing at the golden files that moved."""
     out = []
     for o in merged.report.failed[:limit]:
-        message = (o.message or o.verdict.value).replace("%", "%25").replace("\r", "").replace("\n", "%0A")
+        message = (outcome_message(o) or o.verdict.value).replace("%", "%25").replace("\r", "").replace("\n", "%0A")
         path = posixpath.join(merged.report.golden_dir, o.golden_path)
         out.append(f"::error file={path},title=aotcheck {o.case.id} {o.verdict.value}::{message}")
     for problem in merged.problems[: max(0, limit - len(out))]:

@@ -1,5 +1,5 @@
-"""The session in the terminal: its header, a line per case as it finishes, and the end-of-session
-summary (the table of cases, notes, what an update did, stale goldens, a toolchain upgrade). The
+"""The session in the terminal: its header (from its :class:`~aotcheck.gate.run.RunHeader`), a line per
+case as it finishes, an interruption, and the end-of-session summary (the table of cases, notes, what an update did, stale goldens, a toolchain upgrade). The
 table's rows are the Markdown summary's too (:mod:`aotcheck.render.markdown`).
 
 Example:
@@ -21,35 +21,72 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aotcheck.figures.program import comm_bytes, roofline
+from aotcheck.figures.table import fit_max
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
+from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.gate.upgrade import find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
+from aotcheck.programs.options import format_libtpu_init_args, refusal_lines
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.tables import fmt_value, hbm_fraction, table, verdict_label
-from aotcheck.render.text import unsharded_lines
+from aotcheck.render.text import outcome_message, unsharded_lines
 from aotcheck.render.upgrade import upgrade_lines
-from aotcheck.units import fmt_bytes, fmt_count, fmt_seconds, fmt_share
+from aotcheck.spellings import ENVIRONMENT_FLAGS, SPELLINGS, flag_names
+from aotcheck.units import clip_runs, fmt_bytes, fmt_count, fmt_seconds, fmt_share
 
 
-def header_lines(
-    *, targets: Sequence[str], golden_dir: str, update: bool, cache_dir: str | None, shard: tuple[int, int] | None,
-    toolchain: dict[str, str | None], foreign: Sequence[str], shard_seconds: tuple[float, float] | None = None,
-) -> list[str]:
+def header_lines(header: RunHeader) -> list[str]:
     """The session's header: what it checks, where goldens are, the cache, the shard (with its expected
-    compile seconds of the whole matrix's), the toolchain."""
-    cache = (f"figures cache {cache_dir}{' (written, not read: goldens take figures from compiles only)' if update else ''}"
-             if cache_dir else "no figures cache")
-    expected = (f" (expected {shard_seconds[0]:.1f} s of the matrix's {shard_seconds[1]:.1f} s of compile CPU)"
-                if shard and shard_seconds else "")
-    lines = [f"aotcheck: {', '.join(targets)}; goldens in {golden_dir}{' (updating)' if update else ''}; {cache}"
-             f"{f'; shard {shard[0]}/{shard[1]}{expected}' if shard else ''}; "
-             + ", ".join(f"{k} {v}" for k, v in toolchain.items())]
-    if foreign:
-        lines.append(f"aotcheck: {len(foreign)} golden file(s) were made with another toolchain "
-                     f"({foreign[0]}): their figures may differ for that reason alone; the summary's upgrade "
+    compile seconds of the whole matrix's), the toolchain, the presets and launch flags sent, a fit
+    search, a golden directory that is not there; each line clipped (a flag of 100,000 digits by its ends)."""
+    h = header
+    flags = flag_names(h.front_end)
+    cache = (f"figures cache {h.cache_dir}{' (written, not read: goldens take figures from compiles only)' if h.update else ''}"
+             if h.cache_dir else "no figures cache")
+    expected = (f" (expected {h.shard_seconds[0]:.1f} s of the matrix's {h.shard_seconds[1]:.1f} s of compile CPU)"
+                if h.shard and h.shard_seconds else "")
+    lines = [f"aotcheck: {', '.join(h.targets)}; goldens in {h.golden_dir}{' (updating)' if h.update else ''}; {cache}"
+             f"{f'; shard {h.shard[0]}/{h.shard[1]}{expected}' if h.shard else ''}; "
+             + ", ".join(f"{k} {v}" for k, v in h.toolchain.items())]
+    if h.foreign:
+        lines.append(f"aotcheck: {len(h.foreign)} golden file(s) were made with another toolchain "
+                     f"({h.foreign[0]}): their figures may differ for that reason alone; the summary's upgrade "
                      "table says which moved")
-    return lines
+    if h.families is not None:
+        lines += refusal_lines(h.families)
+    if h.launch_flags is not None:
+        lines.append("aotcheck: your launch flags: " + (format_libtpu_init_args(h.launch_flags) or "none")
+                     + (f" ({h.dropped} runtime-only dropped)" if h.dropped else "")
+                     + (f" (from the environment's {ENVIRONMENT_FLAGS}: sent as compiler options, recorded in "
+                        "each golden; no compile process inherits the variable)" if h.environment_flags_used else "")
+                     + ("" if h.families is not None else
+                        f"; aotcheck's presets off ({SPELLINGS['default_options'].ini} = none)"))
+    if h.unused_environment_flags:
+        lines.append(f"aotcheck: the environment's {ENVIRONMENT_FLAGS} ({h.unused_environment_flags[:200]}) is not "
+                     f"used: {flags['libtpu_init_args']} (or {SPELLINGS['libtpu_init_args'].ini}) gives this run's "
+                     "launch flags, and no compile process inherits the variable")
+    if h.fit:
+        lines.append(f"aotcheck: fit search of {h.fit!r} on every config that offers it (a few compiles each; "
+                     f"gated as {fit_max(h.fit)})")
+    if h.golden_dir_missing:
+        with_equals = " (with '=')" if h.front_end == "pytest" else ""  # pytest reads a path after a space.
+        lines.append(f"aotcheck: WARNING: the golden directory {h.golden_dir} does not exist, so every case "
+                     f"will be missing its golden. The rootdir is {h.rootdir}; if your goldens are elsewhere, "
+                     f"pass {flags['golden_dir']}=PATH{with_equals}, or create them with {flags['update']}.")
+    return [clip_runs(line) for line in lines]
+
+
+def interruption_line(stop: Interrupted) -> str:
+    """What an interrupted run kept and what it did not do.
+
+    Example:
+        >>> interruption_line(Interrupted("SIGTERM", done=3, planned=10, update=True))
+        'aotcheck: interrupted (SIGTERM) after 3 of 10 cases: the finished ones are reported and their goldens written; the rest did not run, and no stale golden was removed.'
+    """
+    return (f"aotcheck: interrupted ({stop.signal}) after {stop.done} of {stop.planned} cases: the finished ones are "
+            "reported" + (" and their goldens written" if stop.update else "")
+            + "; the rest did not run, and no stale golden was removed.")
 
 
 def case_line(outcome: Outcome) -> str:
@@ -92,7 +129,7 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
     lines += ["", *served] if served else []
     for o in report.outcomes:
         if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:
-            lines += ["", o.message if o.drift_warning else f"note: {o.message}"]
+            lines += ["", outcome_message(o) if o.drift_warning else f"note: {outcome_message(o)}"]
     for o in report.outcomes:
         lines += [line for found in unsharded_lines(o) for line in ("", "note: " + found)]
     for name, error in sorted(report.broken.items()):
@@ -107,8 +144,9 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
     upgrade = find_upgrade(report.outcomes, now=report.toolchain)
     if upgrade is not None:
         lines += ["", *upgrade_lines(upgrade, golden_dir=report.golden_dir, extra=accept_args)]
-    if report.notes:
-        lines += ["", *report.notes]
+    notes = [*([interruption_line(report.interrupted)] if report.interrupted else []), *report.notes]
+    if notes:
+        lines += ["", *notes]
     if report.stale:
         lines += ["", f"aotcheck: WARNING: {len(report.stale)} stale golden file(s) with no registered case: "
                       + ", ".join(report.stale)

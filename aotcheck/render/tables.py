@@ -82,7 +82,7 @@ def collectives_table(ops: Sequence[CollectiveOp], *, limit: int = 10, width: in
 def hbm_fraction(outcome: Outcome) -> float | None:
     """Peak bytes per device over the chip's HBM capacity (None without figures or a chip)."""
     figures = outcome.figures or {}
-    hbm = outcome.case.topology.hbm_bytes
+    hbm = outcome.case.topology.device.memory_bytes
     if "peak_bytes" not in figures or hbm is None:
         return None
     return figures["peak_bytes"] / hbm

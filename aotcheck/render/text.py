@@ -11,10 +11,9 @@ Example:
     >>> case = Case.of("lm", "train_step", "v5e-16")
     >>> over = Outcome(case, Verdict.OVER_HBM, measured=Measurement(case, {"peak_bytes": 17 * 2**30}, {}, 1.0),
     ...                error=Failure(Reason.OVER_HBM, hbm=hbm_verdict(17 * 2**30, "v5e-16", headroom=0.9)))
-    >>> print(outcome_message(over, golden_file="golden/lm/train_step@v5e-16x1.json", accept="pytest --update-golden"))
+    >>> print(outcome_message(over))
     lm/train_step@v5e-16x1 does not fit: it needs 17.00 GiB of 16.00 GiB HBM per device on v5e-16: 106% (headroom 90% allows 14.40 GiB).
-    >>> print(outcome_message(Outcome(case, Verdict.ERROR, error=Failure.of(Reason.USER_CODE, KeyError("vocab"))),
-    ...                       golden_file="g.json", accept="pytest --update-golden"))
+    >>> print(outcome_message(Outcome(case, Verdict.ERROR, error=Failure.of(Reason.USER_CODE, KeyError("vocab")))))
     lm/train_step@v5e-16x1: KeyError while building or lowering it: vocab
 """
 
@@ -29,12 +28,13 @@ from aotcheck.figures.sharding import Unsharded
 from aotcheck.figures.table import comm, parse
 from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.golden import NEWER_GOLDEN
-from aotcheck.gate.outcome import Failure, Outcome, Reason
+from aotcheck.gate.outcome import Accept, Failure, Outcome, Reason
 from aotcheck.gate.verdict import Verdict
 from aotcheck.gate.why import class_growth, grown
+from aotcheck.render.accept import accept_case_command
 from aotcheck.render.tables import buffers_table, clip, fmt_value, source_line, table
 from aotcheck.targets.topology import Topology
-from aotcheck.units import fmt_bytes, fmt_pct, fmt_share
+from aotcheck.units import clip_runs, fmt_bytes, fmt_pct, fmt_share
 
 
 def change_table(rows: Sequence[Row]) -> str:
@@ -76,18 +76,21 @@ def trim_error(text: str, *, max_lines: int = 12) -> str:
     return "\n".join(keep)
 
 
-def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
-    """What a case's verdict means for the user, with the fix.
+def outcome_message(outcome: Outcome) -> str:
+    """What a case's verdict means for the user, with the fix: its golden file as the outcome records it
+    and its accept command worded (a flag of 100,000 digits shown by its ends)."""
+    return clip_runs(_message(outcome, golden_file=outcome.golden_file or outcome.golden_path,
+                              accept=accept_case_command(outcome.accept) if outcome.accept is not None else
+                              accept_case_command(Accept(outcome.case.id))))
 
-    ``golden_file`` is the golden's path as the user should see it; ``accept``
-    the command that accepts the case's current figures.
-    """
+
+def _message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
     case, verdict, failure = outcome.case, outcome.verdict, outcome.error
     detail = failure.text if failure is not None else ""
     if verdict is Verdict.CRASHED:
         return (f"{case.id} crashed: {detail}\nA crash of the compiler (or the host's out-of-memory killer), "
-                "not a figure of your program: the other cases were checked. Try this case alone "
-                f"(-k) to see whether it repeats; a newer {case.topology.platform.upgrade} may fix it.")
+                f"not a figure of your program: the other cases were checked. Try this case alone "
+                f"({accept_case_command(Accept(case.id)).split(' ', 2)[2]}) to see whether it repeats; a newer {case.topology.platform.upgrade} may fix it.")
     if verdict is Verdict.COMPILE_ERROR:
         return f"{case.id} does not compile:\n{trim_error(detail)}"
     if verdict is Verdict.OUT_OF_MEMORY:
@@ -150,7 +153,7 @@ def outcome_message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         if not (outcome.toolchain_note or "").startswith(NEWER_GOLDEN):  # A downgrade is never accepted.
             lines.append(f"To accept the new figures: {accept}")
         return "\n".join(lines)
-    return outcome.message
+    return outcome.reason if verdict is Verdict.SKIPPED else ""
 
 
 def options_note(changed: Sequence[tuple[str, str | None, str | None]]) -> str:
@@ -300,7 +303,7 @@ def why_lines(outcome: Outcome) -> list[str]:
 
 def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
     """What a fit search found, in words, with what fills the memory at the max."""
-    hbm = topology.hbm_bytes
+    hbm = topology.device.memory_bytes
     share = (lambda b: f" ({fmt_share(b / hbm)} of {fmt_bytes(hbm)})") if hbm else (lambda b: "")
     how = ("bisection (the affine prediction was not confirmed: memory is not a straight line in the "
            f"{fit.knob} here)" if fit.bisected else "the affine prediction, confirmed")

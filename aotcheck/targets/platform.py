@@ -48,7 +48,7 @@ class DeviceSpec:
 HOST_DEVICE = DeviceSpec(source="this host's CPU devices: no HBM to fit, no peak rate to bound a step")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # One value per platform: equal only to itself, hashed so.
 class Platform:
     """One compiler's kind of target.
 
@@ -58,7 +58,6 @@ class Platform:
         upgrade: What a user upgrades when that compiler crashes (``"libtpu"``).
         compiler_package: The package whose version pins its figures beside jax and jaxlib.
         foreign_flag_prefix: The *other* platform's compiler flags (never sent to this one).
-        option_presets: Whether aotcheck keeps per-family compiler-option presets for it (libtpu's).
         state_crosses_families: Whether its compiler carries state from one chip family's compiles to
             the next family's in one process (libtpu: hence one worker process per family).
         fresh_worker_families: Families whose compiles depend on what their process compiled before
@@ -69,6 +68,11 @@ class Platform:
             files; the CUDA plugin prints them to stderr, where aotcheck cannot tell one compile's apart).
         host_devices: Whether its devices are this host's own (their count is fixed by the environment a
             process starts with, so its worker starts once that is set, and has no compiler to warm up).
+        presets: aotcheck's compiler-option presets for every family, ``family_presets`` a family's own
+            over them, ``multi_slice_presets`` over both on a target of several slices (none: no presets).
+        aliases: Other names of its families a user may write (``v5litepod`` for ``v5e``).
+        spellings: How another tool spells a family in a topology's name (MaxText's ``tpu7x``).
+        toolchain_last: Whether its compiler's version comes after the others' where versions are listed.
     """
 
     name: str
@@ -76,13 +80,45 @@ class Platform:
     upgrade: str
     compiler_package: str
     foreign_flag_prefix: str | None = None
-    option_presets: bool = False
     state_crosses_families: bool = False
     fresh_worker_families: frozenset[str] = frozenset()
     worker_env: tuple[tuple[str, str], ...] = (("JAX_PLATFORMS", "cpu"),)
     extra: str | None = None
     host_devices: bool = False
     logs_warnings: bool = False
+    presets: Mapping[str, str] = MappingProxyType({})
+    family_presets: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+    multi_slice_presets: Mapping[str, str] = MappingProxyType({})
+    aliases: Mapping[str, str] = MappingProxyType({})
+    spellings: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+    toolchain_last: bool = False
+
+    @property
+    def option_presets(self) -> bool:
+        """Whether aotcheck keeps compiler-option presets for it (libtpu's)."""
+        return bool(self.presets)
+
+    def preset_options(self, family: str, num_slices: int = 1) -> dict[str, str]:
+        """Every preset for a target of ``family`` over ``num_slices`` slices (before asking what the
+        running compiler accepts).
+
+        Example:
+            >>> TPU.preset_options("v6e")["xla_tpu_scoped_vmem_limit_kib"], GPU.preset_options("h100")
+            ('98304', {})
+        """
+        if not self.presets:
+            return {}
+        return {**self.presets, **self.family_presets.get(family, {}),
+                **(self.multi_slice_presets if num_slices > 1 else {})}
+
+    def spelled(self, family: str, tool: str) -> str:
+        """``family`` as ``tool`` spells it in a topology's name (itself where the tool agrees).
+
+        Example:
+            >>> TPU.spelled("7x", "maxtext"), TPU.spelled("v5e", "maxtext")
+            ('tpu7x', 'v5e')
+        """
+        return self.spellings.get(tool, {}).get(family, family)
 
     @property
     def environment(self) -> dict[str, str]:
@@ -105,9 +141,30 @@ class Platform:
 # the user's says. The CUDA plugin compiles without a GPU only with its runtime off (it would look for a
 # driver and cuDNN); a TPU worker under a user's JAX_PLATFORMS=cuda on a host without CUDA would start
 # that runtime and print the plugin's cuDNN tracebacks on every run.
+# Production presets for TPU training (from MaxText's and axlearn's launch flags).
+_TPU_PRESETS = MappingProxyType({
+    "xla_tpu_enable_latency_hiding_scheduler": "true",
+    "xla_tpu_spmd_rng_bit_generator_unsafe": "true",
+    "xla_tpu_enable_async_collective_fusion": "true",
+    "xla_tpu_enable_async_collective_fusion_fuse_all_gather": "true",
+    "xla_tpu_enable_async_collective_fusion_multiple_steps": "true",
+    "xla_tpu_overlap_compute_collective_tc": "true",
+    "xla_enable_async_all_gather": "true",
+})
+_TPU_MULTI_SLICE_PRESETS = MappingProxyType({
+    # Overlaps the cross-slice (DCN) gradient all-reduce with compute.
+    "xla_tpu_enable_data_parallel_all_reduce_opt": "true",
+    "xla_tpu_data_parallel_opt_different_sized_ops": "true",
+})
+
 TPU = Platform(
     "tpu", compiler="this libtpu", upgrade="libtpu", compiler_package=_runtime.LIBTPU,
-    foreign_flag_prefix="xla_gpu_", option_presets=True, state_crosses_families=True,
+    foreign_flag_prefix="xla_gpu_", state_crosses_families=True,
+    presets=_TPU_PRESETS, multi_slice_presets=_TPU_MULTI_SLICE_PRESETS,
+    family_presets=MappingProxyType({"v6e": {"xla_tpu_scoped_vmem_limit_kib": "98304"}}),  # As axlearn ships for v6e.
+    # Cloud TPU's accelerator types and MaxText's names: v5litepod-16, tpu7x-8 (v5 for v5p, as gcloud once had it).
+    aliases=MappingProxyType({"v5litepod": "v5e", "tpu7x": "7x", "v5": "v5p"}),
+    spellings=MappingProxyType({"maxtext": {"7x": "tpu7x"}}),
     # With libtpu 0.0.42.1, whether a 7x program crashes the compiler depends on what its process compiled
     # before (lm-tiny prefill@7x-8x2 compiles alone, and crashes after prefill@7x-8x1). A worker start
     # is a few seconds against 7x compiles of tens of seconds.
@@ -115,7 +172,8 @@ TPU = Platform(
     logs_warnings=True,
 )
 GPU = Platform("gpu", compiler="the CUDA plugin's XLA", upgrade="jax and its CUDA plugin",
-               compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_", extra="cuda")
+               compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_", extra="cuda",
+               toolchain_last=True)  # The CUDA plugin's version last, as the header has always said it.
 # Host CPU devices: compiled by XLA's CPU backend, which comes with jaxlib; goldens record libtpu too,
 # as they always have.
 CPU = Platform("cpu", compiler="XLA", upgrade="jax", compiler_package=_runtime.LIBTPU, host_devices=True)

@@ -34,7 +34,9 @@ from aotcheck.errors import ConfigError
 from aotcheck.units import fmt_bytes, fmt_count, read_count
 from aotcheck.targets.gpu import GPUS, Gpu
 from aotcheck.targets.platform import CPU, GPU, HOST_DEVICE, TPU, DeviceSpec, Platform
-from aotcheck.targets.tpu import ALIASES, CHIPS, SHAPES, Chip, wraparound
+from aotcheck.targets.tpu import CHIPS, SHAPES, Chip, wraparound
+
+ALIASES = {**TPU.aliases, **GPU.aliases}  # Every platform's other names of its families.
 
 
 class TopologyError(ConfigError):
@@ -66,28 +68,6 @@ class Topology:
     num_devices: int
     device: DeviceSpec = HOST_DEVICE
     hardware: Chip | Gpu | None = None
-
-    # Per device (None for host devices: they have no HBM to fit, no peak to bound a step).
-
-    @property
-    def hbm_bytes(self) -> int | None:
-        """A device's memory capacity (the HBM verdict's denominator)."""
-        return self.device.memory_bytes
-
-    @property
-    def memory_limit_bytes(self) -> int | None:
-        """What the compiler lets one device use (a little below the capacity on TPUs)."""
-        return self.device.memory_limit_bytes
-
-    @property
-    def peak_flops(self) -> float | None:
-        """A device's peak bf16 FLOP/s."""
-        return self.device.peak_flops
-
-    @property
-    def hbm_bandwidth(self) -> float | None:
-        """A device's HBM bytes/s."""
-        return self.device.bandwidth
 
     @property
     def vmem_bytes(self) -> int | None:
@@ -126,6 +106,15 @@ class Topology:
         if not isinstance(self.hardware, Chip):
             return (False, False, False)
         return wraparound(self.family, self.shape)
+
+    def spelled(self, tool: str) -> str:
+        """Its name as ``tool`` spells it (its platform's spellings: MaxText's ``tpu7x-8`` for ``7x-8``).
+
+        Example:
+            >>> parse_topology("7x-8").spelled("maxtext"), parse_topology("v5e-16").spelled("maxtext")
+            ('tpu7x-8', 'v5e-16')
+        """
+        return self.platform.spelled(self.family, tool) + self.name[len(self.family):]
 
     def listing(self) -> dict[str, Any]:
         """Its row of ``aotcheck topologies --json``: the compiler's name for it, the chip config or GPU,
@@ -167,19 +156,22 @@ def _cpu_topology(n: int) -> Topology:
     return Topology(f"cpu-{n}", CPU, "cpu", (n,), n)
 
 
-def all_topologies() -> list[Topology]:
-    """Every TPU topology in the table, by family then size."""
-    return [_tpu_topology(f, n) for f in SHAPES for n in sorted(SHAPES[f])]
+def topologies(platform: Platform | None = None) -> list[Topology]:
+    """Every topology in the tables (``platform``'s only, when given): TPU slices by family then size,
+    then GPU NVLink domains by model then size (``cpu-N`` for 1 <= N <= :data:`MAX_CPU_DEVICES` is valid too).
+
+    Example:
+        >>> [t.name for t in topologies()][:2], [t.name for t in topologies(GPU)][:2]
+        (['v4-8', 'v4-16'], ['a100-1', 'a100-2'])
+    """
+    every = [*(_tpu_topology(f, n) for f in SHAPES for n in sorted(SHAPES[f])),
+             *(_gpu_topology(f, n) for f, gpu in GPUS.items() for n in gpu.domain_sizes)]
+    return [t for t in every if platform is None or t.platform == platform]
 
 
-def gpu_topologies() -> list[Topology]:
-    """Every GPU topology (one NVLink domain) in the table, by model then size."""
-    return [_gpu_topology(f, n) for f, gpu in GPUS.items() for n in gpu.domain_sizes]
-
-
-def topology_names() -> list[str]:
-    """Every valid TPU topology name (``cpu-N`` for 1 <= N <= :data:`MAX_CPU_DEVICES` is valid too)."""
-    return [t.name for t in all_topologies()]
+def topology_names(platform: Platform | None = None) -> list[str]:
+    """Every valid topology name (``platform``'s only, when given)."""
+    return [t.name for t in topologies(platform)]
 
 
 _NAME_RE = re.compile(r"^(?P<family>[a-z0-9]+?)-(?P<n>\d+)$")
@@ -223,7 +215,7 @@ def parse_topology(name: str | Topology) -> Topology:
                 f"{', '.join(f'{family}-{s}' for s in sorted(nearest))}. "
                 f"{family} slices come in sizes {', '.join(map(str, sizes))}."
             )
-    close = difflib.get_close_matches(text, [*topology_names(), *(t.name for t in gpu_topologies())], n=5, cutoff=0.5)
+    close = difflib.get_close_matches(text, topology_names(), n=5, cutoff=0.5)
     best = closest_name(text)  # The closest family at the closest size first (v9-8: v5p-8).
     close = ([best] if best else []) + [c for c in close if c != best][:5 - bool(best)]
     hint = f" Closest valid names: {', '.join(close)}." if close else ""
@@ -301,7 +293,7 @@ def closest_name(text: str) -> str | None:
             return f"cpu-{min(n, MAX_CPU_DEVICES)}{suffix}"
         if sizes:
             return f"{family}-{min(sizes, key=lambda s: (abs(math.log(s / n)), s))}{suffix}"
-    names = [*topology_names(), *(t.name for t in gpu_topologies())]
+    names = topology_names()
     close = difflib.get_close_matches(text, names, n=1, cutoff=0.5)
     return f"{close[0]}{suffix}" if close else None
 

@@ -93,9 +93,6 @@ CHIPS: dict[str, Chip] = {
     )
 }
 
-# User-facing aliases of a family prefix.
-ALIASES = {"v5litepod": "v5e", "tpu7x": "7x", "v5": "v5p"}
-
 # Physical shapes (chips) by family and N. Every row is checked against its own
 # name by the tests, and a sample against libtpu's device count.
 SHAPES: dict[str, dict[int, tuple[int, ...]]] = {

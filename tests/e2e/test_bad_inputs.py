@@ -604,7 +604,7 @@ def test_configs_that_cannot_have_a_golden_of_their_own_fail_to_build(project):
         "Config 'twin-programs' defines programs 'Decode' and 'decode', which differ only in letter case",
         "Config 'nothing' built no config (its builder returned an empty list)",
         "Config 'no-methods' defines no program (an InferenceConfig with methods={})",
-        "Config 'bad-program': Program name 'my step' must be non-empty, without '/', '@' or spaces.",
+        "Config 'bad-program': Program name 'my step' must be non-empty, without '/', '@', '[', ']' or spaces.",
         "Config 'slashed': Program name 'a/b' must be non-empty",
     ]:
         assert words in out, (words, out[-3000:])
@@ -622,7 +622,7 @@ def test_the_accept_command_selects_a_config_named_with_glob_characters(project)
     command = shlex.split(line.split(": ", 1)[1])
     assert command[:2] == ["pytest", "--update-golden"] and "--aot-case=toy[v2]/step@v4-8x1" in command, line
     accepted = run(project, *command[1:])
-    accepted.assert_outcomes(passed=1)  # toy[v2] alone: not toy, which the unquoted glob would match.
+    accepted.assert_outcomes(passed=2)  # toy[v2]'s case alone (not toy's), and the project's own plain test.
     assert golden(project, "toy[v2]/step@v4-8x1.json").exists() and not golden(project).exists()
 
 

@@ -39,6 +39,8 @@ from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs import options
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
+from aotcheck.render.accept import accept_case_command
+from aotcheck.render.text import outcome_message
 from toy import CONFTEST, golden
 
 # --- helpers --------------------------------------------------------------------------------------------
@@ -197,14 +199,14 @@ def test_the_accept_command_repeats_the_settings_pytest_has_no_option_for(tmp_pa
                                       libtpu_init_args="--xla_x=1", libtpu_init_args_option="--xla_x=1",
                                       front_end="cli")
     gate = GateSession(cli_settings, measure=fake_measure)
-    assert gate.accept_command(case) == (
+    assert accept_case_command(gate.accept(case)) == (
         "pytest --update-golden --aot-case=toy/step@v4-8x1 --aot-libtpu-init-args=--xla_x=1 "
         "--aot-fit=batch -o aot_default_options=none -o aot_hbm_headroom=0.9 -o aot_config_modules=script.py")
-    assert "To create it: " + gate.accept_command(case) in gate.check(case).message
+    assert "To create it: " + accept_case_command(gate.accept(case)) in outcome_message(gate.check(case))
     # Under pytest the ini's modules are read again by the accept run; presets off is still said.
     pytest_settings = GateSettings.parse(rootdir=tmp_path, topologies=["v4-8"], default_options="none",
                                          config_modules=["script.py"], front_end="pytest")
-    assert GateSession(pytest_settings, measure=fake_measure).accept_command(case) == (
+    assert accept_case_command(GateSession(pytest_settings, measure=fake_measure).accept(case)) == (
         "pytest --update-golden --aot-case=toy/step@v4-8x1 -o aot_default_options=none")
 
 

@@ -18,6 +18,7 @@ from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_from
 from aotcheck.programs.registry import ProgramNotFound
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
+from aotcheck.render.text import outcome_message
 
 CASE = Case.of("toy", "step", "v5e-4")
 FIGURES = {"peak_bytes": 100 * 2**20, "argument_bytes": 10 * 2**20, "flops": 1e9}
@@ -55,17 +56,17 @@ def write_golden(tmp_path, figures):
 def test_errors_fail_the_case_with_their_explanation(tmp_path, error, verdict, words):
     outcome = session(tmp_path, error).check(CASE)
     assert (outcome.verdict, outcome.failed, outcome.figures) == (verdict, True, None)
-    assert outcome.message.startswith("toy/step@v5e-4x1") and words in outcome.message
+    assert outcome_message(outcome).startswith("toy/step@v5e-4x1") and words in outcome_message(outcome)
     assert not (tmp_path / "golden").exists()
 
 
 def test_over_hbm_fails_and_writes_no_golden_even_when_updating(tmp_path):
     outcome = session(tmp_path, {**FIGURES, "peak_bytes": 17 * 2**30}, update=True).check(CASE)
     assert outcome.verdict is Verdict.OVER_HBM and outcome.failed
-    assert "does not fit: it needs 17.00 GiB of 16.00 GiB HBM per device on v5e-4: 106%" in outcome.message
+    assert "does not fit: it needs 17.00 GiB of 16.00 GiB HBM per device on v5e-4: 106%" in outcome_message(outcome)
     assert not (tmp_path / "golden" / CASE.golden_relpath).exists()
     headroom = session(tmp_path, {**FIGURES, "peak_bytes": 15 * 2**30}, hbm_headroom="0.9").check(CASE)
-    assert headroom.verdict is Verdict.OVER_HBM and "headroom 90%" in headroom.message
+    assert headroom.verdict is Verdict.OVER_HBM and "headroom 90%" in outcome_message(headroom)
 
 
 def test_update_creates_changes_and_leaves_alone(tmp_path):
@@ -82,14 +83,14 @@ def test_update_creates_changes_and_leaves_alone(tmp_path):
 def test_missing_and_corrupt_goldens_say_how_to_fix(tmp_path):
     missing = session(tmp_path, FIGURES).check(CASE)
     assert missing.verdict is Verdict.MISSING_GOLDEN and missing.failed
-    assert missing.message.endswith(
+    assert outcome_message(missing).endswith(
         "To create it: pytest --update-golden --aot-case=toy/step@v5e-4x1")
     path = tmp_path / "golden" / CASE.golden_relpath
     path.parent.mkdir(parents=True)
     path.write_text("{oops")
     corrupt = session(tmp_path, FIGURES, golden_dir_option="golden").check(CASE)
-    assert corrupt.verdict is Verdict.CORRUPT_GOLDEN and "is not valid JSON" in corrupt.message
-    assert corrupt.message.endswith("--aot-golden-dir=golden")  # The accept command keeps a given golden dir.
+    assert corrupt.verdict is Verdict.CORRUPT_GOLDEN and "is not valid JSON" in outcome_message(corrupt)
+    assert outcome_message(corrupt).endswith("--aot-golden-dir=golden")  # The accept command keeps a given golden dir.
     assert path.read_text() == "{oops"  # Never rewritten without --update-golden.
 
 
@@ -100,7 +101,7 @@ def test_the_outcome_carries_the_errors_record_and_render_words_it(tmp_path):
     assert (failure.reason, failure.type, failure.text, failure.type_name) == (
         Reason.USER_CODE, "builtins.KeyError", "vocab_size", "KeyError")
     assert error_from_json(failure.record).args == ("vocab_size",)
-    assert outcome.message == "toy/step@v5e-4x1: KeyError while building or lowering it: vocab_size"
+    assert outcome_message(outcome) == "toy/step@v5e-4x1: KeyError while building or lowering it: vocab_size"
     crash = WorkerCrashed("the v5e compile process died with SIGKILL", signal_name="SIGKILL", tail=("last",), log=("all",))
     crashed = session(tmp_path, crash).check(CASE).error
     assert (crashed.reason, crashed.log, crashed.fields) == (Reason.CRASHED, ("all",), {"signal_name": "SIGKILL", "tail": ["last"]})
@@ -124,17 +125,19 @@ def test_an_unwritable_golden_is_recorded_with_its_path(tmp_path):
     outcome = gate.check(CASE)
     assert (outcome.verdict, outcome.error.reason, outcome.error.path) == (
         Verdict.ERROR, Reason.GOLDEN_UNWRITABLE, gate.golden_file(CASE))
-    assert outcome.message == (f"toy/step@v5e-4x1: cannot write its golden file {gate.golden_file(CASE)}: "
+    assert outcome_message(outcome) == (f"toy/step@v5e-4x1: cannot write its golden file {gate.golden_file(CASE)}: "
                                "Permission denied. Check the golden directory's permissions.")
 
 
 def test_every_accept_command_comes_from_one_builder(tmp_path):
+    from aotcheck.gate.outcome import Accept
     from aotcheck.render.accept import accept_all_command, accept_case_command
 
     gate = session(tmp_path, FIGURES, golden_dir_option="ci/golden", libtpu_init_args_option="--xla_a=1")
-    expected = accept_case_command(CASE, extra=["--aot-golden-dir=ci/golden", "--aot-libtpu-init-args=--xla_a=1"])
+    expected = accept_case_command(Accept(CASE.id, ("--aot-golden-dir=ci/golden", "--aot-libtpu-init-args=--xla_a=1")))
     assert expected == f"pytest --update-golden --aot-case={CASE.id} --aot-golden-dir=ci/golden --aot-libtpu-init-args=--xla_a=1"
-    assert gate.accept_command(CASE) == expected and gate.check(CASE).message.endswith("To create it: " + expected)
+    assert accept_case_command(gate.accept(CASE)) == expected
+    assert outcome_message(gate.check(CASE)).endswith("To create it: " + expected)
     assert accept_all_command([CASE.id]) == accept_all_command([CASE])
 
 
@@ -154,7 +157,7 @@ def test_comparison_with_the_golden(tmp_path, factor, strict, verdict, failed):
     assert outcome.golden_figures == FIGURES and outcome.measured.compile_seconds == 1.5
     if verdict is not Verdict.PASS:
         assert [r.metric for r in outcome.changes] == ["peak_bytes"]
-        assert "peak_bytes" in outcome.message and "To accept the new figures: pytest --update-golden" in outcome.message
+        assert "peak_bytes" in outcome_message(outcome) and "To accept the new figures: pytest --update-golden" in outcome_message(outcome)
     assert Outcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome
 
 
@@ -209,7 +212,7 @@ def test_update_keeps_a_noisy_cost_within_tolerance_and_takes_one_beyond(tmp_pat
     # Gated: growth beyond max(400%, 10 s) of the golden fails; up to it passes.
     assert session(tmp_path, {**FIGURES, "compile_cpu_seconds": 80.0}).check(CASE).verdict is Verdict.PASS
     regressed = session(tmp_path, {**FIGURES, "compile_cpu_seconds": 80.5}).check(CASE)
-    assert regressed.verdict is Verdict.REGRESSION and "compile_cpu_seconds" in regressed.message
+    assert regressed.verdict is Verdict.REGRESSION and "compile_cpu_seconds" in outcome_message(regressed)
 
 
 def test_goldens_of_another_toolchain_give_one_upgrade_table(tmp_path):
@@ -251,7 +254,7 @@ def test_a_golden_written_before_the_kv_cache_class_is_judged_not_failed_for_the
     old = {**FIGURES, "peak_bytes": 4 * 2**20, **split}
     write_golden(tmp_path, old)
     training = session(tmp_path, {**old, "peak_kv_cache_bytes": 0}).check(CASE)
-    assert training.verdict is Verdict.PASS, training.message
+    assert training.verdict is Verdict.PASS, outcome_message(training)
     served = session(tmp_path, {**old, "peak_batch_bytes": 2**20, "peak_kv_cache_bytes": 2 * 2**20}).check(CASE)
     assert served.verdict is Verdict.REGRESSION
     assert {r.metric for r in served.changes} == {"peak_kv_cache_bytes", "peak_batch_bytes"}

@@ -94,6 +94,7 @@ import sys
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 import aotcheck
+from aotcheck.render.text import outcome_message
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings, SettingsError
 
@@ -110,7 +111,7 @@ def run(registry):
     settings = GateSettings.parse(rootdir=sys.argv[1], topologies=["cpu-2"], update=True, cache_dir=None)
     with GateSession(settings, registry=registry) as session:  # No measure=: the compile workers measure.
         session.prepare()
-        return [(o.case.id, o.verdict.value, o.message.splitlines()[0]) for o in session.run().outcomes]
+        return [(o.case.id, o.verdict.value, outcome_message(o).splitlines()[0]) for o in session.run().outcomes]
 
 
 MINE = aotcheck.Registry()

@@ -30,6 +30,7 @@ from aotcheck.render.markdown import markdown
 from aotcheck.render.summary import session_summary
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
+from aotcheck.render.text import outcome_message
 
 CASE = Case.of("toy", "step", "v5e-4")
 FIGURES = {"peak_bytes": 100 * 2**20, "argument_bytes": 10 * 2**20, "flops": 1e9}
@@ -67,8 +68,7 @@ def outcome(case_id, verdict, failed, golden_toolchain=None):
     golden = Golden({"peak_bytes": 2**29}, golden_toolchain or {}, {}, case.golden_relpath) \
         if golden_toolchain is not None else None
     return Outcome(case, verdict, failed=failed, changes=changes, golden=golden,
-                   measured=Measurement(case, {"peak_bytes": 2**30, "flops": 1e12}, {}, 3.0),
-                   message=f"{case_id} {verdict.value}")
+                   measured=Measurement(case, {"peak_bytes": 2**30, "flops": 1e12}, {}, 3.0))
 
 
 def report_command(tmp_path, *args):
@@ -214,7 +214,7 @@ def test_a_golden_whose_toolchain_holds_a_non_string_is_corrupt(tmp_path, value)
     checked = gate.check(CASE)
     assert (checked.verdict, checked.failed) == (Verdict.CORRUPT_GOLDEN, True)
     assert (f"Golden file {golden_path(tmp_path)}: its 'toolchain' field 'jax' must be a version string or null, "
-            f"not {type(value).__name__}") in checked.message
+            f"not {type(value).__name__}") in outcome_message(checked)
     # The session's summary and the job summary are written (before: a TypeError from the upgrade table).
     report = Report([checked])
     assert "corrupt-golden" in "\n".join(session_summary(report, update=False))
@@ -263,7 +263,7 @@ def test_goldens_of_a_newer_toolchain_are_an_older_toolchain_not_an_upgrade(tmp_
     assert "toolchain upgrade" not in text and "--update-golden" not in upgrade
     assert "Did not move (every figure within tolerance): toy/step@v4-8x1" in upgrade
     # The case's own message warns too (its accept line is the case message's, as for any regression).
-    assert ("Note: golden made with a newer toolchain than this one (jax 99.0.0 -> ") in report.outcomes[0].message
+    assert ("Note: golden made with a newer toolchain than this one (jax 99.0.0 -> ") in outcome_message(report.outcomes[0])
     md = markdown(Merged(report, problems=[]))
     assert "### Older toolchain than the goldens'" in md and "Toolchain upgrade" not in md
     section = md[md.index("### Older toolchain than the goldens'"):]

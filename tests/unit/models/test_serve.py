@@ -93,7 +93,7 @@ def test_the_committed_kv_budget_matches_an_analytic_count(target, tensor_parall
     model = serve.TINY.model
     page = model.n_layers * serve.TINY.page_size * (2 * model.n_heads // tensor_parallel) * model.head_dim * 2  # bf16
     besides_pool = golden["peak_bytes"] - serve.TINY.pages * page
-    analytic = (Case.parse(f"llm/step@{target}").topology.memory_limit_bytes - besides_pool) // page
+    analytic = (Case.parse(f"llm/step@{target}").topology.device.memory_limit_bytes - besides_pool) // page
     assert golden["fit_max_pages"] == pytest.approx(analytic, rel=1e-3), (golden, analytic)
 
 

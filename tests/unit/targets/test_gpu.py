@@ -19,11 +19,12 @@ from aotcheck.targets import gpu
 from aotcheck.targets.mesh import MeshSpec, build_mesh
 from aotcheck.targets.devices import get_devices_for_topology
 from aotcheck.targets.gpu import GPUS
+from aotcheck.targets.platform import GPU
 from aotcheck.targets.topology import (
     Target,
     TopologyError,
     expand_targets,
-    gpu_topologies,
+    topologies,
     parse_topology,
     split_target,
 )
@@ -44,7 +45,7 @@ def test_the_table_agrees_with_the_plugins_device_specs(family):
     assert f'device_description_str: "{model.device_name}"' in spec
     assert spec_value(spec, "device_memory_size") == model.hbm_bytes
     assert spec_value(spec, "memory_bandwidth") == model.hbm_bandwidth
-    for topology in (t for t in gpu_topologies() if t.hardware is model):
+    for topology in (t for t in topologies(GPU) if t.hardware is model):
         devices, per_slice = get_devices_for_topology(topology, 2)
         assert per_slice == topology.num_devices and len(devices) == 2 * topology.num_devices
         assert {d.device_kind for d in devices} == {model.device_name}

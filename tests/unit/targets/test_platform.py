@@ -5,18 +5,18 @@ import pytest
 from aotcheck import _runtime
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.targets.platform import CPU, GPU, HOST_DEVICE, PLATFORMS, TPU, DeviceSpec, platform_named
-from aotcheck.targets.topology import all_topologies, gpu_topologies, parse_topology
+from aotcheck.targets.topology import parse_topology, topologies
 
 
 def test_every_topology_has_its_platform_and_its_device():
-    assert {t.platform for t in all_topologies()} == {TPU} and {t.platform for t in gpu_topologies()} == {GPU}
+    assert {t.platform for t in topologies(TPU)} == {TPU} and {t.platform for t in topologies(GPU)} == {GPU}
     assert all(t.device.memory_bytes and t.device.peak_flops and t.device.bandwidth
-               for t in [*all_topologies(), *gpu_topologies()])
+               for t in topologies())
     tpu, gpu, cpu = parse_topology("v5e-16"), parse_topology("h100-8"), parse_topology("cpu-4")
     assert (tpu.platform, gpu.platform, cpu.platform) == (TPU, GPU, CPU)
     assert tpu.device == DeviceSpec(16 * 2**30, int(15.75 * 2**30), 197e12, 819e9, tpu.device.source)
     assert gpu.device.memory_limit_bytes == gpu.device.memory_bytes  # XLA's GPU compiler never refuses for size.
-    assert cpu.device is HOST_DEVICE and cpu.device.memory_bytes is None and cpu.hbm_bytes is None
+    assert cpu.device is HOST_DEVICE and cpu.device.memory_bytes is None and cpu.device.memory_bytes is None
 
 
 def test_each_platform_records_its_own_compiler():

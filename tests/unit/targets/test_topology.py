@@ -6,10 +6,11 @@ from hypothesis import given, strategies as st
 
 from aotcheck import _runtime
 from aotcheck.targets.devices import get_devices_for_topology
+from aotcheck.targets.platform import TPU
 from aotcheck.targets.tpu import CHIPS
 from aotcheck.targets.topology import (
     TopologyError,
-    all_topologies,
+    topologies,
     check_num_slices,
     Target,
     split_target,
@@ -20,7 +21,7 @@ from aotcheck.targets.topology import (
 )
 
 
-@pytest.mark.parametrize("topo", all_topologies(), ids=lambda t: t.name)
+@pytest.mark.parametrize("topo", topologies(TPU), ids=lambda t: t.name)
 def test_every_row_agrees_with_its_name(topo):
     family, n = topo.name.rsplit("-", 1)
     chip = CHIPS[family]
@@ -78,7 +79,7 @@ def test_the_device_description_is_the_real_slices(name):
             topo.wraparound) == MAXTEXT_ROWS[name]
 
 
-@pytest.mark.parametrize("topo", all_topologies(), ids=lambda t: t.name)
+@pytest.mark.parametrize("topo", topologies(TPU), ids=lambda t: t.name)
 def test_a_torus_is_made_of_whole_cubes_or_whole_pod_rows(topo):
     """Every row: an axis wraps only where it spans whole 4-chip cube edges (3-D families, all axes
     together) or a whole 16-chip pod row (v5e/v6e), and slices under 64 chips never wrap."""

@@ -1,0 +1,72 @@
+"""Records of a run that the terminal words (:mod:`aotcheck.render.summary`): its header and an interruption.
+
+The session fills them; it words neither.
+
+Example:
+    >>> stop = Interrupted("SIGTERM", done=3, planned=10, update=False)
+    >>> Interrupted.from_json(stop.to_json()) == stop
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Interrupted:
+    """A run ended early (Ctrl-C, SIGTERM, SIGHUP): what ended it and how far it got."""
+
+    signal: str
+    done: int
+    planned: int
+    update: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Interrupted":
+        return cls(str(data["signal"]), int(data["done"]), int(data["planned"]), bool(data["update"]))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunHeader:
+    """What a run says before its first case.
+
+    Attributes:
+        targets: The targets it checks, by name.
+        golden_dir: Where its goldens are; ``golden_dir_missing``: that directory does not exist (and
+            the run does not update), with the ``rootdir`` the path is relative to.
+        update: Whether it writes goldens.
+        cache_dir: The figures cache (None: none).
+        shard: ``(K, N)`` when sharded, with ``shard_seconds``: (this shard's expected compile seconds, the matrix's).
+        toolchain: The versions behind its figures.
+        foreign: Golden files made with another toolchain, each with the versions it names.
+        families: The TPU chip families its presets go to (None: presets off).
+        launch_flags: The launch flags sent as compiler options (None: none given and presets on),
+            with ``dropped`` runtime-only flags and whether they came from the environment.
+        unused_environment_flags: The environment's LIBTPU_INIT_ARGS, when a setting overrides it.
+        fit: The knob searched on every config that offers it.
+        front_end: ``"pytest"`` or ``"cli"``: how a hint spells a setting.
+    """
+
+    targets: tuple[str, ...]
+    golden_dir: str
+    update: bool
+    cache_dir: str | None
+    shard: tuple[int, int] | None = None
+    shard_seconds: tuple[float, float] | None = None
+    toolchain: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    foreign: tuple[str, ...] = ()
+    families: tuple[str, ...] | None = ()
+    launch_flags: Mapping[str, str] | None = None
+    dropped: int = 0
+    environment_flags_used: bool = False
+    unused_environment_flags: str | None = None
+    fit: str | None = None
+    golden_dir_missing: bool = False
+    rootdir: str = ""
+    front_end: str = "pytest"

@@ -1,0 +1,33 @@
+"""A run's records (aotcheck.gate.run): its header and an interruption, worded only by render/.
+
+FAKE: records made by hand (no compile): what is tested is that they carry what the words need.
+"""
+
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Report
+from aotcheck.gate.run import Interrupted, RunHeader
+from aotcheck.gate.verdict import Verdict
+from aotcheck.pipeline.case import Case
+from aotcheck.render.summary import header_lines, session_summary
+
+
+def test_an_interruption_crosses_the_report_and_is_worded_in_the_summary():
+    stop = Interrupted("SIGTERM", done=1, planned=4, update=True)
+    report = Report([Outcome(Case.of("lm", "prefill", "v4-8"), Verdict.PASS)], interrupted=stop)
+    assert Report.from_json(report.to_json()).interrupted == stop
+    lines = session_summary(report, update=True)
+    assert "aotcheck: interrupted (SIGTERM) after 1 of 4 cases: the finished ones are reported and their goldens " \
+           "written; the rest did not run, and no stale golden was removed." in lines
+
+
+def test_a_header_says_each_thing_its_record_holds_in_the_front_ends_spelling():
+    header = RunHeader(targets=("v5e-16x1",), golden_dir="/p/golden", update=False, cache_dir=None,
+                       launch_flags={"xla_x": "1"}, families=None, fit="batch", golden_dir_missing=True,
+                       rootdir="/p", front_end="cli", unused_environment_flags="--xla_y=2")
+    text = "\n".join(header_lines(header))
+    assert "your launch flags: --xla_x=1; aotcheck's presets off (aot_default_options = none)" in text
+    assert "fit search of 'batch'" in text and "gated as fit_max_batch" in text
+    assert "pass --golden-dir=PATH, or create them with --update-golden" in text  # The CLI's flags.
+    assert "LIBTPU_INIT_ARGS (--xla_y=2) is not used: --libtpu-init-args (or aot_libtpu_init_args)" in text
+    quiet = header_lines(RunHeader(targets=("cpu-4x1",), golden_dir="g", update=True, cache_dir="c"))
+    assert len(quiet) == 1 and "(updating)" in quiet[0] and "figures cache c (written, not read" in quiet[0]
