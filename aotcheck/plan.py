@@ -41,7 +41,8 @@ from aotcheck.pipeline.measure import fit_knob, unsupported_reason
 from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.programs.knobs import knobs_offered
 from aotcheck.programs.registry import Registry, RegistryError
-from aotcheck.settings import GateSettings, SettingsError, example
+from aotcheck.readers import SettingsError, example
+from aotcheck.settings import GateSettings
 
 
 class Planned(NamedTuple):

@@ -20,33 +20,18 @@ import argparse
 import dataclasses
 import difflib
 import os
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from aotcheck.errors import AotcheckError
-from aotcheck.gate.compare import Tolerance, ToleranceError, parse_tolerances
-from aotcheck.gate.shard import ShardError, parse_shard
+from aotcheck.gate.compare import Tolerance
 from aotcheck.pipeline.case import Case
-from aotcheck.pipeline.measurement import figure_names
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
+from aotcheck.readers import (MISSING_VALUE, Reading, SettingsError, read_cache_dir, read_cases,
+                              read_headroom, read_knob, read_launch_flags, read_report_path, read_shard, read_slices,
+                              read_targets, read_tolerances, split_list)
 from aotcheck.spellings import ENVIRONMENT_FLAGS, FRONT_ENDS, SPELLINGS, flag_names, names_in_messages
-from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
-from aotcheck.units import read_count
-
-
-class SettingsError(AotcheckError, ValueError):
-    """A setting that cannot be used; the message names the option and the fix."""
-
-
-class Reading(NamedTuple):
-    """What a row's reader sees besides its value: the rootdir, how a message names each setting,
-    and every setting's value as given (a reader may need another's: the targets, the slice counts)."""
-
-    rootdir: Path
-    said: Mapping[str, str]
-    given: Mapping[str, Any]
+from aotcheck.targets.topology import Target
 
 
 class Setting(NamedTuple):
@@ -91,126 +76,22 @@ class Setting(NamedTuple):
         return self.read(value, reading) if self.read else value
 
 
-def split_list(value: str | Sequence[str] | None) -> list[str]:
-    """``"a,b c"`` or ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
-    texts = [value] if isinstance(value, str) else list(value or [])
-    return [v for text in texts for v in re.split(r"[,\s]+", text) if v]
-
-
-def example(name: str, value: str) -> str:
-    """A setting with a value, as written where ``name`` (a flag or an ini key) is written."""
-    return f"{name}={value}" if name.startswith("-") else f"{name} = {value}"
-
-
-# Readers: each turns what a user wrote into what GateSettings holds, or says what is wrong and the fix.
-
-def _slice_counts(value: Any, r: Reading) -> list[int]:
-    counts = []
-    for text in split_list(value):
-        if not text.isdecimal() or not text.isascii() or read_count(text) < 1:
-            raise SettingsError(f"{r.said['slices']}: {text!r} is not a slice count; give integers >= 1, "
-                                f"e.g. {example(r.said['slices'], '1,2')}")
-        try:
-            counts.append(check_num_slices(read_count(text)))
-        except TopologyError as e:
-            raise SettingsError(f"{r.said['slices']}: {e}") from None
-    return counts
-
-
-def _targets(value: Any, r: Reading) -> tuple[Target, ...]:
-    counts = _slice_counts(r.given["slices"], r)  # Its errors first, as the slices come first on a target.
-    try:
-        return tuple(expand_targets(split_list(value), counts or [1]))
-    except TopologyError as e:
-        raise SettingsError(f"{r.said['topologies']}: {e}") from None
-
-
-def _tolerances(value: Any, r: Reading) -> tuple[tuple[str, Tolerance], ...]:
-    try:
-        return tuple(parse_tolerances(value, known=figure_names()))
-    except ToleranceError as e:
-        raise SettingsError(f"{r.said['tolerances']}: {e}") from None
-
-
-def _headroom(value: Any, r: Reading) -> float:
-    try:
-        headroom = float(value)
-        if not 0 < headroom <= 1:
-            raise ValueError
-    except ValueError:
-        raise SettingsError(f"{r.said['hbm_headroom']}: {value!r} must be a number in (0, 1], e.g. 0.95") from None
-    return headroom
-
-
-def _knob(value: Any, r: Reading) -> str | None:
-    fit = (value or "").strip() or None
-    if fit is not None and not fit.isidentifier():
-        raise SettingsError(f"{r.said['fit']}: {fit!r} is not a knob name; name what to search on every config, "
-                            f"e.g. {example(r.said['fit'], 'batch')} (a config may offer more knobs in knobs=)")
-    return fit
-
-
-def _shard(value: Any, r: Reading) -> tuple[int, int] | None:
-    try:
-        return parse_shard(value) if value else None
-    except ShardError as e:
-        raise SettingsError(f"{r.said['shard']}: {e}") from None
-
-
-def _launch_flags(value: Any, r: Reading) -> dict[str, str]:
-    if value == MISSING_VALUE:  # Bare, from addopts or PYTEST_ADDOPTS (the command line's is caught earlier).
-        raise SettingsError(f"{r.said['libtpu_init_args']} needs its value after '=': "
-                            f"{r.said['libtpu_init_args']}=--xla_...")
-    text = value if isinstance(value, str) else " ".join(value or ())
-    try:
-        return parse_libtpu_init_args(text, what=r.said["libtpu_init_args"])
-    except OptionsError as e:
-        raise SettingsError(str(e)) from None
-
-
-def _report_path(value: Any, r: Reading) -> Path | None:
-    path = Path(value) if value else None
-    flag = r.said["report"]
-    if path is not None and (path.is_dir() or path.name in ("", ".", "..")):
-        raise SettingsError(f"{flag}: {value} is a directory; give a file path, "
-                            f"e.g. {flag}={(path / 'aot-report.json').as_posix()}")
-    if path is not None and any(p.exists() and not p.is_dir() for p in path.parents):
-        raise SettingsError(f"{flag}: {value} lies under a file, not a directory; give a path in a directory")
-    return path
-
-
-def _cases(value: Any, r: Reading) -> tuple[Case, ...]:
-    cases = []
-    for text in value or ():
-        try:
-            cases.append(Case.parse(text.strip()))
-        except ValueError as e:
-            raise SettingsError(f"{r.said['cases']}: {text!r} is not a case id: {e} Give one as a case's accept "
-                                f"command prints it, e.g. {example(r.said['cases'], 'lm-tiny/train_step@v4-8x1')}, "
-                                "quoted for the shell") from None
-    return tuple(dict.fromkeys(cases))
-
-
-def _cache_dir(value: Any, r: Reading) -> Path | None:
-    return r.rootdir / value if value and not r.given.get("no_cache") else None
-
-
 SETTINGS: tuple[Setting, ...] = (
     Setting("topologies", "args", [],
             "topologies to check, e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only); 'none' turns the gate off for this "
             "run. Without any (here or in the ini), the plugin adds no tests.",
             cli_help="e.g. v4-8,v5e-16,h100-8 (v5e-16x2: 2 slices only)",
-            field="targets", read=_targets),
+            field="targets", read=read_targets),
     Setting("slices", "args", [],
             "slice counts for every topology, e.g. 1,2 (default 1)", cli_help="slice counts for every topology, e.g. 1,2",
-            field="", read=_slice_counts),
+            field="", read=read_slices),
     Setting("configs", "args", [],
             "glob(s) over config names, e.g. 'lm-*' (default all)", cli_help="glob(s) over config names, e.g. 'lm-*'",
             field="config_globs", read=lambda v, r: tuple(split_list(v))),
     Setting("cases", "string", [],
             "run only this case, by its id (CONFIG/PROGRAM@TOPOLOGYxSLICES, e.g. 'llm/step[tokens=16]@v5e-16x1'; "
             "repeatable): its config and target, whatever the topologies and configs say",
-            action="append", metavar="ID", read=_cases),
+            action="append", metavar="ID", read=read_cases),
     Setting("golden_dir", "string", "golden",
             "golden directory (default golden/ at the rootdir)",
             ini_help="default --aot-golden-dir, relative to the rootdir",
@@ -227,24 +108,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("report", "string", None,
             "write every case's figures, golden and verdict as JSON", cli_help="write the JSON report here",
             metavar="PATH",
-            field="report_path", read=_report_path),
+            field="report_path", read=read_report_path),
     Setting("shard", "string", None,
             "run only shard K of N of the case matrix (for CI runners)",
             cli_help="run only shard K of N of the matrix", metavar="K/N",
-            read=_shard),
+            read=read_shard),
     Setting("fit", "string", "",
             "search the largest KNOB (e.g. batch) that fits on every config that offers it and names no fit= of "
             "its own, gated as fit_max_KNOB",
             cli_help="search the largest KNOB (e.g. batch) that fits on every config that offers it and names "
             "no fit= of its own (default: aot_fit)", metavar="KNOB",
-            read=_knob),
+            read=read_knob),
     Setting("libtpu_init_args", "string", "",
             "your job's LIBTPU_INIT_ARGS string, e.g. '--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=98304 "
             "--xla_tpu_enable_latency_hiding_scheduler=true' (runtime-only flags are dropped)",
             ini_help="default --aot-libtpu-init-args: your job's LIBTPU_INIT_ARGS string",
             cli_help="your job's LIBTPU_INIT_ARGS string, e.g. --libtpu-init-args='--xla_tpu_scoped_vmem_limit_kib=98304' "
             "(default: aot_libtpu_init_args)", metavar="FLAGS",
-            field="compiler_options", read=_launch_flags),
+            field="compiler_options", read=read_launch_flags),
     Setting("default_options", "string", "aotcheck",
             "aotcheck's per-chip compiler presets under your options: aotcheck (default) or none (only your options, "
             "as your job sends them)",
@@ -257,17 +138,17 @@ SETTINGS: tuple[Setting, ...] = (
             "figures cache directory (default .aotcheck-cache at the rootdir)",
             ini_help="default --aot-cache-dir, relative to the rootdir",
             cli_help="figures cache directory (default .aotcheck-cache)",
-            read=_cache_dir),
+            read=read_cache_dir),
     Setting("no_cache", "bool", False,
             "compile every case, neither reading nor writing the figures cache",
             cli_help="compile every case; no figures cache", action="store_true",
             field=""),
     Setting("hbm_headroom", "string", "1.0",
             "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
-            read=_headroom),
+            read=read_headroom),
     Setting("tolerances", "linelist", [],
             "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
-            read=_tolerances),
+            read=read_tolerances),
     Setting("metric_drift", "string", "fail",
             "figures new or gone against a golden: fail (default) or warn",
             choices=(("fail", "figures new or gone against the golden fail the case"),
@@ -292,7 +173,7 @@ def check_ini_keys(keys: Collection[str], *, where: object) -> None:
         >>> check_ini_keys(["aot_hbm_headrom"], where="pytest.ini")
         Traceback (most recent call last):
         ...
-        aotcheck.settings.SettingsError: pytest.ini: aot_hbm_headrom is not an aotcheck setting, so nothing reads it; did you mean aot_hbm_headroom? (every key: aotcheck check --help, pytest --help)
+        aotcheck.readers.SettingsError: pytest.ini: aot_hbm_headrom is not an aotcheck setting, so nothing reads it; did you mean aot_hbm_headroom? (every key: aotcheck check --help, pytest --help)
     """
     for key in sorted(keys):
         if key.lower().startswith("aot_") and key not in INI_KEYS:
@@ -302,7 +183,6 @@ def check_ini_keys(keys: Collection[str], *, where: object) -> None:
                                 "(every key: aotcheck check --help, pytest --help)")
 
 
-MISSING_VALUE = "\0missing"  # An option given with no value (the plugin names the fix before pytest's parse fails).
 
 
 def repeated_options(args: Sequence[str], *, front_end: str) -> list[str]:
@@ -407,7 +287,7 @@ class GateSettings:
         >>> GateSettings.parse(rootdir="/p", metric_drift="maybe")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        aotcheck.settings.SettingsError: aot_metric_drift: 'maybe' must be 'fail' (figures new or gone ...) or 'warn' (...)
+        aotcheck.readers.SettingsError: aot_metric_drift: 'maybe' must be 'fail' (figures new or gone ...) or 'warn' (...)
     """
 
     rootdir: Path
@@ -453,7 +333,7 @@ class GateSettings:
             >>> GateSettings.parse(rootdir="/p", topologies="v4-8", environment_flags="junk")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            aotcheck.settings.SettingsError: LIBTPU_INIT_ARGS (in the environment): 'junk' is not a flag; ...
+            aotcheck.readers.SettingsError: LIBTPU_INIT_ARGS (in the environment): 'junk' is not a flag; ...
             >>> GateSettings.parse(rootdir="/p", environment_flags="junk").environment_flags_used  # The gate is off.
             False
         """

@@ -13,20 +13,16 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import enum
 import fnmatch
 import functools
-import hashlib
 import inspect
-import logging
-import re
 import sys
-import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from aotcheck.errors import ConfigError
 from aotcheck.programs.config import Config, FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.fingerprint import Fingerprint, fingerprint
 from aotcheck.programs.model import as_functions
 from aotcheck.programs.names import name_problem
 from aotcheck.programs.serving import ServingConfig
@@ -172,204 +168,6 @@ def home_of(build: Builder | Config) -> tuple[str | None, str | None]:
         if code is not None and module is not None:
             return module, code.co_filename
     return None, None
-
-
-class Fingerprint(NamedTuple):
-    """What a build of a config looks like, leaf by leaf (``path -> value``, in the order a walk of it
-    meets them: fields, closure cells, defaults, code), and one digest of it all. Equal builds (the
-    same builder called twice, in one process or two) give equal fingerprints."""
-
-    digest: str
-    leaves: dict[str, str]
-
-    def difference(self, other: "Fingerprint") -> str | None:
-        """The first leaf where ``other`` differs from this one, in words; None when they are alike.
-
-        Example:
-            >>> import functools
-            >>> def build(width):
-            ...     return {"make_args": functools.partial(max, width)}
-            >>> fingerprint(build(128)).difference(fingerprint(build(256)))
-            "['make_args'].args[0]: 128 vs 256"
-            >>> fingerprint(build(128)).difference(fingerprint(build(128))) is None
-            True
-        """
-        if self.digest == other.digest:
-            return None
-        for path in dict.fromkeys([*self.leaves, *other.leaves]):
-            mine, theirs = self.leaves.get(path, "(absent)"), other.leaves.get(path, "(absent)")
-            if mine != theirs:
-                return f"{path or '(the config)'}: {mine} vs {theirs}"
-        return "(the walk was cut short the same way, but not at the same things)"
-
-
-_ADDRESS = re.compile(r"\s*at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
-_MAX_LEAVES, _MAX_DEPTH, _MAX_ARRAY_BYTES = 20_000, 12, 16 << 20
-
-
-def _short(text: str) -> str:
-    text = _ADDRESS.sub("", text)
-    return text if len(text) <= 120 else f"{text[:60]}...(sha {hashlib.sha256(text.encode()).hexdigest()[:12]})"
-
-
-def _code_digest(code: types.CodeType) -> str:
-    parts: list[bytes] = [code.co_code, repr(code.co_names).encode()]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            parts.append(_code_digest(const).encode())
-        elif isinstance(const, frozenset):  # `x in {"a", "b"}`: its order is the process's string hashing.
-            parts.append(repr(sorted(map(repr, const))).encode())
-        else:
-            parts.append(_short(repr(const)).encode())
-    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
-
-
-def _module(thing: Any) -> str:
-    """The module that defines ``thing``, named alike in the session and a worker: a script runs as
-    ``__main__`` in one and is imported as ``__aotcheck_main__`` in the other (programs.loader)."""
-    module = getattr(thing, "__module__", None) or ""
-    return "__main__" if module == "__aotcheck_main__" else module
-
-
-def fingerprint(obj: Any) -> Fingerprint:
-    """A :class:`Fingerprint` of a built config (or anything): dataclass fields, containers, functions
-    by their code, defaults and closure cells, arrays by dtype, shape and bytes, other objects by their
-    type and attributes; memory addresses left out, so two processes' equal builds agree.
-
-    Example:
-        >>> fingerprint([1, {"a": (2.0, "x")}]).leaves
-        {'[0]': '1', "[1]['a'][0]": '2.0', "[1]['a'][1]": "'x'"}
-    """
-    leaves: dict[str, str] = {}
-    seen: dict[int, str] = {}
-    keep: list[Any] = []  # What was walked stays alive, so an id is not reused within the walk.
-
-    def leaf(path: str, text: str) -> None:
-        leaves[path] = text
-
-    def walk(value: Any, path: str, depth: int) -> None:
-        if len(leaves) >= _MAX_LEAVES:
-            leaf(path, "(walk cut short)")
-            return
-        if value is None or isinstance(value, (bool, int, float, complex)):
-            return leaf(path, repr(value))
-        if isinstance(value, (str, bytes)):
-            return leaf(path, _short(repr(value)))
-        if isinstance(value, enum.Enum):
-            return leaf(path, f"{type(value).__qualname__}.{value.name}")
-        if isinstance(value, type):
-            return leaf(path, f"<class {_module(value)}.{value.__qualname__}>")
-        if isinstance(value, types.ModuleType):
-            return leaf(path, f"<module {value.__name__}>")
-        if isinstance(value, re.Pattern):
-            return leaf(path, f"re.compile({value.pattern!r}, {value.flags})")
-        if isinstance(value, logging.Logger):
-            return leaf(path, f"<logger {value.name}>")
-        if id(value) in seen:  # Shared, or a cycle: where it was first met.
-            return leaf(path, f"(as {seen[id(value)] or 'the config'})")
-        seen[id(value)] = path
-        keep.append(value)
-        kind = type(value)
-        name = f"{_module(kind)}.{kind.__qualname__}"
-        if depth > _MAX_DEPTH:
-            return leaf(path, f"<{name}>")
-        try:
-            _walk_object(value, path, depth, name)
-        except Exception as e:  # An attribute that raises when read: its type says what it is.
-            leaf(path, f"<{name}: unreadable ({type(e).__name__})>")
-
-    def _walk_object(value: Any, path: str, depth: int, name: str) -> None:
-        down = depth + 1
-        if isinstance(value, types.CodeType):
-            return leaf(path, f"code {_code_digest(value)}")
-        if isinstance(value, (types.FunctionType, types.LambdaType)):
-            leaf(path, f"function {_module(value)}.{value.__qualname__} code {_code_digest(value.__code__)}")
-            if value.__defaults__:
-                walk(value.__defaults__, f"{path}.__defaults__", down)
-            if value.__kwdefaults__:
-                walk(value.__kwdefaults__, f"{path}.__kwdefaults__", down)
-            for var, cell in zip(value.__code__.co_freevars, value.__closure__ or ()):
-                try:
-                    contents = cell.cell_contents
-                except ValueError:
-                    leaf(f"{path}.<{var}>", "(empty)")
-                    continue
-                walk(contents, f"{path}.<{var}>", down)
-            return None
-        if isinstance(value, types.MethodType):
-            walk(value.__func__, f"{path}.__func__", down)
-            return walk(value.__self__, f"{path}.__self__", down)
-        if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-            return leaf(path, f"builtin {getattr(value, '__module__', '')}.{value.__qualname__}")
-        if isinstance(value, functools.partial):
-            leaf(path, "partial")
-            walk(value.func, f"{path}.func", down)
-            walk(value.args, f"{path}.args", down)
-            return walk(value.keywords, f"{path}.keywords", down)
-        if hasattr(value, "shape") and hasattr(value, "dtype") and not callable(value):
-            if hasattr(value, "__array__") and not hasattr(value, "sharding") or hasattr(value, "addressable_shards"):
-                return leaf(path, _array_text(value))
-            return leaf(path, _short(repr(value)))  # An abstract array (ShapeDtypeStruct): its repr says it all.
-        if isinstance(value, Mapping):
-            if type(value) is not dict or not value:
-                leaf(path, f"<{name}>")
-            for key, item in value.items():
-                walk(item, f"{path}[{_short(repr(key))}]", down)
-            return None
-        if isinstance(value, (list, tuple)):
-            if type(value) not in (list, tuple) or not value:
-                leaf(path, f"<{name}>")
-            for i, item in enumerate(value):
-                walk(item, f"{path}[{i}]", down)
-            return None
-        if isinstance(value, (set, frozenset)):
-            return leaf(path, "{" + ", ".join(sorted(_short(repr(v)) for v in value)) + "}")
-        if dataclasses.is_dataclass(value):
-            leaf(path, f"<{name}>")
-            for field in dataclasses.fields(value):
-                walk(getattr(value, field.name), f"{path}.{field.name}", down)
-            return None
-        wrapped = getattr(value, "__wrapped__", None)
-        if wrapped is not None and callable(value):  # A jitted or decorated function: what it wraps.
-            leaf(path, f"<{name}>")
-            return walk(wrapped, f"{path}.__wrapped__", down)
-        attributes = getattr(value, "__dict__", None)
-        if isinstance(attributes, dict):
-            leaf(path, f"<{name}>")
-            for key, item in attributes.items():
-                walk(item, f"{path}.{key}", down)
-            return None
-        slots = [s for k in type(value).__mro__
-                 for s in ((lambda d: (d,) if isinstance(d, str) else d)(getattr(k, "__slots__", ())))
-                 if isinstance(s, str) and s not in ("__weakref__", "__dict__")]
-        if slots:
-            leaf(path, f"<{name}>")
-            for slot in slots:
-                if hasattr(value, slot):
-                    walk(getattr(value, slot), f"{path}.{slot}", down)
-            return None
-        return leaf(path, _short(repr(value)))  # A C type: its repr, addresses left out.
-
-    walk(obj, "", 0)
-    text = "\n".join(f"{path}={value}" for path, value in leaves.items())
-    return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), leaves)
-
-
-def _array_text(value: Any) -> str:
-    """An array by dtype, shape and (up to 16 MiB) its bytes."""
-    head = f"array {value.dtype}{tuple(value.shape)}"
-    try:
-        import numpy as np  # noqa: PLC0415
-
-        size = int(np.prod(value.shape)) * np.dtype(value.dtype).itemsize
-        if size > _MAX_ARRAY_BYTES:  # Never copied to the host only to be skipped.
-            return head
-        data = np.asarray(value)
-        if data.nbytes <= _MAX_ARRAY_BYTES:
-            return f"{head} sha {hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()[:16]}"
-    except Exception:  # noqa: BLE001  (an array that cannot be read here: its shape still tells)
-        pass
-    return head
 
 
 _registrations = 0  # Across every Registry: whether importing a module registered anything.

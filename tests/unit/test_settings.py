@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from aotcheck.settings import SETTINGS, GateSettings, SettingsError, flag_names, read_settings
+from aotcheck.settings import SETTINGS, GateSettings, SettingsError, read_settings
+from aotcheck.spellings import flag_names
 
 
 def test_every_field_of_the_settings_comes_from_a_row_and_every_default_from_its_row():
