@@ -29,11 +29,9 @@ import contextlib
 import importlib
 import json
 import os
-import shlex
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from aotcheck.pipeline.case import Case
 from aotcheck.errors import AotcheckError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
@@ -41,7 +39,7 @@ from aotcheck.figures.hbm import explain_overflow, hbm_verdict
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import merge_reports
-from aotcheck.ini import Ini, find_ini
+from aotcheck.ini import find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
 from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
 from aotcheck.scaffold import plan_init, write_init
@@ -53,11 +51,12 @@ from aotcheck.render.summary import case_line, header_lines, session_summary, su
 from aotcheck.render.tables import table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import fit_lines, hbm_words, outcome_message
-from aotcheck.units import clip_runs, read_count
+from aotcheck.units import clip_runs
 from aotcheck.session import GateSession, Interruption, exit_status
-from aotcheck.settings import GateSettings, Setting, SettingsError, add_cli_arguments, check_ini_keys, read_settings, repeated_options
+from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings, repeated_options
+from aotcheck.cmdline import Parser, count, ini_values, positive, read_target
 from aotcheck.targets.platform import GPU, TPU
-from aotcheck.targets.topology import Target, TopologyError, split_target, topologies
+from aotcheck.targets.topology import topologies
 
 
 def _load(modules: Sequence[str] | None, rootdir: Path | None = None) -> None:
@@ -180,7 +179,7 @@ def _stdout_to_stderr() -> Iterator[None]:
 def cmd_compile(args: argparse.Namespace) -> int:
     with _stdout_to_stderr():  # Importing and building configs: their prints are not the JSON.
         _load(args.config_modules)
-        target = _target(args)
+        target = read_target(args)
         entry = REGISTRY.get(args.config)
         programs = [args.method] if args.method else list(entry.programs())
         for program in programs:
@@ -232,7 +231,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     _load(args.config_modules)
-    target = _target(args)
+    target = read_target(args)
     entry = REGISTRY.get(args.config)
     program = args.program or next(iter(entry.programs()))
     # Bad input before any compile, and without libtpu in this process (compiles run in workers).
@@ -303,47 +302,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _count(text: str) -> int:
-    if not (text.isascii() and text.isdecimal()):
-        raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 0")
-    return read_count(text)
-
-
-def _positive(text: str) -> int:
-    if not (text.isascii() and text.isdecimal()) or read_count(text) < 1:
-        raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 1")
-    return read_count(text)
-
-
-def ini_values(ini: Ini) -> Callable[[Setting], Any]:
-    """How ``aotcheck`` reads a setting's ini value without pytest, by its type (aotcheck.settings)."""
-    check_ini_keys(ini.values, where=ini.path)
-    read = {"args": ini.args, "linelist": ini.lines, "bool": ini.flag}
-
-    def value(setting: Setting) -> Any:
-        if not setting.ini:
-            return setting.default
-        return read[setting.kind](setting.ini) if setting.kind in read else ini.get(setting.ini, setting.default)
-
-    return value
-
-
 # The settings ``compile`` and ``fit`` take (those of the compile itself); ``check`` takes them all.
 COMPILE_SETTINGS = ("libtpu_init_args", "default_options", "config_modules")
-
-
-def _target(args: argparse.Namespace) -> Target:
-    """``--topology`` with ``--slices``: a count in the name (``v4-8x2``, ``h100-16``) is the count.
-
-    Example:
-        >>> _target(argparse.Namespace(topology="h100-16", slices=None)).name
-        'h100-8x2'
-    """
-    topology, fixed = split_target(args.topology)
-    if fixed is not None and args.slices not in (None, fixed):
-        raise TopologyError(f"--topology {args.topology} names {fixed} slices (hosts) and --slices says {args.slices}: "
-                            "give the count once.")
-    return Target.of(topology, fixed or (1 if args.slices is None else args.slices))
 
 
 def _compile_options(args: argparse.Namespace) -> dict[str, object]:
@@ -359,47 +319,8 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
             "hbm_headroom": settings.hbm_headroom}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser (its subcommands' too), whose usage errors add the fix where argparse's own
-    words mislead: see :func:`launch_flags_hint`."""
-
-    argv: Sequence[str] = ()  # The command line being parsed (main sets it), for the hint.
-
-    def error(self, message: str) -> Any:
-        super().error(message + launch_flags_hint(message, _Parser.argv, known=self._option_string_actions))
-
-
-# Flags whose value is a string of launch flags (``--xla_...=...``).
-LAUNCH_FLAG_OPTIONS = ("--libtpu-init-args",)
-
-
-def launch_flags_hint(message: str, argv: Sequence[str], *, known: Any = ()) -> str:
-    """argparse reads a value that starts with ``--`` as an option of its own, so ``--libtpu-init-args --xla_x=1``
-    (a space) is "expected one argument": the hint gives the spelling it takes. ``known``: the options of the
-    command, where the flags given stop.
-
-    Example:
-        >>> launch_flags_hint("argument --libtpu-init-args: expected one argument",
-        ...                   ["fit", "m", "--libtpu-init-args", "--xla_a=1", "--xla_b=2", "--json"], known={"--json"})
-        "; argparse reads a value that starts with -- as an option of its own: use --libtpu-init-args='--xla_a=1 --xla_b=2'"
-    """
-    args = list(argv)
-    for flag in LAUNCH_FLAG_OPTIONS:
-        if f"argument {flag}: expected one argument" not in message or flag not in args:
-            continue
-        given = []
-        for arg in args[args.index(flag) + 1:]:
-            if not arg.startswith("-") or arg == "--" or arg.split("=", 1)[0] in known:
-                break
-            given.append(arg)
-        value = " ".join(given) or "--xla_..."
-        spelled = f"{flag}='{value}'" if "'" not in value else f"{flag}={shlex.quote(value)}"
-        return f"; argparse reads a value that starts with -- as an option of its own: use {spelled}"
-    return ""
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check", help="the gate without pytest: compile the matrix, compare with goldens",
@@ -454,8 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["markdown", "text"], default="text")
     p.add_argument("--output", help="append the rendering here (e.g. $GITHUB_STEP_SUMMARY) instead of stdout")
     p.add_argument("--svg", help="write the peak-HBM bar chart here")
-    p.add_argument("--expect-shards", type=_positive, help="the number of shards; name those with no report")
-    p.add_argument("--annotations", type=_count, default=0, metavar="N",
+    p.add_argument("--expect-shards", type=positive, help="the number of shards; name those with no report")
+    p.add_argument("--annotations", type=count, default=0, metavar="N",
                    help="print up to N GitHub ::error annotations for failed cases")
     p.set_defaults(func=cmd_report)
     return parser
@@ -467,11 +388,11 @@ USER_ERRORS = (AotcheckError, ValueError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
+    Parser.argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    twice = repeated_options(_Parser.argv, front_end="cli")
+    twice = repeated_options(Parser.argv, front_end="cli")
     if twice:  # argparse keeps the last value without a word.
-        parser.error(f"{twice[0]} is given {sum(a.partition('=')[0] == twice[0] for a in _Parser.argv)} times; "
+        parser.error(f"{twice[0]} is given {sum(a.partition('=')[0] == twice[0] for a in Parser.argv)} times; "
                      "give it once (its last value would win without a word)")
     args = parser.parse_args(argv)
     interruption = Interruption().install()

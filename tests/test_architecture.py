@@ -26,7 +26,7 @@ LAYERS = [
     ("aotcheck.settings", "aotcheck.readers", "aotcheck.ini", "aotcheck.scaffold"),
     ("aotcheck.plan",),
     ("aotcheck.session",),
-    ("aotcheck.plugin", "aotcheck.cli"),
+    ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]
 

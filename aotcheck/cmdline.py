@@ -1,0 +1,102 @@
+"""aotcheck's command line, read: a parser whose usage errors name the fix, counts checked as such,
+``--topology`` with ``--slices``, and the ini read without pytest (:mod:`aotcheck.cli` declares the
+commands).
+
+Example:
+    >>> read_target(argparse.Namespace(topology="h100-16", slices=None)).name
+    'h100-8x2'
+    >>> positive("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '0' is not a count >= 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aotcheck.ini import Ini
+from aotcheck.settings import Setting, check_ini_keys
+from aotcheck.targets.topology import Target, TopologyError, split_target
+from aotcheck.units import clip_runs, read_count
+
+
+def count(text: str) -> int:
+    if not (text.isascii() and text.isdecimal()):
+        raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 0")
+    return read_count(text)
+
+
+def positive(text: str) -> int:
+    if not (text.isascii() and text.isdecimal()) or read_count(text) < 1:
+        raise argparse.ArgumentTypeError(f"{clip_runs(text)!r} is not a count >= 1")
+    return read_count(text)
+
+
+def ini_values(ini: Ini) -> Callable[[Setting], Any]:
+    """How ``aotcheck`` reads a setting's ini value without pytest, by its type (aotcheck.settings)."""
+    check_ini_keys(ini.values, where=ini.path)
+    read = {"args": ini.args, "linelist": ini.lines, "bool": ini.flag}
+
+    def value(setting: Setting) -> Any:
+        if not setting.ini:
+            return setting.default
+        return read[setting.kind](setting.ini) if setting.kind in read else ini.get(setting.ini, setting.default)
+
+    return value
+
+
+def read_target(args: argparse.Namespace) -> Target:
+    """``--topology`` with ``--slices``: a count in the name (``v4-8x2``, ``h100-16``) is the count.
+
+    Example:
+        >>> read_target(argparse.Namespace(topology="h100-8", slices=2)).name
+        'h100-8x2'
+    """
+    topology, fixed = split_target(args.topology)
+    if fixed is not None and args.slices not in (None, fixed):
+        raise TopologyError(f"--topology {args.topology} names {fixed} slices (hosts) and --slices says {args.slices}: "
+                            "give the count once.")
+    return Target.of(topology, fixed or (1 if args.slices is None else args.slices))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), whose usage errors add the fix where argparse's own
+    words mislead: see :func:`launch_flags_hint`."""
+
+    argv: Sequence[str] = ()  # The command line being parsed (main sets it), for the hint.
+
+    def error(self, message: str) -> Any:
+        super().error(message + launch_flags_hint(message, Parser.argv, known=self._option_string_actions))
+
+
+# Flags whose value is a string of launch flags (``--xla_...=...``).
+LAUNCH_FLAG_OPTIONS = ("--libtpu-init-args",)
+
+
+def launch_flags_hint(message: str, argv: Sequence[str], *, known: Any = ()) -> str:
+    """argparse reads a value that starts with ``--`` as an option of its own, so ``--libtpu-init-args --xla_x=1``
+    (a space) is "expected one argument": the hint gives the spelling it takes. ``known``: the options of the
+    command, where the flags given stop.
+
+    Example:
+        >>> launch_flags_hint("argument --libtpu-init-args: expected one argument",
+        ...                   ["fit", "m", "--libtpu-init-args", "--xla_a=1", "--xla_b=2", "--json"], known={"--json"})
+        "; argparse reads a value that starts with -- as an option of its own: use --libtpu-init-args='--xla_a=1 --xla_b=2'"
+    """
+    args = list(argv)
+    for flag in LAUNCH_FLAG_OPTIONS:
+        if f"argument {flag}: expected one argument" not in message or flag not in args:
+            continue
+        given = []
+        for arg in args[args.index(flag) + 1:]:
+            if not arg.startswith("-") or arg == "--" or arg.split("=", 1)[0] in known:
+                break
+            given.append(arg)
+        value = " ".join(given) or "--xla_..."
+        spelled = f"{flag}='{value}'" if "'" not in value else f"{flag}={shlex.quote(value)}"
+        return f"; argparse reads a value that starts with -- as an option of its own: use {spelled}"
+    return ""
