@@ -104,7 +104,8 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
 def attribution_cost(configs: str, topologies: str, slices: str) -> None:
     """Per case, alternating: lower+compile, and lower+compile with the dump plus attribution.
     Prints the two sums."""
-    from aotcheck.figures.attribution import dump_options, read_dump
+    from aotcheck.figures.attribution import read_dump
+    from aotcheck.figures.dump import dump_options
     from aotcheck.figures.splits import dump_options as sharding_dump_options
     from aotcheck.programs.lowering import arguments, lower_config
 

@@ -66,7 +66,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aotcheck.errors import AotcheckError
+from aotcheck.figures.dump import AttributionError, dump_file, off_chip_colors, parse_assignment, peak_live
 from aotcheck.figures.frames import Lines, instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_arrays, parse_module
 from aotcheck.figures.table import peak
@@ -82,12 +82,6 @@ LATER_PEAK_FIGURES = (PEAK_FIGURE["kv_cache"],)
 holds none, read as 0 (its KV pool, if any, was counted in ``batch``)."""
 
 TOP_BUFFERS = 10
-_ON_CHIP_OR_HOST = frozenset({"smem", "host", "sflag"})
-
-_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+), (.*)$")
-_VALUE = re.compile(r"^ value: <\d+ (\S+?)(?: \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\): (\S+)")
-_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)")
-_SHAPE = re.compile(r"^(\w+\[[\d,]*\])")
 # Instructions that only move or re-lay data: the buffer they define holds what their operand held.
 _MOVES = frozenset({"copy", "copy-start", "copy-done", "bitcast", "reshape", "optimization-barrier"})
 # Instructions that make another copy of (part of) their operand: named "<op> of <operand>".
@@ -95,10 +89,6 @@ _COPIES = frozenset({
     "convert", "all-gather", "all-gather-start", "all-gather-done", "all-to-all", "collective-permute",
     "collective-permute-start", "collective-permute-done", "dynamic-slice", "slice", "transpose", "broadcast",
 })
-
-
-class AttributionError(AotcheckError, ValueError):
-    """The dump to attribute the peak from is missing or in a form this version does not read."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,124 +145,6 @@ class Attribution:
             return None
         return cls({kind: int(figures.get(PEAK_FIGURE[kind], 0)) for kind in CLASSES},
                    [PeakBuffer.from_json(b) for b in buffers])
-
-
-@dataclasses.dataclass
-class _Allocation:
-    size: int
-    kind: str  # "parameter", "output", "temp"
-    color: int
-    parameter: int | None = None
-    shape: str = "?"
-
-
-def dump_options(directory: str) -> dict[str, Any]:
-    """Compiler options that make XLA write its dumps (text) into ``directory``, constants whole (a
-    Pallas kernel's mask is one: aotcheck.figures.kernels reads what it visits)."""
-    # Bools: "true" is refused.
-    return {"xla_dump_to": directory, "xla_dump_hlo_as_text": True, "xla_dump_large_constants": True}
-
-
-def _parse_assignment(text: str) -> tuple[dict[int, _Allocation], dict[str, tuple[int, int, str]]]:
-    """Allocations by number, and value name -> (allocation, offset in it, shape)."""
-    allocations: dict[int, _Allocation] = {}
-    values: dict[str, tuple[int, int, str]] = {}
-    current = None
-    for line in text.splitlines():
-        match = _ALLOCATION.match(line)
-        if match:
-            # libtpu 0.0.50.1 writes "size N, page P, ..." where 0.0.42.1 wrote "size N, ...".
-            current, rest = int(match[1]), re.sub(r"^page \d+, ", "", match[3])
-            param = re.match(r"parameter (\d+), shape \|(.*?)\| at ShapeIndex \{([\d,]*)\}", rest)
-            color = re.search(r"\bcolor (\d+)", rest)
-            if param:
-                index = [int(i) for i in param[3].split(",") if i]
-                # A tuple-shaped entry parameter (rare) holds the arguments by index.
-                number, kind = (index[0] if index else int(param[1])), "parameter"
-            else:
-                number, kind = None, ("output" if "maybe-live-out" in rest or "output shape" in rest else "temp")
-            allocations[current] = _Allocation(int(match[2]), kind, int(color[1]) if color else 0, number,
-                                               param[2] if param else "?")
-            continue
-        match = _VALUE.match(line)
-        if match and current is not None:
-            shape = _SHAPE.match(match[4])
-            values.setdefault(match[1], (current, int(match[3]), shape[1] if shape else match[4]))
-        elif not line.startswith(" "):
-            current = None
-    return allocations, values
-
-
-_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)$")
-
-
-def _peak_live(
-    text: str, allocations: Mapping[int, _Allocation], values: Mapping[str, tuple[int, int, str]], off_chip: set[int]
-) -> list[tuple[str, int, int, int]]:
-    """The values live at the peak of the HBM they occupy: (value, logical bytes, allocation, offset).
-
-    The peak is found here, by a sweep over every value's live range (XLA's own "Live ranges at N
-    (peak)" line is not used: measured, it points at a 10 MiB moment of a program whose two 16 GiB
-    temporaries live together earlier, its sums seemingly overflowing past 2 GiB values). Values
-    in one buffer (a loop's input, its body's parameter, its result) count once, over the union
-    of their ranges. Arguments' buffers are counted in full elsewhere; other memories are not HBM.
-    """
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == "BufferLiveRange:"), None)
-    if start is None:
-        raise AttributionError("the live-range dump has no 'BufferLiveRange:' section")
-    spans: dict[tuple[int, int], list] = {}  # (allocation, offset) -> [(start, end, bytes, value)]
-    for line in lines[start + 1:]:
-        match = _RANGE.match(line)
-        if not match:
-            if line.strip():
-                break
-            continue
-        value = match[1].removesuffix("{}")
-        if value not in values:
-            continue  # Tuple index tables and the like: not in the buffer assignment, a few bytes.
-        number, offset, shape = values[value]
-        allocation = allocations[number]
-        if allocation.kind == "parameter" or allocation.color in off_chip:
-            continue
-        # A tuple-shaped value is its index table; its elements are values of their own.
-        size = 0 if shape.startswith("(") else int(sum(a.bytes for a in parse_arrays(shape)))
-        spans.setdefault((number, offset), []).append((int(match[2]), int(match[3]), size, value))
-    # Values at one place whose ranges overlap are one buffer (a loop's values); at other times,
-    # the place holds other buffers.
-    buffers: list[tuple[int, int, int, str, int, int]] = []  # (start, end, bytes, value, allocation, offset)
-    for (number, offset), found in spans.items():
-        found.sort()
-        current = list(found[0])
-        for first, last, size, value in found[1:]:
-            if first <= current[1]:
-                current[1] = max(current[1], last)
-                if size > current[2]:
-                    current[2], current[3] = size, value
-            else:
-                buffers.append((*current, number, offset))
-                current = [first, last, size, value]
-        buffers.append((*current, number, offset))
-    if not buffers:
-        return []
-    events: dict[int, int] = {}
-    for first, last, size, *_ in buffers:
-        events[first] = events.get(first, 0) + size
-        events[last + 1] = events.get(last + 1, 0) - size
-    total, best, when = 0, -1, 0
-    for time in sorted(events):
-        total += events[time]
-        if total > best:
-            best, when = total, time
-    return [(value, size, number, offset) for first, last, size, value, number, offset in buffers
-            if first <= when <= last]
-
-
-def _off_chip_colors(usage_report: str | None) -> set[int]:
-    """Colors (memory spaces) that are not HBM, from XLA's memory-usage report."""
-    if not usage_report:
-        return set()
-    return {int(m[2]) for line in usage_report.splitlines() if (m := _SPACE.match(line)) and m[1] in _ON_CHIP_OR_HOST}
 
 
 class _Module:
@@ -386,10 +258,10 @@ def attribute(
     ``peak_bytes`` None (a program XLA refused for want of memory has no peak
     figure): ``other`` is 0 and the classes sum to what the dump names.
     """
-    allocations, values = _parse_assignment(assignment)
+    allocations, values = parse_assignment(assignment)
     if not allocations:
         raise AttributionError("the buffer-assignment dump lists no allocations")
-    off_chip = _off_chip_colors(usage_report)
+    off_chip = off_chip_colors(usage_report)
     hlo = _Module(module, frames)
     classes = dict.fromkeys(CLASSES, 0)
     # (kind, name) -> [bytes, count, (largest bytes, shape), (source, library)]: the lines of the first.
@@ -412,7 +284,7 @@ def attribute(
             # The logical size: tile padding is XLA's, not the argument's; it stays in "other".
             size = int(sum(a.bytes for a in parse_arrays(allocation.shape))) or allocation.size
             add(argument.peak_class if argument else "batch", path, size, allocation.shape, (None, None))
-    for value, size, number, _ in _peak_live(live_range, allocations, values, off_chip):
+    for value, size, number, _ in peak_live(live_range, allocations, values, off_chip):
         allocation = allocations[number]
         kind = "outputs" if allocation.kind == "output" else "temp"
         name, index = _split(value)
@@ -446,24 +318,6 @@ def attribute(
                for (kind, name), (total, count, (_, shape), (source, library)) in named.items()]
     buffers.sort(key=lambda b: (-b.bytes, b.kind, b.name))
     return Attribution(classes, buffers[:top], excess)
-
-
-def dump_file(directory: str | Path, suffix: str = "", *, required: bool = True) -> str | None:
-    """The text of one file XLA dumped for the optimized program into ``directory``: ``suffix`` ""
-    is the module itself, else ``buffer-assignment``, ``live-range``, ``memory-usage-report``.
-
-    Raises AttributionError, naming the file, when a required one is missing or unreadable.
-    """
-    pattern = f"*after_optimizations{'-' + suffix if suffix else ''}.txt"
-    files = sorted(Path(directory).glob(pattern))
-    if not files:
-        if required:
-            raise AttributionError(f"XLA wrote no {pattern} into its dump directory")
-        return None
-    try:
-        return files[-1].read_text(errors="replace")
-    except OSError as e:
-        raise AttributionError(f"cannot read XLA's dump {files[-1].name}: {e.strerror or e}") from None
 
 
 def read_dump(directory: str | Path, *, hlo_text: str | None, arguments: Sequence[Argument], peak_bytes: int | None,

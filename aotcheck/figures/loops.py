@@ -35,131 +35,20 @@ Example (a loop of 4 matmuls, compiled for host CPU devices):
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from aotcheck.figures import kernels
 from aotcheck.figures.flops import Outer, instruction_flops, kernel_count
 from aotcheck.figures.frames import instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_module
+from aotcheck.figures.trips import trip_count
 from aotcheck.figures.ledger import SPARSECORE, KERNEL_TARGETS, Rule, base_opcode, custom_call_target, engine_of, rule_of
 
 # The collectives every program's figures list (zeros included, as goldens always had them); any other
 # kind the ledger counts (ragged-all-to-all, collective-broadcast, send, ...) appears where a program has it.
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-
-# --- Trip counts ---------------------------------------------------------------------
-
-_PASS_THROUGH = {"copy", "bitcast", "convert", "reshape"}
-
-
-def _resolve(comp: Computation, name: str, module: dict[str, Computation], depth: int = 0) -> tuple[str, int] | None:
-    """What a scalar value is: ("gte", tuple index of the parameter), ("const", n), or None."""
-    inst = comp.instructions.get(name)
-    if inst is None or depth > 8:
-        return None
-    if inst.opcode == "constant":
-        return ("const", inst.int_arg) if inst.int_arg is not None else None
-    if inst.opcode == "get-tuple-element" and inst.operands:
-        source = comp.instructions.get(inst.operands[0])
-        if source is not None and source.opcode == "parameter":
-            return ("gte", int(inst.attr("index") or 0))
-        return None
-    if inst.opcode in _PASS_THROUGH and inst.operands:
-        return _resolve(comp, inst.operands[0], module, depth + 1)
-    return None
-
-
-def _compare_in(comp: Computation, module: dict[str, Computation]) -> tuple[Computation, Instruction, list] | None:
-    """The loop condition's compare, following a fused root into its computation.
-
-    Returns (computation holding it, compare, operand bindings): for a fused
-    compare, each fused parameter is bound to the outer operand's resolution.
-    """
-    root = comp.root
-    if root is None:
-        return None
-    if root.opcode == "compare":
-        return comp, root, [_resolve(comp, o, module) for o in root.operands]
-    if root.opcode == "fusion":
-        inner = module.get((root.called("calls") or [""])[0])
-        if inner is None or inner.root is None or inner.root.opcode != "compare":
-            return None
-        outer = [_resolve(comp, o, module) for o in root.operands]
-        bindings = []
-        for operand in inner.root.operands:
-            inst = inner.instructions.get(operand)
-            if inst is not None and inst.opcode == "parameter":
-                index = inst.int_arg
-                bindings.append(outer[index] if index is not None and index < len(outer) else None)
-            else:
-                bindings.append(_resolve(inner, operand, module))
-        return inner, inner.root, bindings
-    return None
-
-
-def trip_count(loop: Instruction, caller: Computation, module: dict[str, Computation]) -> int | None:
-    """A while loop's trip count, or None when it cannot be read off the HLO."""
-    known = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attrs)
-    if known:
-        return int(known[1])
-    cond = module.get((loop.called("condition") or [""])[0])
-    body = module.get((loop.called("body") or [""])[0])
-    if cond is None or body is None:
-        return None
-    found = _compare_in(cond, module)
-    if found is None:
-        return None
-    _, compare, bindings = found
-    direction = compare.attr("direction")
-    if len(bindings) != 2 or None in bindings:
-        return None
-    (kind_a, a), (kind_b, b) = bindings
-    if kind_a == "gte" and kind_b == "const":
-        index, limit = a, b
-    elif kind_a == "const" and kind_b == "gte":
-        index, limit = b, a
-        direction = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(direction, direction)
-    else:
-        return None
-    start = _initial_value(loop, caller, index, module)
-    step = _step(body, index, module)
-    if start is None or step is None or step == 0:
-        return None
-    if direction == "LT" and step > 0:
-        return max(0, -(-(limit - start) // step))
-    if direction == "LE" and step > 0:
-        return max(0, (limit - start) // step + 1)
-    if direction == "GT" and step < 0:
-        return max(0, -(-(start - limit) // -step))
-    if direction == "GE" and step < 0:
-        return max(0, (start - limit) // -step + 1)
-    return None
-
-
-def _initial_value(loop: Instruction, caller: Computation, index: int, module: dict[str, Computation]) -> int | None:
-    init = caller.instructions.get(loop.operands[0]) if loop.operands else None
-    if init is None or init.opcode != "tuple" or index >= len(init.operands):
-        return None
-    value = _resolve(caller, init.operands[index], module)
-    return value[1] if value and value[0] == "const" else None
-
-
-def _step(body: Computation, index: int, module: dict[str, Computation]) -> int | None:
-    root = body.root
-    if root is None or root.opcode != "tuple" or index >= len(root.operands):
-        return None
-    update = body.instructions.get(root.operands[index])
-    if update is None or update.opcode not in ("add", "subtract") or len(update.operands) != 2:
-        return None
-    a, b = (_resolve(body, o, module) for o in update.operands)
-    if a == ("gte", index) and b and b[0] == "const":
-        return b[1] if update.opcode == "add" else -b[1]
-    if b == ("gte", index) and a and a[0] == "const" and update.opcode == "add":
-        return a[1]
-    return None
-
 
 # --- The walk ------------------------------------------------------------------------
 
@@ -385,15 +274,28 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None,
     kernels that read one (:mod:`aotcheck.figures.known_kernels`).
     """
     module = module if module is not None else parse_module(text)
-    frames = stack_frames(text)
     entry = next((c for c in module.values() if c.is_entry), None)
-    result = HloAnalysis()
     if entry is None:
-        return result
-    ops: dict[str, list] = defaultdict(lambda: [0.0, 0])
+        return HloAnalysis()
+    walker = _Walker(module, stack_frames(text), constants)
+    walker.result.flops = walker.walk(entry, 1)
+    walker.result.top_ops = sorted(((f, name, m) for name, (f, m) in walker.ops.items()), reverse=True)[:10]
+    return walker.result
 
-    def walk(comp: Computation, multiplier: int, depth: int = 0, *, outer: Outer = (),
+
+class _Walker:
+    """One walk of a module: each instruction counted by its ledger rule, ``multiplier`` times (how
+    often its computation runs per step); the totals land in :attr:`result`."""
+
+    def __init__(self, module: dict[str, Computation], frames: Any,
+                 constants: Mapping[str, Instruction] | None) -> None:
+        self.module, self.frames, self.constants = module, frames, constants
+        self.result = HloAnalysis()
+        self.ops: dict[str, list] = defaultdict(lambda: [0.0, 0])  # op name -> [FLOPs per step, largest multiplier]
+
+    def walk(self, comp: Computation, multiplier: int, depth: int = 0, *, outer: Outer = (),
              engine: str | None = None) -> float:
+        """The FLOPs of one run of ``comp``; its collectives, kernels and unknown ops tallied."""
         if depth > 64:
             return 0.0
         total = 0.0
@@ -401,74 +303,79 @@ def analyze_hlo(text: str, *, module: dict[str, Computation] | None = None,
             rule = rule_of(inst)
             flops = 0.0
             if rule is Rule.FLOPS:
-                if base_opcode(inst.opcode) == "custom-call" and custom_call_target(inst) in KERNEL_TARGETS:
-                    counted = kernel_count(inst, comp, _op_name(inst), module=module, outer=outer,
-                                           constants=constants)
-                    key = (counted.name, instruction_source(inst, frames), counted.basis)
-                    tally = result.kernels.setdefault(key, [0, 0.0])
-                    tally[0] += multiplier
-                    tally[1] += counted.flops * multiplier
-                    flops = counted.flops
-                else:
-                    flops = instruction_flops(inst, comp, module, outer)
+                flops = self._flops(inst, comp, multiplier, outer)
             elif rule is Rule.COLLECTIVE:
-                kind = base_opcode(inst.opcode)
-                size = multiplier * _collective_bytes(kind, inst, comp)
-                origin = (kind, _op_name(inst), instruction_source(inst, frames), instruction_library(inst, frames),
-                          engine_of(inst) or engine)
-                for stats in (result.collectives.setdefault(kind, CollectiveStats()),
-                              result.collective_ops.setdefault(origin, CollectiveStats())):
-                    stats.count += multiplier
-                    stats.bytes += size
-            elif rule is Rule.UNKNOWN:
-                what = inst.opcode if base_opcode(inst.opcode) != "custom-call" else \
-                    f"{inst.opcode} {custom_call_target(inst) or '(no target)'}"
-                key = (what, instruction_source(inst, frames))
-                result.unknown_ops[key] = result.unknown_ops.get(key, 0) + multiplier
-                # Named, and what it runs still read: nothing inside it is lost with it.
-                total += follow(inst, comp, multiplier, depth, outer=outer, engine=engine)
-            elif rule is Rule.FOLLOW:
-                total += follow(inst, comp, multiplier, depth, outer=outer, engine=engine)
+                self._collective(inst, comp, multiplier, engine)
+            elif rule in (Rule.UNKNOWN, Rule.FOLLOW):
+                if rule is Rule.UNKNOWN:  # Named, and what it runs still read: nothing inside it is lost with it.
+                    what = inst.opcode if base_opcode(inst.opcode) != "custom-call" else \
+                        f"{inst.opcode} {custom_call_target(inst) or '(no target)'}"
+                    key = (what, instruction_source(inst, self.frames))
+                    self.result.unknown_ops[key] = self.result.unknown_ops.get(key, 0) + multiplier
+                total += self.follow(inst, comp, multiplier, depth, outer=outer, engine=engine)
             if flops:
                 total += flops
-                key = _op_name(inst)
-                ops[key][0] += flops * multiplier
-                ops[key][1] = max(ops[key][1], multiplier)
+                tally = self.ops[_op_name(inst)]
+                tally[0] += flops * multiplier
+                tally[1] = max(tally[1], multiplier)
         return total
 
-    def follow(inst: Instruction, comp: Computation, multiplier: int, depth: int, *, outer: Outer,
+    def _flops(self, inst: Instruction, comp: Computation, multiplier: int, outer: Outer) -> float:
+        """One run's FLOPs of an instruction that does work: a custom kernel's as its cost says (tallied
+        with its basis), any other's by its shape."""
+        if base_opcode(inst.opcode) != "custom-call" or custom_call_target(inst) not in KERNEL_TARGETS:
+            return instruction_flops(inst, comp, self.module, outer)
+        counted = kernel_count(inst, comp, _op_name(inst), module=self.module, outer=outer, constants=self.constants)
+        tally = self.result.kernels.setdefault((counted.name, instruction_source(inst, self.frames), counted.basis),
+                                               [0, 0.0])
+        tally[0] += multiplier
+        tally[1] += counted.flops * multiplier
+        return counted.flops
+
+    def _collective(self, inst: Instruction, comp: Computation, multiplier: int, engine: str | None) -> None:
+        kind = base_opcode(inst.opcode)
+        size = multiplier * _collective_bytes(kind, inst, comp)
+        origin = (kind, _op_name(inst), instruction_source(inst, self.frames),
+                  instruction_library(inst, self.frames), engine_of(inst) or engine)
+        for stats in (self.result.collectives.setdefault(kind, CollectiveStats()),
+                      self.result.collective_ops.setdefault(origin, CollectiveStats())):
+            stats.count += multiplier
+            stats.bytes += size
+
+    def follow(self, inst: Instruction, comp: Computation, multiplier: int, depth: int, *, outer: Outer,
                engine: str | None) -> float:
         """What an instruction that runs computations of its own runs, weighed by how often."""
         engine = "sparsecore" if SPARSECORE.search(inst.attrs) else engine
         opcode = base_opcode(inst.opcode)
         if opcode == "while":
-            count = trip_count(inst, comp, module)
-            if count is None:
-                result.unknown_trip_counts += 1
-            inner = Loop(inst.name, _op_name(inst), count, multiplier, source=instruction_source(inst, frames))
-            result.loops.append(inner)
-            body = module.get((inst.called("body") or [""])[0])
-            if body is None:
-                return 0.0
-            inner.flops_per_trip = walk(body, multiplier * (count if count is not None else 1), depth + 1,
-                                        outer=((comp, inst), *outer), engine=engine)
-            return inner.flops_per_trip * (count if count is not None else 1)
+            return self._loop(inst, comp, multiplier, depth, outer=outer, engine=engine)
         if opcode == "conditional":
             branches = inst.called("branch_computations") or (
                 inst.called("true_computation") + inst.called("false_computation"))
             # One branch runs: FLOPs of the costliest (an upper bound); collectives of all.
-            return max((walk(module[b], multiplier, depth + 1, engine=engine) for b in branches if b in module),
-                       default=0.0)
+            return max((self.walk(self.module[b], multiplier, depth + 1, engine=engine)
+                        for b in branches if b in self.module), default=0.0)
         # A fusion's parameters come from its operands (a rewritten dot's broadcast may sit outside it);
         # a call's, an async start's and a custom call's computations run as often as they do.
         inner_outer = ((comp, inst), *outer) if opcode in ("fusion", "call") else ()
         names = inst.called("calls") + inst.called("to_apply") + inst.called("called_computations")
-        return sum(walk(module[name], multiplier, depth + 1, outer=inner_outer, engine=engine)
-                   for name in dict.fromkeys(names) if name in module)
+        return sum(self.walk(self.module[name], multiplier, depth + 1, outer=inner_outer, engine=engine)
+                   for name in dict.fromkeys(names) if name in self.module)
 
-    result.flops = walk(entry, 1)
-    result.top_ops = sorted(((f, name, m) for name, (f, m) in ops.items()), reverse=True)[:10]
-    return result
+    def _loop(self, inst: Instruction, comp: Computation, multiplier: int, depth: int, *, outer: Outer,
+              engine: str | None) -> float:
+        """A while loop: its body walked once, weighed by its trip count (1 where it is unknown, and said)."""
+        count = trip_count(inst, comp, self.module)
+        if count is None:
+            self.result.unknown_trip_counts += 1
+        inner = Loop(inst.name, _op_name(inst), count, multiplier, source=instruction_source(inst, self.frames))
+        self.result.loops.append(inner)
+        body = self.module.get((inst.called("body") or [""])[0])
+        if body is None:
+            return 0.0
+        inner.flops_per_trip = self.walk(body, multiplier * (count if count is not None else 1), depth + 1,
+                                         outer=((comp, inst), *outer), engine=engine)
+        return inner.flops_per_trip * (count if count is not None else 1)
 
 
 def iter_loops(analysis: HloAnalysis) -> Iterator[Loop]:

@@ -42,7 +42,8 @@ import jax
 
 from aotcheck import _runtime
 from aotcheck.errors import OutOfMemory, OutOfMemorySpace
-from aotcheck.figures.attribution import AttributionError, PeakBuffer, dump_file, dump_options, read_dump
+from aotcheck.figures.attribution import PeakBuffer, read_dump
+from aotcheck.figures.dump import AttributionError, dump_file, dump_options
 from aotcheck.figures.fallbacks import FIGURE as FALLBACKS, read_fallbacks
 from aotcheck.figures.frames import stack_frames
 from aotcheck.figures.hbm import locate

@@ -25,7 +25,8 @@ from toy import run
 
 import aotcheck
 from aotcheck._runtime import toolchain
-from aotcheck.figures.attribution import CLASSES, PEAK_FIGURES, AttributionError, attribute, read_dump
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURES, attribute, read_dump
+from aotcheck.figures.dump import AttributionError
 from aotcheck.figures.hlo import parse_module
 from aotcheck.figures.program import Details, program_figures
 from aotcheck.pipeline.case import Case

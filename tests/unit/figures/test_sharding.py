@@ -23,7 +23,7 @@ from hypothesis import given, strategies as st
 
 from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.figures.program import Details
-from aotcheck.figures.attribution import dump_options
+from aotcheck.figures.dump import dump_options
 from aotcheck.figures.hlo import parse_arrays
 from aotcheck.figures.sharding import BatchInput, Unsharded, find_unsharded
 from aotcheck.figures.splits import Shardings, Split, parse_sharding, read_shardings, sharding_dump
