@@ -35,7 +35,8 @@ from aotcheck.programs.compile import (
     lower_inference_programs,
     lower_trainer_programs,
 )
-from aotcheck.programs.config import FunctionConfig, InferenceConfig, Knob, TrainerConfig
+from aotcheck.programs.config import FunctionConfig, InferenceConfig, TrainerConfig
+from aotcheck.programs.knob import Knob
 from aotcheck.programs.options import OptionsError, default_compiler_options, parse_libtpu_init_args
 from aotcheck.programs.serving import BucketError, Bucketed, Limits, ServingConfig, doubling, padded
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, ProgramNotFound, Registry, RegistryError, register

@@ -322,3 +322,45 @@ def test_tests_are_laid_out_as_unit_by_module_and_end_to_end_apart():
     assert list(TESTS.glob("e2e/test_*.py")) and list(TESTS.glob("unit/*/test_*.py"))
     names = [p.name for p in TESTS.rglob("test_*.py")]
     assert len(names) == len(set(names)), "test files share a name (pytest imports them by it)"
+
+
+# The shape a reader can hold: modules and functions short enough to read in one sitting (issue 41).
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 80
+
+
+def test_no_module_is_longer_than_a_reader_holds():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_is_longer_than_a_reader_holds():
+    long = [f"{m}.{node.name}: {node.end_lineno - node.lineno + 1}" for m, p in MODULES.items()
+            for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+MODEL_KINDS = {"TrainerConfig", "InferenceConfig", "ServingConfig"}
+
+
+def kind_branches(module: str) -> list[str]:
+    """Where ``module`` asks which kind of config it holds (``isinstance(c, TrainerConfig)``): past
+    programs/ every config is the one compiled kind, a FunctionConfig."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance" and len(node.args) == 2:
+            names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in ast.walk(node.args[1])}
+            if names & MODEL_KINDS:
+                found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_past_the_programs_every_config_is_one_kind(tmp_path, monkeypatch):
+    past = [m for m in MODULES if layer_of(m) > layer_of("aotcheck.programs")]
+    found = [line for module in past for line in kind_branches(module)]
+    assert not found, found
+    path = tmp_path / "kindly.py"  # The check bites: a branch on a model config's kind is caught.
+    path.write_text("def f(c):\n    return isinstance(c, (config.TrainerConfig, int))\n")
+    monkeypatch.setitem(MODULES, "aotcheck.gate.kindly", path)
+    assert len(kind_branches("aotcheck.gate.kindly")) == 1

@@ -70,7 +70,8 @@ from typing import Any
 import jax
 
 from aotcheck.adapters.base import AdapterError, require
-from aotcheck.programs.config import FunctionConfig, Knob
+from aotcheck.programs.config import FunctionConfig
+from aotcheck.programs.knob import Knob
 from aotcheck.targets.platform import TPU
 from aotcheck.targets.topology import parse_topology
 

@@ -12,7 +12,8 @@ Example:
 from __future__ import annotations
 
 from aotcheck.errors import ConfigError
-from aotcheck.programs.config import Config, Knob
+from aotcheck.programs.config import Config
+from aotcheck.programs.knob import Knob
 from aotcheck.programs.model import as_functions
 from aotcheck.targets.topology import Target
 

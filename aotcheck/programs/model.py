@@ -31,7 +31,8 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from aotcheck.errors import ConfigError
-from aotcheck.programs.config import BatchSpec, Config, FunctionConfig, InferenceConfig, Knob, TrainerConfig, _Common
+from aotcheck.programs.config import BatchSpec, Config, FunctionConfig, InferenceConfig, TrainerConfig, _Common
+from aotcheck.programs.knob import Knob
 from aotcheck.targets.devices import get_devices_for_topology
 from aotcheck.targets.mesh import build_mesh
 from aotcheck.targets.partition import check_spec, match_partition_specs, named_shardings, with_shardings

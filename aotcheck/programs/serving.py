@@ -37,7 +37,8 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from aotcheck.errors import ConfigError
-from aotcheck.programs.config import FunctionConfig, Knob, _Bounded, _Common
+from aotcheck.programs.config import FunctionConfig, _Bounded, _Common
+from aotcheck.programs.knob import Knob
 from aotcheck.programs.model import abstract_params, param_shardings
 from aotcheck.programs.names import Bucket
 from aotcheck.targets.partition import Rules, with_shardings

@@ -14,7 +14,7 @@ from aotcheck import FunctionConfig, Registry
 from aotcheck.gate.golden import GoldenStore
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import check_knob_globs, make_plan, stale_goldens
-from aotcheck.programs.config import Knob
+from aotcheck.programs.knob import Knob
 from aotcheck.settings import GateSettings, SettingsError
 
 
