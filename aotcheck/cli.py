@@ -319,6 +319,13 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
             "hbm_headroom": settings.hbm_headroom}
 
 
+def _config_and_target(p: argparse.ArgumentParser) -> None:
+    """The config and the one target ``compile`` and ``fit`` take."""
+    p.add_argument("config")
+    p.add_argument("--topology", required=True, help="e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)")
+    p.add_argument("--slices", type=int, default=None, help="number of slices (GPU: hosts; default 1)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m aotcheck", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -338,9 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_configs)
 
     p = sub.add_parser("compile", help="compile one config and print its figures")
-    p.add_argument("config")
-    p.add_argument("--topology", required=True, help="e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)")
-    p.add_argument("--slices", type=int, default=None, help="number of slices (GPU: hosts; default 1)")
+    _config_and_target(p)
     p.add_argument("--method", help="one program (train_step, sample_decode, prefill, ...); default all")
     p.add_argument("--json", action="store_true", help="print figures as JSON")
     p.add_argument("--dump-hlo", metavar="DIR", help="write each program's optimized HLO text here")
@@ -349,9 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("fit", help="the largest batch (or other knob) that compiles and fits HBM")
-    p.add_argument("config")
-    p.add_argument("--topology", required=True, help="e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)")
-    p.add_argument("--slices", type=int, default=None, help="number of slices (GPU: hosts; default 1)")
+    _config_and_target(p)
     p.add_argument("--program", help="train_step, prefill, sample_decode, ...; default the config's first")
     p.add_argument("--knob", default=None, help="what to search (default: the config's fit, else batch, else the "
                                                 "one knob a config offers, e.g. MaxText's per_device_batch_size)")
