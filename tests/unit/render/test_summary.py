@@ -1,0 +1,31 @@
+"""The session in the terminal (aotcheck.render.summary): the table, notes, an interruption.
+
+FAKE: outcomes made by hand (no compile); the real runs are tests/e2e/test_plugin.py's and test_cli.py's.
+"""
+
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.report import Report
+from aotcheck.gate.run import Interrupted
+from aotcheck.gate.verdict import GoldenAction, Verdict
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
+from aotcheck.render.summary import case_line, session_summary
+
+CASE = Case.of("lm", "prefill", "v5e-16")
+
+
+def test_the_table_shows_each_case_and_its_share_of_the_chips_hbm():
+    o = Outcome(CASE, Verdict.PASS, measured=Measurement(CASE, {"peak_bytes": 8 * 2**30}, {}, 2.0))
+    lines = session_summary(Report([o]), update=False)
+    row = next(line for line in lines[0].splitlines() if line.startswith("lm/prefill@v5e-16x1"))
+    assert "8.00 GiB" in row and "50.0%" in row and row.rstrip().endswith("pass")
+    assert case_line(o) == "lm/prefill@v5e-16x1: pass"
+
+
+def test_an_update_says_what_it_wrote_and_an_interruption_what_it_kept():
+    o = Outcome(CASE, Verdict.ACCEPTED, measured=Measurement(CASE, {"peak_bytes": 2**30}, {}, 1.0),
+                golden_action=GoldenAction.CREATED)
+    text = "\n".join(session_summary(Report([o], interrupted=Interrupted("SIGHUP", 1, 3, True)), update=True))
+    assert "1 created, 0 changed, 0 unchanged" in text
+    assert "interrupted (SIGHUP) after 1 of 3 cases" in text
+    assert "interrupted" not in "\n".join(session_summary(Report([o]), update=True))
