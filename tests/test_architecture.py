@@ -275,11 +275,9 @@ TESTED_ELSEWHERE = {
     "aotcheck.pipeline.measure": ("tests/unit/figures/test_fit.py", "the stages with the cache and the fit search"),
     "aotcheck.pipeline.measurement": ("tests/unit/gate/test_report.py", "the record, through the report's JSON"),
     "aotcheck.pipeline.stages": ("tests/unit/programs/test_lowering.py", "lowered -> compiled -> measured"),
-    "aotcheck.render.chart": ("tests/unit/figures/test_attribution.py", "the peak against capacity, drawn"),
     "aotcheck.render.explain": ("tests/e2e/test_cli.py", "`aotcheck compile` and `--explain`, run"),
     "aotcheck.render.markdown": ("tests/unit/gate/test_report.py", "the job summary from a report"),
     "aotcheck.render.tables": ("tests/unit/figures/test_frames.py", "buffer tables with their source lines"),
-    "aotcheck.render.upgrade": ("tests/unit/gate/test_report.py", "an upgrade's advice"),
     "aotcheck.render.serving": ("tests/unit/gate/test_bill.py", "a server's table and bill, worded beside the bill"),
 }
 
