@@ -278,7 +278,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.render.explain": ("tests/e2e/test_cli.py", "`aotcheck compile` and `--explain`, run"),
     "aotcheck.render.markdown": ("tests/unit/gate/test_report.py", "the job summary from a report"),
     "aotcheck.render.tables": ("tests/unit/figures/test_frames.py", "buffer tables with their source lines"),
-    "aotcheck.render.serving": ("tests/unit/gate/test_bill.py", "a server's table and bill, worded beside the bill"),
 }
 
 
