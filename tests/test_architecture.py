@@ -278,8 +278,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.render.explain": ("tests/e2e/test_cli.py", "`aotcheck compile` and `--explain`, run"),
     "aotcheck.render.serving": ("tests/unit/render/test_server_table.py",
                                 "test_serving.py is programs/serving.py's (pytest imports test files by name)"),
-    "aotcheck.render.markdown": ("tests/unit/gate/test_report.py", "the job summary from a report"),
-    "aotcheck.render.tables": ("tests/unit/figures/test_frames.py", "buffer tables with their source lines"),
 }
 
 
