@@ -412,9 +412,8 @@ def lower_config(config: Config, target: Target, *, program: str | None = None) 
     """
     if program is not None:
         try:
-            return lower_function(function_for(config, program), target)
-        except LoweringError:
-            raise
-        except ConfigError as e:
+            function = function_for(config, program)
+        except ConfigError as e:  # Only "no such program": a partitioning error inside keeps its own type.
             raise LoweringError(str(e)) from None
+        return lower_function(function, target)
     return {name: lowered for function in as_functions(config) for name, lowered in lower_function(function, target).items()}
