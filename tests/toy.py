@@ -111,3 +111,15 @@ def plant_stale(pytester, rel="gone/step@v4-8x1.json"):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**doc, "case": rel.removesuffix(".json")}, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def without_noisy(text: str | bytes) -> str:
+    """A golden's JSON with its noisy figures (compile and lower seconds) dropped: an update run compiles
+    afresh (it reads no figures cache), so two of them agree on every figure but these."""
+    import fnmatch
+
+    from aotcheck.gate.compare import NOISY
+
+    doc = json.loads(text)
+    doc["figures"] = {k: v for k, v in doc["figures"].items() if not any(fnmatch.fnmatchcase(k, g) for g in NOISY)}
+    return json.dumps(doc, indent=2, sort_keys=True)
