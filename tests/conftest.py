@@ -2,7 +2,8 @@
 
 import jax
 import pytest
-from toy import CONFTEST, FIT, INI
+from faults import FAULTS
+from toy import INI, ToyEditor
 
 from aotcheck.targets import families
 
@@ -22,24 +23,31 @@ def fresh_family_books(monkeypatch):
 
 
 @pytest.fixture
-def project(pytester, monkeypatch):
+def project(pytester):
     """A pytest project with the toy config (tests/toy.py) and one plain test."""
-    monkeypatch.setenv("TOY_WIDTH", "256")
-    monkeypatch.delenv("TOY_EXTRAS", raising=False)
-    monkeypatch.delenv("TOY_LM", raising=False)
-    monkeypatch.delenv("TOY_FIT", raising=False)
-    monkeypatch.delenv("TOY_FIT_FIELD", raising=False)
-    monkeypatch.delenv("TOY_FIT_TARGETS", raising=False)
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(toy_fit=FIT)
+    ToyEditor(pytester)()
     pytester.makeini(INI)
     pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
     return pytester
 
 
 @pytest.fixture
-def toy(project, monkeypatch):
+def edit_toy(project):
+    """Rewrites the project's toy between two runs as a user edits a config: ``edit_toy(width=512)``."""
+    return ToyEditor(project)
+
+
+@pytest.fixture
+def toy(project, edit_toy):
     """The toy project plus a tiny FSDP LM (config ``lm``), without the plain test."""
-    monkeypatch.setenv("TOY_LM", "fsdp")
+    edit_toy(lm="fsdp")
+    (project.path / "test_plain.py").unlink()
+    return project
+
+
+@pytest.fixture
+def faults(project):
+    """The toy project with configs that fail in every way tests/faults.py's FAULTS lists."""
+    project.makeconftest(FAULTS)
     (project.path / "test_plain.py").unlink()
     return project

@@ -272,10 +272,8 @@ TESTED_ELSEWHERE = {
     "aotcheck.gate.upgrade": ("tests/unit/gate/test_report.py", "an upgrade as the report says it"),
     "aotcheck.gate.why": ("tests/unit/figures/test_attribution.py", "why the peak moved, from its attribution"),
     "aotcheck.pipeline.case": ("tests/unit/test_properties.py", "case ids, as properties"),
-    "aotcheck.pipeline.measure": ("tests/unit/figures/test_fit.py", "the stages with the cache and the fit search"),
     "aotcheck.pipeline.measurement": ("tests/unit/gate/test_report.py", "the record, through the report's JSON"),
     "aotcheck.pipeline.stages": ("tests/unit/programs/test_lowering.py", "lowered -> compiled -> measured"),
-    "aotcheck.render.explain": ("tests/e2e/test_cli.py", "`aotcheck compile` and `--explain`, run"),
     "aotcheck.render.serving": ("tests/unit/render/test_server_table.py",
                                 "test_serving.py is programs/serving.py's (pytest imports test files by name)"),
 }

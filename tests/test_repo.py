@@ -80,3 +80,36 @@ def test_readme_shows_the_figure_table_comparison_reads():
 
     assert figures_table() in (ROOT / "README.md").read_text(), \
         "README's figure table is not aotcheck/figures/table.py's: paste figures_table() into README"
+
+
+def _help(*args: str) -> str:
+    """``python -m aotcheck ARGS --help``'s text."""
+    import contextlib
+    import io
+
+    from aotcheck.cli import build_parser
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args([*args, "--help"])
+    return out.getvalue()
+
+
+def test_every_command_the_docs_name_exists():
+    """Hardening round 4: README named `aotcheck merge-reports`, a command that never existed. Every
+    ``aotcheck WORD`` the docs show as code (a code block's line, an inline code span) is a subcommand,
+    and every ``--flag`` shown with it is one of that subcommand's options."""
+    commands = re.search(r"\{([a-z,-]+)\}", _help())[1].split(",")
+    shown = []
+    for doc in ("README.md", "ARCHITECTURE.md"):
+        text = (ROOT / doc).read_text()
+        blocks = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
+        spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        for code in [*blocks, *spans]:  # A command line: a line or span that starts with the command.
+            shown += re.findall(r"^\s*(?:\$ )?(?:python -m )?aotcheck ([a-z][a-z-]*)((?: [^\n|;&#]*)?)", code, re.M)
+    assert len(shown) > 10, shown  # The pattern reads the docs (else this test would check nothing).
+    for command, rest in shown:
+        assert command in commands, f"the docs show `aotcheck {command}`; the commands are {commands}"
+        options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", _help(command)))
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest):
+            assert flag in options, f"the docs show `aotcheck {command} ... {flag}`; it takes {sorted(options)}"

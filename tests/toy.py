@@ -1,12 +1,23 @@
 """The toy project the plugin and gate tests run pytest in, for real (pytester, subprocesses).
 
-The toy is a jitted ``tanh(x @ w)`` whose width comes from TOY_WIDTH, so a test
-can grow its memory between two runs the way an edited config would.
+The toy is a jitted ``tanh(x @ w)``; a :class:`Toy` says which variant its conftest holds (the width,
+the extra configs, a tiny LM, a fit search), and the ``edit_toy`` fixture rewrites the conftest between
+two runs exactly as a user edits a config: a test that grows the memory writes a wider toy.
+
+Example:
+    >>> "WIDTH = 512" in render(Toy(width=512)) and "if False:" in render(Toy())
+    True
 """
 
-import json
+from __future__ import annotations
 
-CONFTEST = '''
+import dataclasses
+import json
+import string
+
+# The conftest's lines are the same for every variant (only values change), so source lines in the
+# details (conftest.py:LINE) do not move when a test edits the toy.
+_CONFTEST = string.Template('''
 import os
 
 import jax
@@ -15,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import aotcheck
 
-WIDTH = int(os.environ.get("TOY_WIDTH", "256"))
+WIDTH = $width
 
 
 def make_args(mesh):
@@ -28,7 +39,7 @@ def make_args(mesh):
 
 aotcheck.register("toy", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args))
 
-if os.environ.get("TOY_EXTRAS"):
+if $extras:
     aotcheck.register("big", aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args,
                                                      min_devices=8))
 
@@ -42,22 +53,20 @@ if os.environ.get("TOY_EXTRAS"):
 
     aotcheck.register("oom", aotcheck.FunctionConfig(fn=lambda x: x * 2, make_args=huge))
 
-if os.environ.get("TOY_FIT"):
+if $fit:
     import toy_fit  # noqa: F401  (a config that asks for a fit search)
 
-if os.environ.get("TOY_LM"):
+if $lm:
     from aotcheck.models import lm
 
     import dataclasses
 
-    rules = ((".*", P()),) if os.environ["TOY_LM"] == "replicated" else lm.PARTITION_RULES
-    model = dataclasses.replace(lm.TINY, remat=os.environ["TOY_LM"] != "noremat")  # noremat: a regressed edit
+    rules = ((".*", P()),) if $lm == "replicated" else lm.PARTITION_RULES
+    model = dataclasses.replace(lm.TINY, remat=$lm != "noremat")  # noremat: a regressed edit
     aotcheck.register("lm", lambda: lm.trainer_config(model, partition_rules=rules))
-'''
+''')
 
-FIT = '''
-import os
-
+_FIT = string.Template('''
 import jax
 import jax.numpy as jnp
 import optax
@@ -66,7 +75,7 @@ from jax.sharding import PartitionSpec as P
 import aotcheck
 
 VOCAB, WIDTH = 16384, 64
-HEAVY = os.environ.get("TOY_FIT") == "heavy"  # An edit that doubles the activations.
+HEAVY = $heavy  # An edit that doubles the activations.
 
 
 def init(key):
@@ -86,9 +95,61 @@ aotcheck.register("fit", aotcheck.TrainerConfig(
     partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
     batch_spec={"tokens": jax.ShapeDtypeStruct((16, 128), jnp.int32)},
     mesh=aotcheck.MeshSpec(("data",), (-1,)),
-    fit=None if os.environ.get("TOY_FIT_FIELD") == "none" else "batch",  # none: the gate's --aot-fit asks
-    fit_targets=tuple(os.environ.get("TOY_FIT_TARGETS", "*").split())))
-'''
+    fit=$fit_field,  # None: the gate's --aot-fit asks
+    fit_targets=$fit_targets))
+''')
+
+
+@dataclasses.dataclass(frozen=True)
+class Toy:
+    """Which toy the conftest holds.
+
+    Attributes:
+        width: The matmul's width (wider: every figure grows).
+        extras: Also ``big`` (8 devices at least), ``broken`` (its builder raises) and ``oom`` (24 GiB).
+        lm: Also a tiny LM ``lm``: ``"fsdp"``, ``"replicated"`` (its parameters unsharded) or ``"noremat"``.
+        fit: Also ``fit``, a trainer that asks for a fit search: ``"light"``, or ``"heavy"`` (twice the
+            activations, as an edit that regressed).
+        fit_field: The knob ``fit`` offers the search (None: the gate's ``--aot-fit`` asks).
+        fit_targets: Where ``fit`` is searched.
+    """
+
+    width: int = 256
+    extras: bool = False
+    lm: str | None = None
+    fit: str | None = None
+    fit_field: str | None = "batch"
+    fit_targets: tuple[str, ...] = ("*",)
+
+
+def render(toy: Toy) -> str:
+    """The conftest of ``toy``."""
+    return _CONFTEST.safe_substitute(width=toy.width, extras=toy.extras, fit=bool(toy.fit), lm=repr(toy.lm))
+
+
+def render_fit(toy: Toy) -> str:
+    """The fit config's module (``toy_fit.py``) of ``toy``."""
+    return _FIT.safe_substitute(heavy=toy.fit == "heavy", fit_field=repr(toy.fit_field),
+                           fit_targets=repr(tuple(toy.fit_targets)))
+
+
+CONFTEST = render(Toy())  # The plain toy, for tests that add configs of their own to it.
+FIT = render_fit(Toy())
+
+
+class ToyEditor:
+    """Rewrites a project's toy, one edit on top of the last (``edit_toy(width=512)``)."""
+
+    def __init__(self, pytester, toy: Toy = Toy()) -> None:
+        self.pytester = pytester
+        self.toy = toy
+
+    def __call__(self, **changes) -> Toy:
+        self.toy = dataclasses.replace(self.toy, **changes)
+        self.pytester.makeconftest(render(self.toy))
+        self.pytester.makepyfile(toy_fit=render_fit(self.toy))
+        return self.toy
+
 
 INI = """
 [pytest]

@@ -25,7 +25,7 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from aotcheck.errors import OutOfMemory, OutOfMemorySpace
+from aotcheck.errors import ConfigError, OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fit import Fit, Probe, search
 from aotcheck.figures.hbm import hbm_verdict
@@ -63,6 +63,20 @@ def fit_knob(config: Config, case: Case, *, fit: str | None = None, fit_default:
     if own is not None:
         return own
     return fit_default if fit_default is not None and fit_default in knobs_offered(config) else None
+
+
+def search_cap(config: Config, case: Case, knob_name: str) -> int | None:
+    """The config's ``fit_upper`` as the cap of a search over ``knob_name``: a ConfigError where it is
+    below that knob's configured size (the search would stop at once and call the configured size the
+    largest that fits). The config checks its own knob when built; the gate's ``--aot-fit`` may ask
+    for another one."""
+    upper = getattr(config, "fit_upper", None)
+    size = knob_of(config, knob_name, case.target).size
+    if upper is not None and upper < size:
+        raise ConfigError(f"{case.config}: fit_upper={upper} is below the configured {knob_name} ({size}) that the "
+                          f"fit search on {case.id} moves, so it would stop at once; give a fit_upper of at least "
+                          f"{size} (e.g. fit_upper={8 * size}), or None for the default (4096 x the configured size).")
+    return upper
 
 
 def measure(
@@ -106,6 +120,8 @@ def measure(
     config = function_for(config, case.program_id) if config is not None else \
         registry.get(case.config).program(case.program_id)
     knob = fit_knob(config, case, fit=fit, fit_default=fit_default)
+    if knob:
+        search_cap(config, case, knob)  # Before anything compiles.
     at = dict(compiler_options=compiler_options, cache=cache, presets=presets)
     try:
         result = _measured(case, config, **at)
@@ -155,7 +171,7 @@ def fit_search(
         return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None)
 
     found = search(probe, configured=knob.size, step=knob.step, limit=limit, knob=knob_name,
-                   upper=getattr(config, "fit_upper", None))
+                   upper=search_cap(config, case, knob_name))
     at_max = measured_at.get(found.max_size)
     if at_max is None:
         return found

@@ -288,6 +288,8 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
 
 
 _PARTITIONS = re.compile(r"mhlo\.num_partitions = (\d+)")
+# An argument's sharding in the lowered program (Shardy's or GSPMD's): a function jitted with its own.
+_OWN_SHARDINGS = re.compile(r"@main\([^)]*\{[^}]*(?:sdy|mhlo)\.sharding")
 
 
 def _check_on_the_mesh(config: FunctionConfig, args: Sequence[Any], placement: Placement,
@@ -306,10 +308,13 @@ def _check_on_the_mesh(config: FunctionConfig, args: Sequence[Any], placement: P
             placed = True
         else:
             elsewhere.append((jax.tree_util.keystr(path), leaf, sharding))
-    found = _PARTITIONS.search(lowered.as_text()[:2000])
+    text = lowered.as_text()
+    found = _PARTITIONS.search(text[:2000])
     partitions = int(found[1]) if found else 1
     if placed or not elsewhere or (len(mesh_devices) > 1 and partitions == len(mesh_devices)):
         return
+    if len(mesh_devices) == 1 and _OWN_SHARDINGS.search(text):
+        return  # One device: no partitions to count, but the function's own shardings place it.
     way = "make_program" if config.make_program is not None else "make_args"
     where, leaf, sharding = elsewhere[0]
     what = ("a ShapeDtypeStruct without a sharding" if isinstance(leaf, jax.ShapeDtypeStruct) and sharding is None

@@ -347,7 +347,7 @@ def test_the_action_and_the_workflow_that_uses_it_are_valid(tmp_path):
 
 
 @pytest.mark.heavy
-def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, monkeypatch):
+def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, edit_toy):
     """What the check step must not touch while it makes its patch: a golden file of the user's that
     git does not track, the user's staged change, and, on first adoption, a golden dir that was never
     there (the patch then creates every golden)."""
@@ -376,7 +376,7 @@ def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, monkeypatch):
     status = "git status --porcelain --untracked-files=all -- golden README.md"
     before = sh(status).stdout
     assert before == "A  README.md\n?? golden/NOTES.md\n", before
-    monkeypatch.setenv("TOY_WIDTH", "512")  # The figures move.
+    edit_toy(width=512)  # The figures move.
     out = run_step(check, inputs, cwd=toy.path, env=step_env)
     assert out.returncode == 1, out.stdout[-1500:] + out.stderr[-1500:]
     assert sh(status).stdout == before  # The staged change still staged, no golden touched.
@@ -386,7 +386,7 @@ def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, monkeypatch):
 
 
 @pytest.mark.heavy
-def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy, monkeypatch, tmp_path):
+def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy, tmp_path, edit_toy):
     """The action's own scripts, run in a git repository as the runner would: each failing shard writes
     a patch that turns a clean checkout's golden/ into what --update-golden writes, and the summary
     step merges the shards' reports (and fails, as a case failed)."""
@@ -403,7 +403,7 @@ def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy,
     run(toy, "--update-golden").assert_outcomes(passed=4)
     stale = plant_stale(toy)  # A golden no case has: a full update removes it.
     assert sh("git init -q && git add -A && git commit -qm goldens").returncode == 0
-    monkeypatch.setenv("TOY_WIDTH", "512")  # The figures move.
+    edit_toy(width=512)  # The figures move.
     check = action_step("Check this shard of the matrix")
     git_env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "PYTEST_ADDOPTS": "-p no:randomly -p no:cacheprovider"}
     for shard in ("1", "2"):

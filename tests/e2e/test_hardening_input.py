@@ -32,10 +32,8 @@ def aotcheck(*args, cwd, env=None, timeout=180):
 
 
 @pytest.fixture
-def toy_project(pytester, monkeypatch):
+def toy_project(pytester):
     """The toy config (a FunctionConfig: no knobs but the batch's), and a model config offering a knob ``seq``."""
-    for name in ("TOY_EXTRAS", "TOY_LM", "TOY_FIT", "TOY_FIT_FIELD", "TOY_FIT_TARGETS"):
-        monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(CONFTEST + KNOBBED)
     return pytester
 

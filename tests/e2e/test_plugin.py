@@ -1,6 +1,6 @@
 """The plugin, run for real: pytest in a subprocess, real libtpu compiles of a toy config.
 
-The toy is a jitted ``tanh(x @ w)`` whose width comes from TOY_WIDTH, so a test
+The toy is a jitted ``tanh(x @ w)`` whose width the ``edit_toy`` fixture sets, so a test
 can grow its memory between two runs the way an edited config would.
 """
 
@@ -41,10 +41,10 @@ def test_update_creates_then_passes_then_leaves_alone(project):
 
 
 @pytest.mark.heavy  # A real run of 15 s or more.
-def test_growth_fails_with_a_table_and_the_accept_command(project, monkeypatch):
+def test_growth_fails_with_a_table_and_the_accept_command(project, edit_toy):
     run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
     before = golden(project).read_text()
-    monkeypatch.setenv("TOY_WIDTH", "1024")
+    edit_toy(width=1024)
     result = run(project, "--aot-topologies=v4-8")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
@@ -60,10 +60,10 @@ def test_growth_fails_with_a_table_and_the_accept_command(project, monkeypatch):
 
 
 @pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
-def test_improvement_passes_with_a_note_and_fails_when_strict(project, monkeypatch):
-    monkeypatch.setenv("TOY_WIDTH", "1024")
+def test_improvement_passes_with_a_note_and_fails_when_strict(project, edit_toy):
+    edit_toy(width=1024)
     run(project, "--aot-topologies=v4-8", "--update-golden")
-    monkeypatch.setenv("TOY_WIDTH", "256")
+    edit_toy(width=256)
     result = run(project, "--aot-topologies=v4-8")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["note: toy/step@v4-8x1 improved beyond tolerance*", "*improvement*"])
@@ -156,8 +156,8 @@ def test_usage_errors(project, tmp_path):
     result.stderr.fnmatch_lines([f"*golden directory {blocker} is not writable*"])
 
 
-def test_skips_compile_errors_builder_errors_and_junit(project, monkeypatch):
-    monkeypatch.setenv("TOY_EXTRAS", "1")
+def test_skips_compile_errors_builder_errors_and_junit(project, edit_toy):
+    edit_toy(extras=True)
     xml = project.path / "junit.xml"
     result = run(project, "--aot-topologies=v5e-4", "--update-golden", f"--junitxml={xml}", "-rs")
     result.assert_outcomes(passed=2, failed=2, skipped=1)
@@ -193,10 +193,10 @@ def test_foreign_toolchain_is_named_in_the_header(project):
 
 
 @pytest.mark.heavy
-def test_a_partition_change_moves_the_collectives_and_is_caught(project, monkeypatch):
-    monkeypatch.setenv("TOY_LM", "fsdp")
+def test_a_partition_change_moves_the_collectives_and_is_caught(project, edit_toy):
+    edit_toy(lm="fsdp")
     run(project, "--aot-topologies=v4-8", "--aot-configs=lm", "--update-golden").assert_outcomes(passed=2)
-    monkeypatch.setenv("TOY_LM", "replicated")
+    edit_toy(lm="replicated")
     result = run(project, "--aot-topologies=v4-8", "--aot-configs=lm")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*lm/train_step@v4-8x1 regressed*", "*argument_bytes*regression*",

@@ -72,11 +72,11 @@ def test_check_shards_on_the_command_line_split_the_matrix(project):
 
 
 @pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
-def test_aot_tolerances_decide_the_verdict(project, monkeypatch):
+def test_aot_tolerances_decide_the_verdict(project, edit_toy):
     """A change the default tolerances fail passes under a wider ``aot_tolerances`` line, and the
     table shows the tolerance that judged it."""
     run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
-    monkeypatch.setenv("TOY_WIDTH", "264")  # Wider: every figure grows (by half, with the tiles' padding).
+    edit_toy(width=264)  # Wider: every figure grows (by half, with the tiles' padding).
     strict = run(project, "--aot-topologies=v4-8")
     strict.assert_outcomes(passed=1, failed=1)
     assert "regressed against" in strict.stdout.str()

@@ -173,9 +173,9 @@ def test_params_class_is_the_analytic_parameter_bytes_per_device(name, cfg):
 
 
 @pytest.mark.heavy  # A real run of 15 s or more.
-def test_dropping_remat_fails_with_the_temporaries_named(toy, monkeypatch):
+def test_dropping_remat_fails_with_the_temporaries_named(toy, edit_toy):
     run(toy, "--aot-topologies=v4-8", "-k", "lm and train_step", "--update-golden").assert_outcomes(passed=1)
-    monkeypatch.setenv("TOY_LM", "noremat")
+    edit_toy(lm="noremat")
     result = run(toy, "--aot-topologies=v4-8", "-k", "lm and train_step", "--aot-no-cache")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()

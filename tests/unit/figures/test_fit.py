@@ -87,8 +87,8 @@ def test_fit_round_trips_through_json():
 
 
 @pytest.fixture
-def fit_project(project, monkeypatch):
-    monkeypatch.setenv("TOY_FIT", "light")
+def fit_project(project, edit_toy):
+    edit_toy(fit="light")
     (project.path / "test_plain.py").unlink()
     return project
 
@@ -152,11 +152,11 @@ def search_against_bisection(topology, headroom, program, tmp_path):
 
 
 @pytest.mark.heavy
-def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit_project, monkeypatch, tmp_path):
+def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit_project, tmp_path, edit_toy):
     cache = f"--aot-cache-dir={tmp_path / 'cache'}"
     # First the gate's --aot-fit asks for the search (the config names none): the toy FunctionConfig,
     # which offers no knob, is checked without one.
-    monkeypatch.setenv("TOY_FIT_FIELD", "none")
+    edit_toy(fit_field=None)
     first = run(fit_project, "--aot-topologies=v4-8", "-k", "fit or toy", "--aot-fit=batch", "--update-golden", cache)
     first.assert_outcomes(passed=2)
     first.stdout.fnmatch_lines(["*fit search of 'batch' on every config that offers it*"])
@@ -166,12 +166,12 @@ def test_lost_headroom_fails_with_both_numbers_and_warm_runs_compile_nothing(fit
     assert not any(k.startswith("fit_max") for k in toy["figures"]) and "fit" not in toy["details"]
     entries = len(list((tmp_path / "cache").rglob("*.json")))
     # The config's own fit="batch" is the same search: a warm run compiles nothing and agrees.
-    monkeypatch.delenv("TOY_FIT_FIELD")
+    edit_toy(fit_field="batch")
     warm = run(fit_project, "--aot-topologies=v4-8", "-k", "fit", cache)
     warm.assert_outcomes(passed=1)
     assert len(list((tmp_path / "cache").rglob("*.json"))) == entries  # Every probe came from the cache.
 
-    monkeypatch.setenv("TOY_FIT", "heavy")
+    edit_toy(fit="heavy")
     result = run(fit_project, "--aot-topologies=v4-8", "-k", "fit", cache)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*fit_max_batch*regression*",
@@ -209,11 +209,11 @@ def test_which_knob_is_searched_and_where():
 
 
 @pytest.mark.heavy
-def test_fit_targets_limit_where_the_gate_searches(fit_project, monkeypatch, tmp_path):
+def test_fit_targets_limit_where_the_gate_searches(fit_project, tmp_path, edit_toy):
     """A search costs compiles: fit_targets=("*x1",) runs it on one slice only, for the config's own
     fit and the gate's --aot-fit alike; the other targets are gated without the figure."""
-    monkeypatch.setenv("TOY_FIT_TARGETS", "*x1")
-    monkeypatch.setenv("TOY_FIT_FIELD", "none")  # The gate asks (--aot-fit); the config limits where.
+    edit_toy(fit_targets=("*x1",))
+    edit_toy(fit_field=None)  # The gate asks (--aot-fit); the config limits where.
     out = run(fit_project, "--aot-topologies=v4-8", "--aot-slices=1,2", "-k", "fit", "--update-golden",
               "--aot-fit=batch", f"--aot-cache-dir={tmp_path / 'cache'}")
     out.assert_outcomes(passed=2)

@@ -259,6 +259,12 @@ def test_one_argument_on_the_mesh_places_the_program_and_a_function_with_its_own
 
     lowered = lower_config(aotcheck.FunctionConfig(make_program=make_program), Target.of("v5e-16"))
     assert "mhlo.num_partitions = 16" in lowered["step"].as_text()
+    # On one device there are no partitions to count: the function's own shardings place it all the same.
+    lowered = lower_config(aotcheck.FunctionConfig(make_program=make_program), Target.of("v5e-1"))
+    assert "sharding" in lowered["step"].as_text().split("@main(")[1].split(")")[0]
+    with pytest.raises(LoweringError, match="no argument make_program gave is on the target's mesh"):
+        lower_config(aotcheck.FunctionConfig(make_program=lambda mesh, target: (
+            jax.jit(lambda x: x * 2), (jax.ShapeDtypeStruct((16, 64), jnp.float32),))), Target.of("v5e-1"))
 
 
 def test_eager_work_on_the_targets_devices_names_trace_as_target():
