@@ -206,6 +206,7 @@ def test_cache_hits_are_shown_and_no_cache_bypasses(toy):
     assert "cached" not in result.stdout.str().split("aotcheck summary")[1]
 
 
+@pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2): the default run's budget.
 def test_an_update_run_takes_no_figures_from_the_cache(project):
     """A cache entry is a file anyone can edit coherently (hardening round 4): a golden is written from a
     compile, never from the cache, and the tampered entry is replaced by the compile's answer."""

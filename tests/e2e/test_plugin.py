@@ -81,8 +81,10 @@ def test_missing_golden_says_how_to_create_it(project):
 
 @pytest.mark.parametrize(
     "text,complaint",
-    [("{not json", "is not valid JSON"), ('{"figures": {}, "toolchain": {}}', "has no 'compiler_options' key"),
-     ('{"figures": {"peak_bytes": "big"}, "toolchain": {}, "compiler_options": {}}', "figure 'peak_bytes' must be a number")],
+    [("{not json", "is not valid JSON"),
+     pytest.param('{"figures": {}, "toolchain": {}}', "has no 'compiler_options' key", marks=pytest.mark.heavy),
+     pytest.param('{"figures": {"peak_bytes": "big"}, "toolchain": {}, "compiler_options": {}}',
+                  "figure 'peak_bytes' must be a number", marks=pytest.mark.heavy)],  # One kind in the default run.
     ids=["invalid-json", "missing-key", "wrong-type"],
 )
 def test_corrupt_golden_fails_naming_the_file_and_is_kept(project, text, complaint):

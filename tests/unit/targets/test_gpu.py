@@ -94,6 +94,7 @@ def test_gpu_goldens_record_the_cuda_compiler():
     assert golden["compiler_options"] == {}  # No presets for GPUs: XLA's defaults, or the user's options.
 
 
+@pytest.mark.heavy  # 10 s of H100 compiles: the default run keeps the quicker GPU cases.
 @needs_plugin
 def test_compile_on_h100_gives_every_figure_and_a_verdict():
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "lm-tiny", "--topology", "h100-8",
