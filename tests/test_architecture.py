@@ -245,8 +245,6 @@ TESTED_ELSEWHERE = {
     "aotcheck._runtime": ("tests/e2e/test_plugin.py", "the environment libtpu loads in: what a real run prints"),
     "aotcheck.errors": ("tests/unit/gate/test_check.py", "each error as the gate judges it, across its JSON form"),
     "aotcheck.ini": ("tests/e2e/test_hardening_input.py", "an ini read without pytest, through `aotcheck check`"),
-    "aotcheck.cli": ("tests/e2e/test_cli.py", "a front end: its commands run end to end"),
-    "aotcheck.plugin": ("tests/e2e/test_plugin.py", "a front end: pytest runs it end to end"),
     "aotcheck.session": ("tests/e2e/test_gate.py", "one run of the gate: the end-to-end runs"),
     "aotcheck.targets.tpu": ("tests/unit/targets/test_topology.py", "the TPU table, row by row against its names"),
     "aotcheck.targets.devices": ("tests/unit/targets/test_topology.py", "libtpu's device counts for the table"),
@@ -263,9 +261,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.figures.flops": ("tests/unit/figures/test_loops.py", "FLOPs per instruction, counted inside loops"),
     "aotcheck.figures.sources": ("tests/unit/pipeline/test_cache.py", "source lines that follow an edit on a cache hit"),
     "aotcheck.figures.splits": ("tests/unit/figures/test_sharding.py", "the shardings the lint reads"),
-    "aotcheck.figures.table": ("tests/unit/test_properties.py", "figure names and tolerances, as properties"),
-    "aotcheck.gate.compare": ("tests/unit/test_properties.py", "tolerances and comparison, as properties"),
-    "aotcheck.gate.golden": ("tests/unit/test_properties.py", "golden files written and read back, as properties"),
     "aotcheck.gate.outcome": ("tests/unit/gate/test_check.py", "the outcome the decision table makes"),
     "aotcheck.gate.shard": ("tests/e2e/test_gate.py", "shards balanced by recorded seconds, and run"),
     "aotcheck.gate.upgrade": ("tests/unit/gate/test_report.py", "an upgrade as the report says it"),
@@ -278,13 +273,17 @@ TESTED_ELSEWHERE = {
 
 
 def own_test_file(module: str) -> Path:
-    """``aotcheck.targets.topology`` -> tests/unit/targets/test_topology.py."""
+    """``aotcheck.targets.topology`` -> tests/unit/targets/test_topology.py; a front end at the top
+    (``aotcheck.cli``, ``aotcheck.plugin``) is run end to end: tests/e2e/test_cli.py."""
     *package, name = module.split(".")[1:]
-    return TESTS.joinpath("unit", *package, f"test_{name}.py")
+    unit = TESTS.joinpath("unit", *package, f"test_{name}.py")
+    front_end = TESTS / "e2e" / f"test_{name}.py"
+    return front_end if not package and not unit.exists() and front_end.exists() else unit
 
 
 def test_every_module_has_its_test_file_or_says_where_its_tests_are():
-    """A newcomer finds a module's tests at tests/unit/<package>/test_<module>.py, or in TESTED_ELSEWHERE,
+    """A newcomer finds a module's tests at tests/unit/<package>/test_<module>.py (a front end's at
+    tests/e2e/test_<module>.py), or in TESTED_ELSEWHERE,
     which names the file (it must exist and name the module) and why. End-to-end runs are in tests/e2e/."""
     problems = []
     for module, path in MODULES.items():
