@@ -15,7 +15,6 @@ What each test shows, on real lowerings and (where said) real TPU compiles of ti
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import jax
@@ -31,7 +30,6 @@ from aotcheck.errors import ConfigError
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
 from aotcheck.programs.compile import compile_lowered
-from aotcheck.programs.knobs import KnobError, check_knob, default_knob, knobs_offered
 from aotcheck.programs.lowering import LoweringError, lower_config
 from aotcheck.targets.topology import Target
 
@@ -130,20 +128,6 @@ def rows_program(rows: int):
 
     return aotcheck.FunctionConfig(make_program=make_program, program="double",
                                    knobs={"rows": aotcheck.Knob(rows, rows_program, step=1)}, fit_upper=16384)
-
-
-def test_a_functions_knob_is_the_default_search_and_is_offered():
-    config = rows_program(1024)
-    assert knobs_offered(config) == ["rows"] and default_knob(config) == "rows"
-    with pytest.raises(KnobError, match=r"offers no knob 'batch'; it offers: rows \(name one with --knob"):
-        check_knob(config, "batch")
-    bare = aotcheck.FunctionConfig(make_program=per_target)
-    assert knobs_offered(bare) == [] and default_knob(bare) == "batch"
-    with pytest.raises(KnobError, match=r"offers none \(a function's batch is its own.*: give it a "
-                                        r"Knob in knobs="):
-        check_knob(bare, "batch")
-    two = dataclasses.replace(config, knobs={**config.knobs, "cols": aotcheck.Knob(8, rows_program)})
-    assert default_knob(two) == "batch"  # Two knobs, none named: check_knob then lists them.
 
 
 def test_a_search_on_a_functions_knob_finds_the_chips_limit():
