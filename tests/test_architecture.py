@@ -260,7 +260,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.figures.sources": ("tests/unit/pipeline/test_cache.py", "source lines that follow an edit on a cache hit"),
     "aotcheck.figures.splits": ("tests/unit/figures/test_sharding.py", "the shardings the lint reads"),
     "aotcheck.gate.outcome": ("tests/unit/gate/test_check.py", "the outcome the decision table makes"),
-    "aotcheck.gate.shard": ("tests/e2e/test_gate.py", "shards balanced by recorded seconds, and run"),
     "aotcheck.gate.upgrade": ("tests/unit/gate/test_report.py", "an upgrade as the report says it"),
     "aotcheck.gate.why": ("tests/unit/figures/test_attribution.py", "why the peak moved, from its attribution"),
     "aotcheck.pipeline.measurement": ("tests/unit/gate/test_report.py", "the record, through the report's JSON"),
