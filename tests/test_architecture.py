@@ -243,7 +243,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.__main__": ("tests/e2e/test_cli.py", "two lines: `python -m aotcheck`, run by every CLI test"),
     "aotcheck._files": ("tests/e2e/test_hardening_process.py", "whole-or-nothing writes: shown by a run killed mid-write"),
     "aotcheck._runtime": ("tests/e2e/test_plugin.py", "the environment libtpu loads in: what a real run prints"),
-    "aotcheck.ini": ("tests/e2e/test_hardening_input.py", "an ini read without pytest, through `aotcheck check`"),
     "aotcheck.session": ("tests/e2e/test_gate.py", "one run of the gate: the end-to-end runs"),
     "aotcheck.targets.tpu": ("tests/unit/targets/test_topology.py", "the TPU table, row by row against its names"),
     "aotcheck.targets.devices": ("tests/unit/targets/test_topology.py", "libtpu's device counts for the table"),
