@@ -260,7 +260,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.figures.splits": ("tests/unit/figures/test_sharding.py", "the shardings the lint reads"),
     "aotcheck.gate.outcome": ("tests/unit/gate/test_check.py", "the outcome the decision table makes"),
     "aotcheck.gate.upgrade": ("tests/unit/gate/test_report.py", "an upgrade as the report says it"),
-    "aotcheck.pipeline.measurement": ("tests/unit/gate/test_report.py", "the record, through the report's JSON"),
     "aotcheck.pipeline.stages": ("tests/unit/programs/test_lowering.py", "lowered -> compiled -> measured"),
     "aotcheck.render.serving": ("tests/unit/render/test_server_table.py",
                                 "test_serving.py is programs/serving.py's (pytest imports test files by name)"),
