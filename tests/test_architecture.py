@@ -248,7 +248,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.targets.devices": ("tests/unit/targets/test_topology.py", "libtpu's device counts for the table"),
     "aotcheck.targets.families": ("tests/unit/gate/test_isolation.py", "the books the isolation keeps"),
     "aotcheck.programs.options": ("tests/unit/programs/test_compile.py", "presets and launch flags, as compiles take them"),
-    "aotcheck.programs.registry": ("tests/unit/targets/test_partition.py", "named configs beside their rules"),
     "aotcheck.programs.loader": ("tests/e2e/test_frontends.py", "imports in the compile workers, as the parent did"),
     "aotcheck.adapters.flax_linen": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
     "aotcheck.adapters.flax_nnx": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
