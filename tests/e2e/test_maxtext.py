@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from test_toolchains import clean_env, make_env
+from venvs import clean_env, make_env
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.toolchains

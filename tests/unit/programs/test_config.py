@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from toy_programs import per_target, rows_program
 from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -33,13 +34,6 @@ from aotcheck.programs.compile import compile_lowered
 from aotcheck.programs.lowering import LoweringError, lower_config
 from aotcheck.targets.topology import Target
 
-MiB = 2**20
-
-
-def per_target(mesh, target):
-    """A step whose batch is 2 rows per device and whose own jit donates its input."""
-    x = jax.ShapeDtypeStruct((2 * target.num_devices, 128), jnp.float32, sharding=NamedSharding(mesh, P("data")))
-    return jax.jit(lambda x: x * 2, donate_argnums=0), (x,)
 
 
 def test_a_program_is_made_per_target_with_its_own_jit():
@@ -118,16 +112,6 @@ def test_a_step_naming_an_axis_of_its_own_mesh_names_the_cure():
     message = str(e.value)
     assert "Resource axis: tensor" in message and "trace_in_mesh=False" in message and "axes data" in message
 
-
-def rows_program(rows: int):
-    """``x * 2`` over ``rows`` MiB rows of float32 on one v5e chip: input and output, about 2 x rows MiB."""
-
-    def make_program(mesh, target):
-        x = jax.ShapeDtypeStruct((rows, MiB // 4), jnp.float32, sharding=NamedSharding(mesh, P()))
-        return jax.jit(lambda x: x * 2), (x,)
-
-    return aotcheck.FunctionConfig(make_program=make_program, program="double",
-                                   knobs={"rows": aotcheck.Knob(rows, rows_program, step=1)}, fit_upper=16384)
 
 
 def test_a_search_on_a_functions_knob_finds_the_chips_limit():

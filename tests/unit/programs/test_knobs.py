@@ -4,7 +4,7 @@ default, and a knob's step on a target (a batch divides over the devices it is s
 import dataclasses
 
 import pytest
-from test_config import per_target, rows_program
+from toy_programs import per_target, rows_program
 
 import aotcheck
 from aotcheck.models import lm
@@ -12,7 +12,18 @@ from aotcheck.programs.knobs import KnobError, check_knob, default_knob, knob_of
 from aotcheck.targets.topology import Target
 
 
-''' + open('/tmp/w/moved_knob_test.py').read().rstrip() + '''
+def test_a_functions_knob_is_the_default_search_and_is_offered():
+    config = rows_program(1024)
+    assert knobs_offered(config) == ["rows"] and default_knob(config) == "rows"
+    with pytest.raises(KnobError, match=r"offers no knob 'batch'; it offers: rows \(name one with --knob"):
+        check_knob(config, "batch")
+    bare = aotcheck.FunctionConfig(make_program=per_target)
+    assert knobs_offered(bare) == [] and default_knob(bare) == "batch"
+    with pytest.raises(KnobError, match=r"offers none \(a function's batch is its own.*: give it a "
+                                        r"Knob in knobs="):
+        check_knob(bare, "batch")
+    two = dataclasses.replace(config, knobs={**config.knobs, "cols": aotcheck.Knob(8, rows_program)})
+    assert default_knob(two) == "batch"  # Two knobs, none named: check_knob then lists them.
 
 
 @pytest.mark.parametrize("target", ["v5e-16x1", "v5e-16x2", "v4-8x1", "h100-8x2", "cpu-2x1"])

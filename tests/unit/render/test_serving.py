@@ -1,4 +1,4 @@
-"""A server's matrix in words (aotcheck.render.serving; its own name is programs/serving.py's test file): its buckets from their values, largest first, and its bill.
+"""A server's matrix in words (aotcheck.render.serving): its buckets from their values, largest first, and its bill.
 
 FAKE: outcomes made by hand (no compile); tests/e2e/test_server.py gates the reference server for real.
 """
