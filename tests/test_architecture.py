@@ -241,12 +241,10 @@ TESTS = PACKAGE.parent / "tests"
 # the top); every module also runs its docstring examples (tests/test_doctests.py).
 TESTED_ELSEWHERE = {
     "aotcheck.__main__": ("tests/e2e/test_cli.py", "two lines: `python -m aotcheck`, run by every CLI test"),
-    "aotcheck._files": ("tests/e2e/test_hardening_process.py", "whole-or-nothing writes: shown by a run killed mid-write"),
     "aotcheck._runtime": ("tests/e2e/test_plugin.py", "the environment libtpu loads in: what a real run prints"),
     "aotcheck.session": ("tests/e2e/test_gate.py", "one run of the gate: the end-to-end runs"),
     "aotcheck.targets.tpu": ("tests/unit/targets/test_topology.py", "the TPU table, row by row against its names"),
     "aotcheck.targets.devices": ("tests/unit/targets/test_topology.py", "libtpu's device counts for the table"),
-    "aotcheck.targets.families": ("tests/unit/gate/test_isolation.py", "the books the isolation keeps"),
     "aotcheck.programs.options": ("tests/unit/programs/test_compile.py", "presets and launch flags, as compiles take them"),
     "aotcheck.programs.loader": ("tests/e2e/test_frontends.py", "imports in the compile workers, as the parent did"),
     "aotcheck.adapters.flax_linen": ("tests/unit/adapters/test_base.py", "one adapter of three, checked together"),
@@ -266,6 +264,7 @@ def own_test_file(module: str) -> Path:
     """``aotcheck.targets.topology`` -> tests/unit/targets/test_topology.py; a front end at the top
     (``aotcheck.cli``, ``aotcheck.plugin``) is run end to end: tests/e2e/test_cli.py."""
     *package, name = module.split(".")[1:]
+    name = name.lstrip("_")  # aotcheck._files -> test_files.py
     unit = TESTS.joinpath("unit", *package, f"test_{name}.py")
     front_end = TESTS / "e2e" / f"test_{name}.py"
     return front_end if not package and not unit.exists() and front_end.exists() else unit
