@@ -256,7 +256,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.figures.sources": ("tests/unit/pipeline/test_cache.py", "source lines that follow an edit on a cache hit"),
     "aotcheck.figures.splits": ("tests/unit/figures/test_sharding.py", "the shardings the lint reads"),
     "aotcheck.gate.outcome": ("tests/unit/gate/test_check.py", "the outcome the decision table makes"),
-    "aotcheck.pipeline.stages": ("tests/unit/programs/test_lowering.py", "lowered -> compiled -> measured"),
 }
 
 
