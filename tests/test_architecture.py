@@ -255,7 +255,6 @@ TESTED_ELSEWHERE = {
     "aotcheck.figures.flops": ("tests/unit/figures/test_loops.py", "FLOPs per instruction, counted inside loops"),
     "aotcheck.figures.sources": ("tests/unit/pipeline/test_cache.py", "source lines that follow an edit on a cache hit"),
     "aotcheck.figures.splits": ("tests/unit/figures/test_sharding.py", "the shardings the lint reads"),
-    "aotcheck.gate.outcome": ("tests/unit/gate/test_check.py", "the outcome the decision table makes"),
 }
 
 
