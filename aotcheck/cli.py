@@ -36,8 +36,10 @@ from pathlib import Path
 from aotcheck.pipeline.case import Case
 from aotcheck.errors import AotcheckError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
 from aotcheck.figures.hbm import explain_overflow, hbm_verdict
+from aotcheck.figures.fit import Fit, over_pools
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
+from aotcheck.gate.pools import pooled_fits
 from aotcheck.gate.report import merge_reports
 from aotcheck.ini import find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
@@ -50,11 +52,11 @@ from aotcheck.render.explain import compile_table, explain
 from aotcheck.render.summary import case_line, header_lines, session_summary, summary_table
 from aotcheck.render.tables import table
 from aotcheck.render.serving import serving_lines
-from aotcheck.render.text import fit_lines, hbm_words, outcome_message
+from aotcheck.render.text import fit_lines, hbm_words, outcome_message, pools_lines
 from aotcheck.units import clip_runs
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings, repeated_options
-from aotcheck.cmdline import Parser, count, ini_values, positive, read_target
+from aotcheck.cmdline import Parser, count, ini_values, positive, read_target, read_targets
 from aotcheck.targets.platform import GPU, TPU
 from aotcheck.targets.topology import topologies
 
@@ -231,7 +233,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     _load(args.config_modules)
-    target = read_target(args)
+    targets = read_targets(args)  # Several: every pool a job may land on (v5p-8, else v4-8).
     entry = REGISTRY.get(args.config)
     program = args.program or next(iter(entry.programs()))
     # Bad input before any compile, and without libtpu in this process (compiles run in workers).
@@ -243,25 +245,49 @@ def cmd_fit(args: argparse.Namespace) -> int:
     options = _compile_options(args)
     del options["hbm_headroom"]  # --headroom, not the ini's, as documented.
     measurer = Measurer(fit=knob, hbm_headroom=args.headroom, **options)
-    case = Case.for_config(entry.name, config, target)
+    cases = [Case.for_config(entry.name, config, target) for target in targets]
+    fits, too_big = {}, []  # too_big: pools where the configured size itself does not fit.
     try:
-        with _stdout_to_stderr() if args.json else contextlib.nullcontext():  # A config's prints are not the JSON.
-            result = measurer(case)
-        found, status = result.details.fit, 0
-    except OutOfMemory as e:
-        found, status = Details.from_json(e.details).fit if e.details is not None else None, 1
-        if found is None:
-            raise
-    except WorkerCrashed as e:
-        print(f"aotcheck: error: {e}", file=sys.stderr)
-        return 3
+        for case in cases:  # One family's worker per chip family, as the gate's.
+            searched = _fit_on(measurer, case, quiet=args.json)
+            if searched is None:
+                return 3
+            fits[case.target.name] = searched[0]
+            too_big += [case.target.name] if not searched[1] else []
     finally:
         measurer.close()
+    if len(cases) == 1:
+        (case,), (found,) = cases, fits.values()
+        if args.json:
+            print(json.dumps({"case": case.id, "fit": found.to_json()}, indent=2, sort_keys=True))
+        else:
+            print("\n".join(fit_lines(case.id, found, case.topology)))
+        return 0 if found.max_size and not too_big else 1
+    pools = over_pools(fits)
     if args.json:
-        print(json.dumps({"case": case.id, "fit": found.to_json()}, indent=2, sort_keys=True))
+        print(json.dumps({"config": entry.name, "program": program, "pools": pools.to_json()}, indent=2,
+                         sort_keys=True))
     else:
-        print("\n".join(fit_lines(case.id, found, target.topology)))
-    return status if found.max_size else 1
+        for case in cases:
+            print("\n".join(fit_lines(case.id, fits[case.target.name], case.topology)) + "\n")
+        print("\n".join(pools_lines(f"{entry.name}/{program}", pools)))
+    return 0 if pools.max_size and not too_big else 1  # A pool the configured size does not fit: a job there OOMs.
+
+
+def _fit_on(measurer: Measurer, case: Case, *, quiet: bool) -> tuple[Fit, bool] | None:
+    """One pool's search, and whether the configured size fits there; None when the compile process
+    died (said on stderr)."""
+    try:
+        with _stdout_to_stderr() if quiet else contextlib.nullcontext():  # A config's prints are not the JSON.
+            return measurer(case).details.fit, True
+    except OutOfMemory as e:  # The configured size does not fit: the search's answer below it.
+        found = Details.from_json(e.details).fit if e.details is not None else None
+        if found is None:
+            raise
+        return found, False
+    except WorkerCrashed as e:
+        print(f"aotcheck: error: {case.id}: {e}", file=sys.stderr)
+        return None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -273,7 +299,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         # A server's bill is judged over the merged shards; its accept command repeats the run's options.
         served = serving_lines(merged.report, accept_args=merged.report.accept_args)
-        text = "\n".join([summary_table(merged.report.outcomes), *([""] + served if served else [])]
+        pooled = [line for program, pools in pooled_fits(merged.report.outcomes)
+                  for line in ("", *pools_lines(program, pools))]
+        text = "\n".join([summary_table(merged.report.outcomes), *([""] + served if served else []), *pooled]
                          + [f"report problem: {p}" for p in merged.problems]) + "\n"
     if args.output:
         with open(args.output, "a") as f:  # Appends: $GITHUB_STEP_SUMMARY collects several steps.
@@ -319,10 +347,12 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
             "hbm_headroom": settings.hbm_headroom}
 
 
-def _config_and_target(p: argparse.ArgumentParser) -> None:
-    """The config and the one target ``compile`` and ``fit`` take."""
+def _config_and_target(p: argparse.ArgumentParser, *, pools: bool = False) -> None:
+    """The config and the target ``compile`` takes (``fit``: one or several pools)."""
     p.add_argument("config")
-    p.add_argument("--topology", required=True, help="e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)")
+    p.add_argument("--topology", required=True, help=(
+        "one or several pools a job may land on, comma-separated: the largest size that fits every one, "
+        "e.g. v5p-8,v4-8 (see `topologies`)" if pools else "e.g. v5e-16, h100-8 or h100-8x2 (see `topologies`)"))
     p.add_argument("--slices", type=int, default=None, help="number of slices (GPU: hosts; default 1)")
 
 
@@ -354,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("fit", help="the largest batch (or other knob) that compiles and fits HBM")
-    _config_and_target(p)
+    _config_and_target(p, pools=True)
     p.add_argument("--program", help="train_step, prefill, sample_decode, ...; default the config's first")
     p.add_argument("--knob", default=None, help="what to search (default: the config's fit, else batch, else the "
                                                 "one knob a config offers, e.g. MaxText's per_device_batch_size)")

@@ -56,11 +56,31 @@ def read_target(args: argparse.Namespace) -> Target:
         >>> read_target(argparse.Namespace(topology="h100-8", slices=2)).name
         'h100-8x2'
     """
+    if "," in args.topology:
+        raise TopologyError(f"--topology {args.topology}: this command takes one target; `aotcheck fit` takes "
+                            "several pools (the largest size that fits every one).")
     topology, fixed = split_target(args.topology)
     if fixed is not None and args.slices not in (None, fixed):
         raise TopologyError(f"--topology {args.topology} names {fixed} slices (hosts) and --slices says {args.slices}: "
                             "give the count once.")
     return Target.of(topology, fixed or (1 if args.slices is None else args.slices))
+
+
+def read_targets(args: argparse.Namespace) -> list[Target]:
+    """``--topology`` as one or several pools (``v5p-8,v4-8``), each read as :func:`read_target` reads one.
+
+    Example:
+        >>> [t.name for t in read_targets(argparse.Namespace(topology="v5p-8, v4-8x2", slices=None))]
+        ['v5p-8x1', 'v4-8x2']
+    """
+    names = [n.strip() for n in args.topology.split(",")]
+    if not all(names):
+        raise TopologyError(f"--topology {args.topology!r} names an empty pool; give pools as v5p-8,v4-8.")
+    targets = [read_target(argparse.Namespace(topology=name, slices=args.slices)) for name in names]
+    twice = sorted({t.name for t in targets if [u.name for u in targets].count(t.name) > 1})
+    if twice:
+        raise TopologyError(f"--topology names {', '.join(twice)} twice; give each pool once.")
+    return targets
 
 
 class Parser(argparse.ArgumentParser):

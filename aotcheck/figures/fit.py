@@ -30,6 +30,7 @@ Where the line bends (a fusion choice makes a step), bisection finds the answer:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -41,12 +42,19 @@ DEFAULT_UPPER = 4096  # The search's upper bound, in multiples of the configured
 
 class Probe(NamedTuple):
     """One compile of the program at ``size``: its peak (None when XLA ran out of memory) and whether it
-    fits; ``refused``: XLA refused it for a memory space other than HBM (a kernel's VMEM), not for HBM."""
+    fits; ``refused``: XLA refused it for a memory space other than HBM (a kernel's VMEM), not for HBM;
+    ``needed``: what XLA said it needs when it ran out of HBM (a point on the line all the same)."""
 
     size: int
     peak_bytes: int | None
     fits: bool
     refused: Overflow | None = None
+    needed: int | None = None
+
+    @property
+    def bytes(self) -> int | None:
+        """The program's memory at this size, measured or as XLA stated it."""
+        return self.peak_bytes if self.peak_bytes is not None else self.needed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,12 +183,68 @@ def search(
 
 
 def _predict(seen: Mapping[int, Probe], limit: int) -> int | None:
-    """The largest k whose affine peak (through the two largest fitting probes) stays within ``limit``."""
-    points = sorted((k, p.peak_bytes) for k, p in seen.items() if p.fits and p.peak_bytes is not None)
-    if len(points) < 2:
+    """The largest k whose affine peak stays within ``limit``: through the largest size that fits and the
+    smallest that does not (its peak, or what XLA said it needs), where both are known; else through the
+    two largest that fit."""
+    fitting = sorted((k, p.bytes) for k, p in seen.items() if p.fits and p.bytes is not None)
+    over = sorted((k, p.bytes) for k, p in seen.items() if not p.fits and p.bytes is not None and p.refused is None)
+    if fitting and over and over[0][0] > fitting[-1][0]:
+        (k0, p0), (k1, p1) = fitting[-1], over[0]
+    elif len(fitting) >= 2:
+        (k0, p0), (k1, p1) = fitting[-2], fitting[-1]
+    else:
         return None
-    (k0, p0), (k1, p1) = points[-2], points[-1]
     slope = (p1 - p0) / (k1 - k0)
     if slope <= 0:
         return None
     return int((limit - p0) // slope) + k0
+
+
+@dataclasses.dataclass(frozen=True)
+class Pools:
+    """A fit over several pools a job may land on (a scheduler's fallbacks: v5p-8, else v4-8).
+
+    Attributes:
+        knob: What was searched.
+        max_size: The largest size that fits every pool: the smallest pool's answer, down to a
+            multiple of every pool's step (a batch must divide over each pool's devices).
+        step: The step every pool's size is a multiple of (their least common multiple).
+        limiting: The pools whose own answer is the smallest: what a larger size would not fit.
+        fits: Each pool's own search, by target name, in the order given.
+    """
+
+    knob: str
+    max_size: int
+    step: int
+    limiting: tuple[str, ...]
+    fits: dict[str, Fit]
+
+    @property
+    def probes(self) -> int:
+        return sum(f.probes for f in self.fits.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"knob": self.knob, "max_size": self.max_size, "step": self.step, "limiting": list(self.limiting),
+                "probes": self.probes, "pools": {name: fit.to_json() for name, fit in self.fits.items()}}
+
+
+def over_pools(fits: Mapping[str, Fit]) -> Pools:
+    """What fits every pool, from each pool's own search (each confirmed by its compiles: its max fits,
+    one step above does not). A smaller size fits a pool wherever memory does not shrink as the knob
+    grows, which is what the search assumes within a pool too.
+
+    Example (FAKE searches, as :func:`search` would return them):
+        >>> fit = lambda size, step: Fit("batch", 32, step, size, None, None, probes=4)
+        >>> pools = over_pools({"v5p-8x1": fit(96, 4), "v4-8x1": fit(20, 4), "h100-8x1": fit(60, 8)})
+        >>> pools.max_size, pools.step, pools.limiting, pools.probes
+        (16, 8, ('v4-8x1',), 12)
+    """
+    if not fits:
+        raise ValueError("over_pools needs at least one pool's search")
+    knobs = {f.knob for f in fits.values()}
+    if len(knobs) != 1:
+        raise ValueError(f"over_pools: the pools searched different knobs ({', '.join(sorted(knobs))})")
+    step = math.lcm(*(f.step for f in fits.values()))
+    smallest = min(f.max_size for f in fits.values())
+    limiting = tuple(name for name, f in fits.items() if f.max_size == smallest)
+    return Pools(knobs.pop(), smallest // step * step, step, limiting, dict(fits))

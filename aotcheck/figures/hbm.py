@@ -84,6 +84,22 @@ def _size(number: str, unit: str) -> float:
     return float(number) * _UNITS.get(unit.upper().rstrip("IB") if unit else "", 1)
 
 
+def oom_bytes(error: str) -> int | None:
+    """What XLA said a program that ran out of HBM needs per device (its ``Used X of Y hbm`` or
+    ``required for ... (X) exceeds``), to 2 decimals of its unit; None where it does not say.
+
+    Example:
+        >>> oom_bytes("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 33.27G of 30.75G hbm.")
+        35723390484
+        >>> oom_bytes("INVALID_ARGUMENT: bad sharding") is None
+        True
+    """
+    need = re.search(r"required for .+? \(([\d.]+)([KMGT]?)i?B?\) exceeds available HBM", error)
+    used = re.search(r"Used ([\d.]+)([KMGT]?)i?B? of [\d.]+[KMGT]?i?B? hbm", error)
+    found = need or used
+    return int(_size(found[1], found[2])) if found else None
+
+
 def explain_oom(error: str, topology: str | Topology) -> str:
     """A plain summary of XLA's out-of-memory error (an :class:`aotcheck.errors.OutOfMemory`'s message)."""
     name = parse_topology(topology).name

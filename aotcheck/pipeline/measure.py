@@ -28,7 +28,7 @@ from typing import Any
 from aotcheck.errors import ConfigError, OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fit import Fit, Probe, search
-from aotcheck.figures.hbm import hbm_verdict
+from aotcheck.figures.hbm import hbm_verdict, oom_bytes
 from aotcheck.figures.program import Details
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
@@ -164,8 +164,8 @@ def fit_search(
                                      presets=presets)
             except OutOfMemorySpace as e:  # Not HBM: a kernel's VMEM (say). Too large all the same, and said.
                 return Probe(size, None, False, refused=e.overflow)
-            except OutOfMemory:
-                return Probe(size, None, False)
+            except OutOfMemory as e:  # What XLA says it needs is a point on the line too.
+                return Probe(size, None, False, needed=oom_bytes(str(e)))
         measured_at[size] = measured
         peak = int(measured.figures["peak_bytes"])
         return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from aotcheck.figures.program import comm_bytes, roofline
 from aotcheck.figures.table import fit_max
 from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.pools import pooled_fits
 from aotcheck.gate.report import Report
 from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.gate.upgrade import find_upgrade
@@ -30,7 +31,7 @@ from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.programs.options import format_libtpu_init_args, refusal_lines
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.tables import fmt_value, hbm_fraction, table, verdict_label
-from aotcheck.render.text import outcome_message, unsharded_lines
+from aotcheck.render.text import outcome_message, pools_lines, unsharded_lines
 from aotcheck.render.upgrade import upgrade_lines
 from aotcheck.spellings import ENVIRONMENT_FLAGS, SPELLINGS, flag_names
 from aotcheck.units import clip_runs, fmt_bytes, fmt_count, fmt_seconds, fmt_share
@@ -127,6 +128,8 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
     lines = [summary_table(report.outcomes)] if report.outcomes else []
     served = serving_lines(report, accept_args=accept_args)
     lines += ["", *served] if served else []
+    for program, pools in pooled_fits(report.outcomes):  # A program searched on several pools: one answer.
+        lines += ["", *pools_lines(program, pools)]
     for o in report.outcomes:
         if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:
             lines += ["", outcome_message(o) if o.drift_warning else f"note: {outcome_message(o)}"]

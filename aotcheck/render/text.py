@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
-from aotcheck.figures.fit import Fit
+from aotcheck.figures.fit import Fit, Pools
 from aotcheck.figures.hbm import HbmVerdict, explain_oom, explain_overflow, overflow_phrase
 from aotcheck.figures.sharding import Unsharded
 from aotcheck.figures.table import comm, parse
@@ -329,3 +329,20 @@ def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
     if fit.buffers_at_max:
         lines.append("What fills the memory at the max:\n" + buffers_table(fit.buffers_at_max, limit=5))
     return lines
+
+
+def pools_lines(config_program: str, pools: Pools) -> list[str]:
+    """What fits every pool a job may land on, which pool limits it, and what the search cost."""
+    names = ", ".join(pools.fits)
+    if pools.max_size == 0:
+        return [f"{config_program}: no {pools.knob} fits every pool ({names}): "
+                f"{', '.join(pools.limiting)} fits none in steps of {pools.step}. {pools.probes} compiles."]
+    own = {name: fit.max_size for name, fit in pools.fits.items()}
+    limits = " and ".join(pools.limiting)
+    bound = all(pools.fits[name].upper_bound for name in pools.limiting)  # No pool's memory stopped it.
+    why = (f" or more: {limits} reached the search's upper bound (fit_upper), not a limit" if bound else
+           f"; {limits} limit{'s' if len(pools.limiting) == 1 else ''} it")
+    return [f"{config_program}: the largest {pools.knob} that fits every pool ({names}) is {pools.max_size}{why}",
+            "  each pool's own: " + ", ".join(f"{name} {size}" for name, size in own.items())
+            + (f" (every pool's {pools.knob} is a multiple of {pools.step})" if pools.max_size < min(own.values()) else ""),
+            f"  {pools.probes} compiles ({', '.join(f'{n} {f.probes}' for n, f in pools.fits.items())})"]

@@ -105,3 +105,54 @@ def test_compile_json_has_the_goldens_figures_and_details_and_leaves_no_file(tmp
     assert result["figures"] == golden["figures"]  # The golden: another process, the gate's path.
     assert result["details"] == golden["details"] and result["attribution_problem"] is None
     assert list(tmp_path.iterdir()) == []  # The dump directory is removed.
+
+
+CANARY = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import aotcheck
+
+ROW = (8, 2**25)  # float32s: one GiB per row of the batch (the batch axis major: no tile pads it).
+
+
+def canary(rows):
+    def make_program(mesh, target):
+        x = jax.ShapeDtypeStruct((rows, *ROW), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+        return jax.jit(lambda x: jnp.sum(x, axis=(1, 2))), (x,)
+
+    return aotcheck.FunctionConfig(make_program=make_program, program="train_step", fit="batch",
+                                   knobs={"batch": aotcheck.Knob(rows, canary, step=4)})
+
+
+aotcheck.register("canary", canary(168))  # 42 GiB per chip of a 4-chip slice.
+'''
+
+
+@pytest.mark.heavy  # Two chip families' workers, 8 TPU compiles: about 10 s.
+def test_fit_over_every_pool_a_job_may_land_on_names_the_one_that_limits_it(tmp_path):
+    """marin #6345's shape: a canary's step needs 42 GiB per chip; it fits v5p-8 (95.74 GiB usable) and
+    OOMs on v4-8 (30.75 GiB), where the scheduler fell back. Analytic truth: one GiB per row over 4 chips,
+    so 4 x floor(95.74) = 380 rows on v5p-8 and 4 x floor(30.75) = 120 on v4-8."""
+    (tmp_path / "canary.py").write_text(CANARY)
+    out = run("fit", "canary", "--topology", "v5p-8,v4-8", "--module", "canary.py", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr  # The configured batch does not fit v4-8: a job there OOMs.
+    lines = out.stdout.splitlines()
+    assert ("canary/train_step: the largest batch that fits every pool (v5p-8x1, v4-8x1) is 120; v4-8x1 limits it"
+            in lines), out.stdout
+    assert "  each pool's own: v5p-8x1 380, v4-8x1 120" in lines and "  8 compiles (v5p-8x1 4, v4-8x1 4)" in lines
+    assert "canary/train_step@v4-8x1: the largest batch that fits is 120, peak 30.00 GiB" in out.stdout
+    doc = json.loads(run("fit", "canary", "--topology", "v5p-8,v4-8", "--module", "canary.py", "--json",
+                         cwd=tmp_path).stdout)["pools"]
+    assert (doc["max_size"], doc["limiting"], doc["pools"]["v5p-8x1"]["max_size"]) == (120, ["v4-8x1"], 380)
+    assert all(p["probes"] <= 4 for p in doc["pools"].values())
+
+
+def test_fit_pools_given_badly_are_named():
+    out = run("fit", "lm-tiny", "--topology", "v4-8,,v5e-16")
+    assert out.returncode == 2 and "names an empty pool; give pools as v5p-8,v4-8" in out.stderr, out.stderr
+    out = run("fit", "lm-tiny", "--topology", "v4-8,v4-8x1")
+    assert out.returncode == 2 and "names v4-8x1 twice; give each pool once" in out.stderr, out.stderr
+    out = run("compile", "lm-tiny", "--topology", "v4-8,v5e-16")
+    assert out.returncode == 2 and "this command takes one target; `aotcheck fit` takes several pools" in out.stderr
