@@ -147,12 +147,3 @@ def test_fit_over_every_pool_a_job_may_land_on_names_the_one_that_limits_it(tmp_
                          cwd=tmp_path).stdout)["pools"]
     assert (doc["max_size"], doc["limiting"], doc["pools"]["v5p-8x1"]["max_size"]) == (120, ["v4-8x1"], 380)
     assert all(p["probes"] <= 4 for p in doc["pools"].values())
-
-
-def test_fit_pools_given_badly_are_named():
-    out = run("fit", "lm-tiny", "--topology", "v4-8,,v5e-16")
-    assert out.returncode == 2 and "names an empty pool; give pools as v5p-8,v4-8" in out.stderr, out.stderr
-    out = run("fit", "lm-tiny", "--topology", "v4-8,v4-8x1")
-    assert out.returncode == 2 and "names v4-8x1 twice; give each pool once" in out.stderr, out.stderr
-    out = run("compile", "lm-tiny", "--topology", "v4-8,v5e-16")
-    assert out.returncode == 2 and "this command takes one target; `aotcheck fit` takes several pools" in out.stderr

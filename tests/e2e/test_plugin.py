@@ -174,6 +174,7 @@ def test_skips_compile_errors_builder_errors_and_junit(project, edit_toy):
     assert json.loads(properties["aotcheck"])["case"] == "toy/step@v5e-4x1"
 
 
+@pytest.mark.heavy  # A real run of 7 s (2 cores): the default run's budget keeps one of its kind.
 def test_foreign_toolchain_is_named_in_the_header(project):
     run(project, "--aot-topologies=v4-8", "--update-golden")
     doc = json.loads(golden(project).read_text())
@@ -248,6 +249,7 @@ def test_no_libtpu_noise_reaches_the_terminal(project, monkeypatch):
         assert noise not in out, out
 
 
+@pytest.mark.heavy  # A real run of 7 s (2 cores): the default run's budget keeps one of its kind.
 def test_launch_flags_with_presets_off_are_exactly_what_is_sent(project):
     project.makeini(INI + "aot_libtpu_init_args = --xla_tpu_scoped_vmem_limit_kib=65536 --megascale_port=8471\n"
                           "aot_default_options = none\n")

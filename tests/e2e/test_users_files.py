@@ -10,6 +10,7 @@ from faults import no_aotcheck_traceback
 from toy import CONFTEST, golden, plant_stale, run
 
 
+@pytest.mark.heavy  # A real run of 7 s (2 cores): the default run's budget keeps one of its kind.
 def test_a_full_update_removes_only_goldens_aotcheck_wrote(project):
     run(project, "--aot-topologies=v4-8", "--update-golden").assert_outcomes(passed=2)
     mine = {"OWNERS.json": '{"owners": ["@ml-infra"]}\n', "toy/notes.json": '["why the peak is what it is"]\n',
@@ -60,6 +61,7 @@ def test_configs_that_cannot_have_a_golden_of_their_own_fail_to_build(project):
     no_aotcheck_traceback(out)
 
 
+@pytest.mark.heavy  # A real run of 7 s (2 cores): the default run's budget keeps one of its kind.
 def test_the_accept_command_selects_a_config_named_with_glob_characters(project):
     project.makeconftest(CONFTEST + '\naotcheck.register("toy[v2]", aotcheck.FunctionConfig(fn=lambda x, w: x @ w, '
                          'make_args=make_args))\n')
