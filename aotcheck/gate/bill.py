@@ -32,9 +32,10 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from aotcheck.gate.boot import Boot, boot_budget
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
 from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
@@ -58,6 +59,9 @@ class Bill:
         tolerance: The tolerance the run judges bills by (None: it does not, as ``--update-golden``).
         accepted: An ``--update-golden`` run found the bill beyond its tolerance against the goldens it
             kept (each bucket's noisy seconds near its last) and wrote the measured seconds (:func:`accept_bills`).
+        boot: Whether the server starts there, from its buckets' figures (:mod:`aotcheck.gate.boot`; None
+            where a bucket lacks a figure it needs).
+        booted: Whether it started by its goldens' figures (None: not judged, or not known).
     """
 
     config: str
@@ -68,23 +72,38 @@ class Bill:
     row: Row | None = None
     tolerance: Tolerance | None = None
     accepted: bool = False
+    boot: Boot | None = None
+    booted: bool | None = None
+
+    @property
+    def boot_lost(self) -> bool:
+        """It started by its goldens' figures and no longer does: the run fails."""
+        return bool(self.booted) and self.boot is not None and not self.boot.boots
+
+    @property
+    def grew(self) -> bool:
+        """Its seconds grew beyond the tolerance (and no update accepted them)."""
+        return self.row is not None and self.row.change is Change.REGRESSION and not self.accepted
 
     @property
     def failed(self) -> bool:
-        return self.row is not None and self.row.change is Change.REGRESSION and not self.accepted
+        return self.grew or self.boot_lost
 
     def to_json(self) -> dict[str, Any]:
         return {"config": self.config, "target": self.target, "buckets": self.buckets, "seconds": self.seconds,
                 "complete": self.complete, "row": self.row.to_json() if self.row is not None else None,
                 "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
-                "accepted": self.accepted}
+                "accepted": self.accepted, "boot": self.boot.to_json() if self.boot is not None else None,
+                "booted": self.booted}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Bill":
         row, tolerance = data.get("row"), data.get("tolerance")
+        boot, booted = data.get("boot"), data.get("booted")
         return cls(str(data["config"]), str(data["target"]), int(data["buckets"]), float(data["seconds"]),
                    bool(data["complete"]), Row.from_json(row) if row else None,
-                   Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)))
+                   Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)),
+                   Boot.from_json(boot) if boot else None, None if booted is None else bool(booted))
 
 
 def served(outcome: Outcome) -> bool:
@@ -109,10 +128,25 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
         before = [(o.golden_figures or {}).get(FIGURE) for o in group]
         seconds = float(sum(s for s in now if s is not None))
         complete = all(s is not None for s in now + before)
+        judged = tolerance is not None and (config, target) not in partial
         row = compare_metric(FIGURE, float(sum(b for b in before if b is not None)), seconds, tolerance) \
-            if tolerance is not None and complete and (config, target) not in partial else None
-        bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance))
+            if judged and complete else None
+        boot = _boot(group, lambda o: o.figures)
+        was = _boot(group, lambda o: o.golden_figures) if judged else None
+        bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
+                          booted=was.boots if was is not None else None))
     return bills
+
+
+def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, float] | None]) -> Boot | None:
+    """The boot budget of one server's buckets on one target, loaded smallest first, by ``figures``."""
+    ordered = sorted(group, key=lambda o: tuple(o.case.bucket.values()))
+    found = [(o.case.program_id, figures(o)) for o in ordered]
+    if any(f is None for _, f in found):
+        return None
+    fits = [o.details.fit for o in group if o.details is not None and o.details.fit is not None]
+    pages = next((f.configured for f in fits if f.knob == "pages"), None)
+    return boot_budget(found, group[0].case.topology, pages=pages)
 
 
 def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,

@@ -19,7 +19,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
 from aotcheck.gate.upgrade import Upgrade, find_upgrade
 from aotcheck.render.summary import SUMMARY_HEADERS, summary_row
-from aotcheck.render.serving import HEADERS, bill_line, bucket_rows, groups
+from aotcheck.render.serving import HEADERS, bill_line, boot_line, bucket_rows, groups
 from aotcheck.render.tables import source_line
 from aotcheck.render.text import UNSHARDED_CAUSES, outcome_message
 from aotcheck.render.upgrade import upgrade_advice, upgrade_heading, upgrade_rows, upgrade_summary
@@ -100,7 +100,9 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
     if served:
         lines += ["", "### Servers: buckets, largest first, and the start-up bill", ""]
         for bill, buckets in served:
-            lines += [bill_line(bill).removeprefix("aotcheck: "), "", markdown_table(HEADERS, bucket_rows(buckets)), ""]
+            boot = boot_line(bill)
+            lines += [bill_line(bill).removeprefix("aotcheck: "), *(["", boot.strip()] if boot else []), "",
+                      markdown_table(HEADERS, bucket_rows(buckets)), ""]
     if report.failed:
         lines += ["", "### What failed", ""]
         for o in report.failed:

@@ -79,11 +79,32 @@ def bill_line(bill: Bill, *, accept: str | None = None) -> str:
     if bill.accepted:
         return (f"{line} (the goldens kept summed {golden}, beyond its tolerance {row.tolerance}: accepted, "
                 f"each bucket's compile_cpu_seconds written as measured)")
-    verdict = "REGRESSION, beyond" if bill.failed else "within" if row.change is Change.OK else "below"
+    verdict = "REGRESSION, beyond" if bill.grew else "within" if row.change is Change.OK else "below"
     line = f"{line} (goldens {golden}: {verdict} its tolerance {row.tolerance})"
-    if bill.failed and accept is not None:
+    if bill.grew and accept is not None:
         line += f"; if expected, accept it: {accept}"
     return line
+
+
+def boot_line(bill: Bill) -> str | None:
+    """Whether the server starts on the target: what its boot budget holds against what a device may
+    hold, what tips it, and the largest KV pool with which it starts (None: not known)."""
+    boot = bill.boot
+    if boot is None:
+        return None
+    parts = (f"weights {fmt_bytes(boot.weights_bytes)} + KV pool {fmt_bytes(boot.kv_bytes)} + {boot.programs} "
+             f"programs loaded (code {fmt_bytes(boot.code_bytes)}, temporaries {fmt_bytes(boot.temp_bytes)}) = "
+             f"{fmt_bytes(boot.total_bytes)} of the {fmt_bytes(boot.usable_bytes)} a device may hold ({boot.usable})")
+    pages = f" ({boot.kv_max_pages:,} pages)" if boot.kv_max_pages is not None else ""
+    largest = (f"the largest KV pool that starts: {fmt_bytes(boot.kv_max_bytes)}{pages}, "
+               f"{boot.kv_max_fraction:.3f} of memory as an engine's utilization" if boot.kv_max_bytes else
+               "no KV pool starts: weights and programs alone do not fit")
+    if boot.boots:
+        return (f"  boots: {parts}; {fmt_bytes(boot.usable_bytes - boot.total_bytes)} to spare; {largest}")
+    tips = {"weights": "the weights alone do not fit", "kv": "the KV pool tips it"}.get(
+        boot.tips or "", f"loading {boot.tips} tips it (programs load smallest first)")
+    lost = "REGRESSION: it started by its goldens' figures and " if bill.boot_lost else ""
+    return f"  {lost}WILL NOT START: {parts}; {tips}; {largest}"
 
 
 def groups(report: Report) -> list[tuple[Bill, list[Outcome]]]:
@@ -99,5 +120,7 @@ def serving_lines(report: Report, *, accept_args: Sequence[str] = ()) -> list[st
     for bill, outcomes in groups(report):
         accept = accept_all_command([o.case for o in outcomes],
                                     extra=[*golden_dir_option(report.golden_dir), *accept_args])
-        lines += [*([""] if lines else []), bill_line(bill, accept=accept), table(HEADERS, bucket_rows(outcomes))]
+        boot = boot_line(bill)
+        lines += [*([""] if lines else []), bill_line(bill, accept=accept), *([boot] if boot else []),
+                  table(HEADERS, bucket_rows(outcomes))]
     return lines

@@ -73,6 +73,9 @@ class Platform:
         aliases: Other names of its families a user may write (``v5litepod`` for ``v5e``).
         spellings: How another tool spells a family in a topology's name (MaxText's ``tpu7x``).
         toolchain_last: Whether its compiler's version comes after the others' where versions are listed.
+        memory_fraction: The share of a device's memory a process gets where none is set, and the
+            environment variable that sets it (JAX on GPUs: 0.75, ``XLA_PYTHON_CLIENT_MEM_FRACTION``); None:
+            the compiler's limit is what a process may use (TPU).
     """
 
     name: str
@@ -92,6 +95,7 @@ class Platform:
     aliases: Mapping[str, str] = MappingProxyType({})
     spellings: Mapping[str, Mapping[str, str]] = MappingProxyType({})
     toolchain_last: bool = False
+    memory_fraction: tuple[float, str] | None = None
 
     @property
     def option_presets(self) -> bool:
@@ -173,7 +177,8 @@ TPU = Platform(
 )
 GPU = Platform("gpu", compiler="the CUDA plugin's XLA", upgrade="jax and its CUDA plugin",
                compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_", extra="cuda",
-               toolchain_last=True)  # The CUDA plugin's version last, as the header has always said it.
+               toolchain_last=True,  # The CUDA plugin's version last, as the header has always said it.
+               memory_fraction=(0.75, "XLA_PYTHON_CLIENT_MEM_FRACTION"))
 # Host CPU devices: compiled by XLA's CPU backend, which comes with jaxlib; goldens record libtpu too,
 # as they always have.
 CPU = Platform("cpu", compiler="XLA", upgrade="jax", compiler_package=_runtime.LIBTPU, host_devices=True)

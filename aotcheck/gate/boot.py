@@ -1,0 +1,145 @@
+"""Will a server start: its boot budget on a target, from its buckets' figures.
+
+A serving engine loads its weights, allocates its KV pool, then loads every bucket's program before
+it takes traffic. Loading a TPU program reserves its HBM for as long as it stays loaded: its
+generated code *and* its temporaries, not only the code (OpenXLA's error E0101 is a load failing to
+"reserve" a program's memory, whose fix is fewer temporaries; tpu-inference frees programs'
+``bytes_reserved`` with ``jax.clear_caches()``; tpu-inference #3408: the programs of gemma-4 on
+tpu7x-8 "total ~6GiB+ at load", past what a pool at 0.95 of memory leaves). So the budget is
+
+    weights + KV pool + the sum over every bucket of (generated code + temporaries)  <=  usable
+
+per device, where usable is what the compiler lets a device use (TPU), or the device's memory times
+the fraction the process runs with (GPU: ``XLA_PYTHON_CLIENT_MEM_FRACTION``, JAX's default 0.75).
+What it cannot know: allocations outside XLA's programs (the runtime's own reserve, a framework's
+buffers, fragmentation), and each step's outputs, allocated per run.
+
+Example (FAKE figures, as a server's buckets record them; nothing compiles):
+    >>> from aotcheck.targets.topology import parse_topology
+    >>> GiB = 2**30
+    >>> def bucket(tokens, code, temp):
+    ...     return (f"step[tokens={tokens}]", {"peak_params_bytes": 10 * GiB, "peak_kv_cache_bytes": 4 * GiB,
+    ...                                        "generated_code_bytes": code, "temp_bytes": temp})
+    >>> boot = boot_budget([bucket(16, GiB // 4, GiB // 2), bucket(64, GiB // 4, 2 * GiB)], parse_topology("v5e-1"))
+    >>> boot.boots, boot.tips, boot.total_bytes / GiB, round(boot.usable_bytes / GiB, 2), boot.usable
+    (False, 'step[tokens=64]', 17.0, 15.75, "the compiler's limit")
+    >>> round(boot.kv_max_bytes / GiB, 2), round(boot.kv_max_fraction, 3)  # The pool that boots: 2.75 GiB.
+    (2.75, 0.797)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aotcheck.targets.topology import Topology
+
+FIGURES = ("peak_params_bytes", "peak_kv_cache_bytes", "generated_code_bytes", "temp_bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Boot:
+    """A server's boot budget on one target, per device.
+
+    Attributes:
+        weights_bytes: Its parameters.
+        kv_bytes: Its KV pool as configured.
+        code_bytes: Every bucket's generated code, summed (all are loaded at start-up).
+        temp_bytes: Every bucket's temporaries, summed (a loaded program keeps its reservation).
+        usable_bytes: What a device may hold.
+        usable: Where ``usable_bytes`` comes from, in words.
+        programs: How many programs are loaded.
+        tips: What first crosses ``usable_bytes`` as the server starts (``"weights"``, ``"kv"``, or the
+            program id of the bucket whose loading does: buckets load smallest first); None when it boots.
+        kv_max_bytes: The largest KV pool with which it boots (0: not even without one).
+        memory_bytes: The device's memory (an engine's utilization is a share of it).
+        bytes_per_page: The KV pool's bytes per page, where its configured pages are known.
+    """
+
+    weights_bytes: int
+    kv_bytes: int
+    code_bytes: int
+    temp_bytes: int
+    usable_bytes: int
+    usable: str
+    programs: int
+    tips: str | None
+    kv_max_bytes: int
+    memory_bytes: int
+    bytes_per_page: float | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.code_bytes + self.temp_bytes
+
+    @property
+    def boots(self) -> bool:
+        return self.total_bytes <= self.usable_bytes
+
+    @property
+    def kv_max_fraction(self) -> float:
+        """The largest pool as an engine's memory utilization: (weights + pool) over the device's memory."""
+        return (self.weights_bytes + self.kv_max_bytes) / self.memory_bytes if self.memory_bytes else 0.0
+
+    @property
+    def kv_max_pages(self) -> int | None:
+        return int(self.kv_max_bytes // self.bytes_per_page) if self.bytes_per_page else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "boots": self.boots, "total_bytes": self.total_bytes,
+                "kv_max_fraction": self.kv_max_fraction, "kv_max_pages": self.kv_max_pages}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Boot":
+        """The inverse of :meth:`to_json` (its derived fields recomputed); KeyError/ValueError if malformed."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None) -> tuple[int, str] | None:
+    """What a device of ``topology`` may hold, and where that comes from, in words (None: a host's CPU,
+    which has no budget of its own)."""
+    device, platform = topology.device, topology.platform
+    if not device.memory_limit_bytes:
+        return None
+    if platform.memory_fraction is None:
+        return int(device.memory_limit_bytes), "the compiler's limit"
+    default, variable = platform.memory_fraction
+    given = (os.environ if environ is None else environ).get(variable)
+    try:
+        fraction = float(given) if given else default
+        if not 0 < fraction <= 1:
+            raise ValueError(given)
+    except ValueError:
+        fraction, given = default, None
+    where = f"{fraction:g} of memory ({variable})" if given else f"{fraction:g} of memory (JAX's default; {variable} sets another)"
+    return int(int(device.memory_bytes or 0) * fraction), where
+
+
+def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
+                pages: int | None = None, environ: Mapping[str, str] | None = None) -> Boot | None:
+    """The boot budget of a server whose buckets (program id, figures) run on ``topology``, in the order
+    they load (smallest first); None when a bucket lacks a figure the budget needs. ``pages``: the
+    configured pages of the KV pool, to say the largest pool in pages too."""
+    if not buckets or any(name not in figures for _, figures in buckets for name in FIGURES):
+        return None
+    weights = int(max(f["peak_params_bytes"] for _, f in buckets))
+    kv = int(max(f["peak_kv_cache_bytes"] for _, f in buckets))
+    usable_and_where = usable_memory(topology, environ)
+    if usable_and_where is None:
+        return None
+    usable, where = usable_and_where
+    loads = [(program, int(f["generated_code_bytes"]) + int(f["temp_bytes"])) for program, f in buckets]
+    tips, held = None, 0
+    for part, size in (("weights", weights), ("kv", kv), *loads):
+        held += size
+        if held > usable:
+            tips = part
+            break
+    code = sum(int(f["generated_code_bytes"]) for _, f in buckets)
+    temp = sum(int(f["temp_bytes"]) for _, f in buckets)
+    kv_max = max(0, usable - weights - code - temp)
+    return Boot(weights, kv, code, temp, usable, where, len(buckets), tips, kv_max,
+                int(topology.device.memory_bytes or 0), kv / pages if pages and kv else None)

@@ -1,0 +1,99 @@
+"""aotcheck.gate.boot and the bill's boot record: whether a server starts on a target, from its
+buckets' figures. FAKE figures for the arithmetic (its truth is the sum by hand); the reference
+server's committed goldens for a real one."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from aotcheck.gate.bill import Bill, startup_bills
+from aotcheck.gate.boot import Boot, boot_budget, usable_memory
+from aotcheck.gate.golden import Golden
+from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.verdict import Verdict
+from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import Measurement
+from aotcheck.render.serving import boot_line
+from aotcheck.targets.topology import parse_topology
+
+GiB, MiB = 2**30, 2**20
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def figures(weights=10 * GiB, kv=4 * GiB, code=256 * MiB, temp=512 * MiB):
+    return {"peak_params_bytes": weights, "peak_kv_cache_bytes": kv, "generated_code_bytes": code, "temp_bytes": temp}
+
+
+@given(st.lists(st.tuples(st.integers(0, GiB), st.integers(0, 4 * GiB)), min_size=1, max_size=8),
+       st.integers(0, 12 * GiB), st.integers(0, 8 * GiB))
+def test_the_budget_is_weights_pool_and_every_loaded_programs_code_and_temporaries(programs, weights, kv):
+    buckets = [(f"step[tokens={16 << i}]", figures(weights, kv, code, temp)) for i, (code, temp) in enumerate(programs)]
+    boot = boot_budget(buckets, parse_topology("v5e-1"))
+    loaded = sum(code + temp for code, temp in programs)
+    assert boot.total_bytes == weights + kv + loaded and boot.usable_bytes == 16911433728  # 15.75 GiB: libtpu's limit.
+    assert boot.boots == (boot.total_bytes <= boot.usable_bytes)
+    assert boot.kv_max_bytes == max(0, boot.usable_bytes - weights - loaded)
+    # What tips it is the first part whose loading crosses the limit, in the order a server starts.
+    held, tips = 0, None
+    for part, size in [("weights", weights), ("kv", kv), *((b, c + t) for (b, _), (c, t) in zip(buckets, programs))]:
+        held += size
+        if tips is None and held > boot.usable_bytes:
+            tips = part
+    assert boot.tips == tips and Boot.from_json(json.loads(json.dumps(boot.to_json()))) == boot
+
+
+def test_a_gpu_process_gets_its_memory_fraction_said_with_where_it_comes_from():
+    h100 = parse_topology("h100-8")
+    assert usable_memory(h100, {}) == (int(h100.device.memory_bytes * 0.75),
+                                       "0.75 of memory (JAX's default; XLA_PYTHON_CLIENT_MEM_FRACTION sets another)")
+    assert usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"}) == (
+        int(h100.device.memory_bytes * 0.9), "0.9 of memory (XLA_PYTHON_CLIENT_MEM_FRACTION)")
+    assert usable_memory(parse_topology("cpu-4"), {}) is None  # A host's CPU: no budget of its own.
+
+
+def test_a_bucket_without_the_figures_the_budget_needs_leaves_it_unknown():
+    partial = {k: v for k, v in figures().items() if k != "temp_bytes"}
+    assert boot_budget([("step[tokens=16]", partial)], parse_topology("v5e-1")) is None
+
+
+def small(temp):
+    return figures(weights=8 * GiB, kv=2 * GiB, temp=temp)
+
+
+def served(tokens, now, before):
+    case = Case.of("srv", f"step[tokens={tokens}]", "v5e-1")
+    return Outcome(case, Verdict.PASS, measured=Measurement(case, now, {}, 1.0),
+                   golden=Golden(before, {}, {}, Path(case.golden_relpath)))
+
+
+def test_a_server_that_started_and_no_longer_does_fails_the_run_and_says_what_tips_it():
+    before = [served(16, small(GiB), small(GiB)), served(64, small(2 * GiB), small(GiB))]  # 13.50 of 15.75 GiB.
+    (bill,) = startup_bills(before)
+    assert bill.boot.boots and bill.booted and not bill.failed
+    grown = [served(16, small(GiB), small(GiB)), served(64, small(6 * GiB), small(GiB))]  # 17.50 GiB.
+    (bill,) = startup_bills(grown)
+    assert not bill.boot.boots and bill.booted and bill.boot_lost and bill.failed and not bill.grew
+    assert bill.boot.tips == "step[tokens=64]"
+    line = boot_line(bill)
+    assert line.startswith("  REGRESSION: it started by its goldens' figures and WILL NOT START: weights 8.00 GiB + "
+                           "KV pool 2.00 GiB + 2 programs loaded"), line
+    assert "loading step[tokens=64] tips it (programs load smallest first)" in line
+    assert Bill.from_json(json.loads(json.dumps(bill.to_json()))) == bill
+    (never,) = startup_bills([served(64, small(6 * GiB), small(6 * GiB))])
+    assert not never.boot.boots and never.booted is False and not never.failed  # Never started: said, not failed.
+
+
+@pytest.mark.parametrize("target", ["v4-8x1", "v5e-16x1", "h100-8x1"])
+def test_the_reference_servers_boot_from_its_goldens_adds_up(target):
+    """The reference server (aotcheck.models.serve) on each gated target, from its committed goldens: the
+    budget is their figures summed by hand, and the pool that still starts fills what is left."""
+    docs = [json.loads(p.read_text()) for p in sorted((ROOT / "golden/llm").glob(f"*@{target}.json"))]
+    cases = [Case.parse(d["case"]) for d in docs]
+    boot = boot_budget([(c.program_id, d["figures"]) for c, d in zip(cases, docs)], cases[0].topology)
+    code = sum(d["figures"]["generated_code_bytes"] for d in docs)
+    temp = sum(d["figures"]["temp_bytes"] for d in docs)
+    weights = max(d["figures"]["peak_params_bytes"] for d in docs)  # The step holds them; a sampler fewer.
+    assert boot.programs == len(docs) == 9 and (boot.code_bytes, boot.temp_bytes) == (code, temp)
+    assert boot.boots and boot.kv_max_bytes == boot.usable_bytes - weights - code - temp
