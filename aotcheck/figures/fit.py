@@ -152,7 +152,7 @@ def search(
         predicted = _predict(seen, limit)
         if predicted is None or (hi is not None and hi - lo <= 1):
             break
-        k = max(lo + 1, min(predicted, (hi - 1) if hi else top))
+        k = min(top, max(lo + 1, min(predicted, (hi - 1) if hi else top)))
         if at(k).fits:
             lo = k
             if k == top:
@@ -160,6 +160,8 @@ def search(
             if not at(k + 1).fits:
                 return done(k, bisected=False)
             lo = k + 1
+            if lo == top:  # The cap fits: never probe past it.
+                return done(lo, bisected=False)
         else:
             hi = k
             if at(k - 1).fits:
@@ -187,8 +189,9 @@ def _predict(seen: Mapping[int, Probe], limit: int) -> int | None:
     smallest that does not (its peak, or what XLA said it needs), where both are known; else through the
     two largest that fit."""
     fitting = sorted((k, p.bytes) for k, p in seen.items() if p.fits and p.bytes is not None)
-    over = sorted((k, p.bytes) for k, p in seen.items() if not p.fits and p.bytes is not None and p.refused is None)
-    if fitting and over and over[0][0] > fitting[-1][0]:
+    over = sorted((k, p.bytes) for k, p in seen.items() if not p.fits and p.bytes is not None)
+    over = [point for point in over if fitting and point[0] > fitting[-1][0]]
+    if fitting and over:
         (k0, p0), (k1, p1) = fitting[-1], over[0]
     elif len(fitting) >= 2:
         (k0, p0), (k1, p1) = fitting[-2], fitting[-1]

@@ -131,7 +131,8 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
         judged = tolerance is not None and (config, target) not in partial
         row = compare_metric(FIGURE, float(sum(b for b in before if b is not None)), seconds, tolerance) \
             if judged and complete else None
-        boot = _boot(group, lambda o: o.figures)
+        whole = (config, target) not in partial  # A shard that holds part of a server knows part of its budget.
+        boot = _boot(group, lambda o: o.figures) if whole else None
         was = _boot(group, lambda o: o.golden_figures) if judged else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
                           booted=was.boots if was is not None else None))
@@ -139,9 +140,8 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
 
 
 def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, float] | None]) -> Boot | None:
-    """The boot budget of one server's buckets on one target, loaded smallest first, by ``figures``."""
-    ordered = sorted(group, key=lambda o: tuple(o.case.bucket.values()))
-    found = [(o.case.program_id, figures(o)) for o in ordered]
+    """The boot budget of one server's buckets on one target, by ``figures``."""
+    found = [(o.case.program_id, figures(o)) for o in group]
     if any(f is None for _, f in found):
         return None
     fits = [o.details.fit for o in group if o.details is not None and o.details.fit is not None]

@@ -9,8 +9,10 @@ tpu7x-8 "total ~6GiB+ at load", past what a pool at 0.95 of memory leaves). So t
 
     weights + KV pool + the sum over every bucket of (generated code + temporaries)  <=  usable
 
-per device, where usable is what the compiler lets a device use (TPU), or the device's memory times
-the fraction the process runs with (GPU: ``XLA_PYTHON_CLIENT_MEM_FRACTION``, JAX's default 0.75).
+per device, where usable is what the compiler lets a device use. On a GPU, XLA's client takes a
+run's temporaries from its pool and gives them back, so the budget there holds every bucket's code and
+the largest bucket's temporaries, against the device's memory times the fraction the process runs
+with (``XLA_PYTHON_CLIENT_MEM_FRACTION``, JAX's default 0.75).
 What it cannot know: allocations outside XLA's programs (the runtime's own reserve, a framework's
 buffers, fragmentation), and each step's outputs, allocated per run.
 
@@ -52,7 +54,7 @@ class Boot:
         usable: Where ``usable_bytes`` comes from, in words.
         programs: How many programs are loaded.
         tips: What first crosses ``usable_bytes`` as the server starts (``"weights"``, ``"kv"``, or the
-            program id of the bucket whose loading does: buckets load smallest first); None when it boots.
+            program id of the bucket whose loading does, the smallest loaded first); None when it boots.
         kv_max_bytes: The largest KV pool with which it boots (0: not even without one).
         memory_bytes: The device's memory (an engine's utilization is a share of it).
         bytes_per_page: The KV pool's bytes per page, where its configured pages are known.
@@ -120,9 +122,9 @@ def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None) 
 
 def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
                 pages: int | None = None, environ: Mapping[str, str] | None = None) -> Boot | None:
-    """The boot budget of a server whose buckets (program id, figures) run on ``topology``, in the order
-    they load (smallest first); None when a bucket lacks a figure the budget needs. ``pages``: the
-    configured pages of the KV pool, to say the largest pool in pages too."""
+    """The boot budget of a server whose buckets (program id, figures) run on ``topology`` (loaded smallest
+    first: what tips it is the first whose loading crosses the limit); None when a bucket lacks a figure
+    the budget needs. ``pages``: the configured pages of the KV pool, to say the largest pool in pages too."""
     if not buckets or any(name not in figures for _, figures in buckets for name in FIGURES):
         return None
     weights = int(max(f["peak_params_bytes"] for _, f in buckets))
@@ -131,7 +133,13 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
     if usable_and_where is None:
         return None
     usable, where = usable_and_where
-    loads = [(program, int(f["generated_code_bytes"]) + int(f["temp_bytes"])) for program, f in buckets]
+    keep = topology.platform.programs_keep_temporaries
+    # Each load as it adds to what is held (on a GPU a bucket's temporaries count only above the largest so far).
+    loads, largest = [], 0
+    for program, f in sorted(buckets, key=lambda b: int(b[1]["generated_code_bytes"]) + int(b[1]["temp_bytes"])):
+        temp_now = int(f["temp_bytes"]) if keep else max(0, int(f["temp_bytes"]) - largest)
+        largest = max(largest, int(f["temp_bytes"]))
+        loads.append((program, int(f["generated_code_bytes"]) + temp_now))
     tips, held = None, 0
     for part, size in (("weights", weights), ("kv", kv), *loads):
         held += size
@@ -139,7 +147,8 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
             tips = part
             break
     code = sum(int(f["generated_code_bytes"]) for _, f in buckets)
-    temp = sum(int(f["temp_bytes"]) for _, f in buckets)
+    temps = [int(f["temp_bytes"]) for _, f in buckets]
+    temp = sum(temps) if topology.platform.programs_keep_temporaries else max(temps)
     kv_max = max(0, usable - weights - code - temp)
     return Boot(weights, kv, code, temp, usable, where, len(buckets), tips, kv_max,
                 int(topology.device.memory_bytes or 0), kv / pages if pages and kv else None)

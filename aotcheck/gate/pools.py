@@ -12,11 +12,13 @@ Example (FAKE outcomes: searches as the gate records them, nothing compiles):
     >>> from aotcheck.pipeline.case import Case
     >>> from aotcheck.pipeline.measurement import Measurement
     >>> def searched(topology, size):
-    ...     case = Case.of("canary", "train_step", topology)
+    ...     case = Case.parse(f"canary/train_step@{topology}" + ("" if "x" in topology else "x1"))
     ...     fit = Fit("batch", 32, 4, size, None, None, probes=4)
     ...     return Outcome(case, Verdict.PASS, measured=Measurement(case, {}, {}, 1.0, details=Details(fit=fit)))
     >>> [(program, p.max_size, p.limiting) for program, p in pooled_fits([searched("v5p-8", 96), searched("v4-8", 20)])]
     [('canary/train_step', 20, ('v4-8x1',))]
+    >>> pooled_fits([searched("v5p-8", 96), searched("v5p-8x2", 20)])  # Two slice counts: no pools.
+    []
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from aotcheck.gate.outcome import Outcome
 
 
 def pooled_fits(outcomes: Sequence[Outcome]) -> list[tuple[str, Pools]]:
-    """``(config/program, what fits every pool)`` for each program whose fit was searched on two targets
-    or more (the same knob; a serving bucket is a program of its own), in the order of its first case."""
-    found: dict[tuple[str, str], dict[str, Fit]] = {}
+    """``(config/program, what fits every pool)`` for each program whose fit was searched on two pools or
+    more: targets of as many slices (a job's slice count is its own, not a pool it falls back to), the
+    same knob; a serving bucket is a program of its own. In the order of each program's first case."""
+    found: dict[tuple[str, int, str], dict[str, Fit]] = {}
     for o in outcomes:
         fit = o.details.fit if o.details is not None else None
         if fit is not None:
-            found.setdefault((f"{o.case.config}/{o.case.program_id}", fit.knob), {})[o.case.target.name] = fit
-    return [(program, over_pools(fits)) for (program, _), fits in found.items() if len(fits) > 1]
+            key = (f"{o.case.config}/{o.case.program_id}", o.case.num_slices, fit.knob)
+            found.setdefault(key, {})[o.case.target.name] = fit
+    return [(program, over_pools(fits)) for (program, _, _), fits in found.items() if len(fits) > 1]

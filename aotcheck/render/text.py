@@ -334,15 +334,20 @@ def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
 def pools_lines(config_program: str, pools: Pools) -> list[str]:
     """What fits every pool a job may land on, which pool limits it, and what the search cost."""
     names = ", ".join(pools.fits)
-    if pools.max_size == 0:
-        return [f"{config_program}: no {pools.knob} fits every pool ({names}): "
-                f"{', '.join(pools.limiting)} fits none in steps of {pools.step}. {pools.probes} compiles."]
     own = {name: fit.max_size for name, fit in pools.fits.items()}
-    limits = " and ".join(pools.limiting)
-    bound = all(pools.fits[name].upper_bound for name in pools.limiting)  # No pool's memory stopped it.
-    why = (f" or more: {limits} reached the search's upper bound (fit_upper), not a limit" if bound else
-           f"; {limits} limit{'s' if len(pools.limiting) == 1 else ''} it")
+    cost = f"{pools.probes} compiles ({', '.join(f'{n} {f.probes}' for n, f in pools.fits.items())})"
+    if pools.max_size == 0:
+        why = ", ".join(f"{n} fits {'none' if own[n] == 0 else f'at most {own[n]}'}" for n in pools.limiting)
+        return [f"{config_program}: no {pools.knob} fits every pool ({names}) in steps of {pools.step}: {why}.",
+                f"  {cost}"]
+    # A pool whose search stopped at its cap does not limit anything: the answer is at least that.
+    stopped = [n for n in pools.limiting if not pools.fits[n].upper_bound]
+    capped = [n for n in pools.limiting if pools.fits[n].upper_bound]
+    if stopped:
+        why = f"; {' and '.join(stopped)} limit{'s' if len(stopped) == 1 else ''} it"
+    else:
+        why = f" or more: {' and '.join(capped)} reached the search's upper bound (fit_upper), not a limit"
     return [f"{config_program}: the largest {pools.knob} that fits every pool ({names}) is {pools.max_size}{why}",
             "  each pool's own: " + ", ".join(f"{name} {size}" for name, size in own.items())
             + (f" (every pool's {pools.knob} is a multiple of {pools.step})" if pools.max_size < min(own.values()) else ""),
-            f"  {pools.probes} compiles ({', '.join(f'{n} {f.probes}' for n, f in pools.fits.items())})"]
+            f"  {cost}"]

@@ -76,6 +76,9 @@ class Platform:
         memory_fraction: The share of a device's memory a process gets where none is set, and the
             environment variable that sets it (JAX on GPUs: 0.75, ``XLA_PYTHON_CLIENT_MEM_FRACTION``); None:
             the compiler's limit is what a process may use (TPU).
+        programs_keep_temporaries: Whether a loaded program keeps its temporaries reserved while it stays
+            loaded (libtpu: a server's every bucket holds its own), or takes them per run from a pool
+            (XLA's GPU client: the largest bucket's at a time).
     """
 
     name: str
@@ -96,6 +99,7 @@ class Platform:
     spellings: Mapping[str, Mapping[str, str]] = MappingProxyType({})
     toolchain_last: bool = False
     memory_fraction: tuple[float, str] | None = None
+    programs_keep_temporaries: bool = False
 
     @property
     def option_presets(self) -> bool:
@@ -174,6 +178,7 @@ TPU = Platform(
     # is a few seconds against 7x compiles of tens of seconds.
     fresh_worker_families=frozenset({"7x"}),
     logs_warnings=True,
+    programs_keep_temporaries=True,
 )
 GPU = Platform("gpu", compiler="the CUDA plugin's XLA", upgrade="jax and its CUDA plugin",
                compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_", extra="cuda",

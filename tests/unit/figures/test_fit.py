@@ -101,6 +101,20 @@ def test_a_stepped_peak_is_found_by_bisection(fixed, per, jump_at, jump, step, c
         assert found.upper_bound or peak_of(found.max_size + step) > limit
 
 
+def test_the_search_never_probes_past_its_cap():
+    """Found by review: a prediction one below the cap, where the cap fits too, probed past it."""
+    peaks = {10: 50, 18: 92, 19: 95, 20: 99, 21: 100, 22: 101}
+    seen = []
+
+    def probe(size):
+        seen.append(size)
+        peak = peaks.get(size, 4 * size + 20)
+        return Probe(size, peak, peak <= 100)
+
+    found = search(probe, configured=10, step=1, limit=100, upper=20)
+    assert found.max_size == 20 and found.upper_bound and max(seen) == 20, (found, seen)
+
+
 def test_nothing_fits_says_so_with_its_peak():
     found = search(lambda s: Probe(s, 20 * GiB + s, False), configured=32, step=8, limit=16 * GiB)
     assert found.max_size == 0 and found.smallest_peak == 20 * GiB + 8 and found.probes == 2

@@ -35,13 +35,27 @@ def test_the_budget_is_weights_pool_and_every_loaded_programs_code_and_temporari
     assert boot.total_bytes == weights + kv + loaded and boot.usable_bytes == 16911433728  # 15.75 GiB: libtpu's limit.
     assert boot.boots == (boot.total_bytes <= boot.usable_bytes)
     assert boot.kv_max_bytes == max(0, boot.usable_bytes - weights - loaded)
-    # What tips it is the first part whose loading crosses the limit, in the order a server starts.
+    # What tips it is the first part whose loading crosses the limit, in the order a server starts (the
+    # smallest program first).
     held, tips = 0, None
-    for part, size in [("weights", weights), ("kv", kv), *((b, c + t) for (b, _), (c, t) in zip(buckets, programs))]:
+    loads = sorted(((b, c + t) for (b, _), (c, t) in zip(buckets, programs)), key=lambda load: load[1])
+    for part, size in [("weights", weights), ("kv", kv), *loads]:
         held += size
         if tips is None and held > boot.usable_bytes:
             tips = part
     assert boot.tips == tips and Boot.from_json(json.loads(json.dumps(boot.to_json()))) == boot
+
+
+def test_on_a_gpu_only_the_largest_buckets_temporaries_count_and_what_tips_it_is_said_so():
+    h100 = parse_topology("h100-1")
+    usable = int(h100.device.memory_bytes * 0.75)
+    big = figures(weights=usable - 10 * GiB, kv=4 * GiB, code=0, temp=5 * GiB)
+    boot = boot_budget([("step[tokens=16]", {**big, "temp_bytes": 3 * GiB}), ("step[tokens=64]", big)], h100, environ={})
+    assert boot.temp_bytes == 5 * GiB and boot.total_bytes == usable - 10 * GiB + 9 * GiB and boot.boots
+    tight = boot_budget([("step[tokens=16]", {**big, "temp_bytes": 3 * GiB}), ("step[tokens=64]", {**big, "temp_bytes": 7 * GiB})],
+                        h100, environ={})
+    # 3 GiB with the first bucket, then only 4 more with the second (the pool gives the first's back).
+    assert not tight.boots and tight.tips == "step[tokens=64]" and tight.temp_bytes == 7 * GiB
 
 
 def test_a_gpu_process_gets_its_memory_fraction_said_with_where_it_comes_from():
@@ -93,7 +107,9 @@ def test_the_reference_servers_boot_from_its_goldens_adds_up(target):
     cases = [Case.parse(d["case"]) for d in docs]
     boot = boot_budget([(c.program_id, d["figures"]) for c, d in zip(cases, docs)], cases[0].topology)
     code = sum(d["figures"]["generated_code_bytes"] for d in docs)
-    temp = sum(d["figures"]["temp_bytes"] for d in docs)
+    temps = [d["figures"]["temp_bytes"] for d in docs]
+    # A loaded TPU program keeps its temporaries; XLA's GPU client takes a run's from its pool.
+    temp = sum(temps) if cases[0].topology.platform.programs_keep_temporaries else max(temps)
     weights = max(d["figures"]["peak_params_bytes"] for d in docs)  # The step holds them; a sampler fewer.
     assert boot.programs == len(docs) == 9 and (boot.code_bytes, boot.temp_bytes) == (code, temp)
     assert boot.boots and boot.kv_max_bytes == boot.usable_bytes - weights - code - temp

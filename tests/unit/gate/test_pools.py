@@ -45,7 +45,7 @@ def test_pools_that_searched_different_knobs_are_not_one_answer():
 
 
 def outcome(config, program, topology, size, *, fits=True):
-    case = Case.of(config, program, topology)
+    case = Case.parse(f"{config}/{program}@{topology}" + ("" if "x" in topology else "x1"))
     details = Details(fit=fit(size))
     if fits:
         return Outcome(case, Verdict.PASS, measured=Measurement(case, {}, {}, 1.0, details=details))
@@ -55,6 +55,7 @@ def outcome(config, program, topology, size, *, fits=True):
 
 def test_the_gate_reads_one_answer_per_program_searched_on_several_pools():
     outcomes = [outcome("canary", "train_step", "v5p-8", 96), outcome("canary", "train_step", "v4-8", 20, fits=False),
+                outcome("canary", "train_step", "v5p-8x2", 8),  # Another slice count: not a pool of these.
                 outcome("canary", "prefill", "v5p-8", 64),  # One pool only: no answer over pools.
                 outcome("llm", "step[tokens=64]", "v5e-16", 40), outcome("llm", "step[tokens=64]", "v6e-8", 48)]
     answers = {program: (p.max_size, p.limiting) for program, p in pooled_fits(outcomes)}
@@ -74,4 +75,10 @@ def test_the_answer_in_words_names_every_pool_its_own_answer_and_the_one_that_li
         "c/p: the largest batch that fits every pool (v4-8x1, v5e-16x1) is 256 or more: v4-8x1 and v5e-16x1 "
         "reached the search's upper bound (fit_upper), not a limit")
     none = pools_lines("c/p", over_pools({"v5p-8x1": fit(8), "v4-8x1": fit(0)}))
-    assert none == ["c/p: no batch fits every pool (v5p-8x1, v4-8x1): v4-8x1 fits none in steps of 4. 8 compiles."]
+    assert none == ["c/p: no batch fits every pool (v5p-8x1, v4-8x1) in steps of 4: v4-8x1 fits none.",
+                    "  8 compiles (v5p-8x1 4, v4-8x1 4)"]
+    # Found by review: v4-8 fits 4 (its step), but the common step is 8 (h100's).
+    below = pools_lines("c/p", over_pools({"v4-8x1": fit(4), "h100-8x1": fit(64, step=8)}))
+    assert below[0] == "c/p: no batch fits every pool (v4-8x1, h100-8x1) in steps of 8: v4-8x1 fits at most 4."
+    mixed = over_pools({"v4-8x1": capped, "v5e-16x1": fit(256)})  # One capped, one stopped by memory.
+    assert pools_lines("c/p", mixed)[0].endswith("is 256; v5e-16x1 limits it")
