@@ -48,6 +48,11 @@ class DeviceSpec:
 HOST_DEVICE = DeviceSpec(source="this host's CPU devices: no HBM to fit, no peak rate to bound a step")
 
 
+def _empty() -> Mapping[str, Any]:
+    # A read-only empty mapping per field: Python 3.11's dataclasses refuse an unhashable default.
+    return MappingProxyType({})
+
+
 @dataclasses.dataclass(frozen=True, eq=False)  # One value per platform: equal only to itself, hashed so.
 class Platform:
     """One compiler's kind of target.
@@ -92,11 +97,11 @@ class Platform:
     extra: str | None = None
     host_devices: bool = False
     logs_warnings: bool = False
-    presets: Mapping[str, str] = MappingProxyType({})
-    family_presets: Mapping[str, Mapping[str, str]] = MappingProxyType({})
-    multi_slice_presets: Mapping[str, str] = MappingProxyType({})
-    aliases: Mapping[str, str] = MappingProxyType({})
-    spellings: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+    presets: Mapping[str, str] = dataclasses.field(default_factory=_empty)
+    family_presets: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=_empty)
+    multi_slice_presets: Mapping[str, str] = dataclasses.field(default_factory=_empty)
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=_empty)
+    spellings: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=_empty)
     toolchain_last: bool = False
     memory_fraction: tuple[float, str] | None = None
     programs_keep_temporaries: bool = False

@@ -124,8 +124,9 @@ def test_the_adapters_memory_is_train_compiles_to_the_byte(maxtext_env, topology
 TABLES = """
 import json
 from maxtext.utils.accelerator_to_spec_map import UserFacingNameToSystemCharacteristics as theirs
-from aotcheck.targets.topology import all_topologies
-ours = {t.name: t for t in all_topologies()}
+from aotcheck.targets.platform import TPU
+from aotcheck.targets.topology import topologies
+ours = {t.name: t for t in topologies(TPU)}
 rows = {}
 for name, spec in theirs.items():
     name = name.replace("tpu7x-", "7x-").replace("v5litepod-", "v5e-")
