@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from aotcheck.gate.boot import Boot, boot_budget
+from aotcheck.gate.boot import Boot, boot_budget, usable_memory
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
 from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
@@ -62,6 +62,8 @@ class Bill:
         boot: Whether the server starts there, from its buckets' figures (:mod:`aotcheck.gate.boot`; None
             where a bucket lacks a figure it needs).
         booted: Whether it started by its goldens' figures (None: not judged, or not known).
+        usable: What a device may hold there and where that comes from, as this run found it (a GPU's
+            memory fraction is its process's): a merge of shards judges their boot by it.
     """
 
     config: str
@@ -74,6 +76,7 @@ class Bill:
     accepted: bool = False
     boot: Boot | None = None
     booted: bool | None = None
+    usable: tuple[int, str] | None = None
 
     @property
     def boot_lost(self) -> bool:
@@ -94,16 +97,17 @@ class Bill:
                 "complete": self.complete, "row": self.row.to_json() if self.row is not None else None,
                 "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
                 "accepted": self.accepted, "boot": self.boot.to_json() if self.boot is not None else None,
-                "booted": self.booted}
+                "booted": self.booted, "usable": list(self.usable) if self.usable is not None else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Bill":
         row, tolerance = data.get("row"), data.get("tolerance")
-        boot, booted = data.get("boot"), data.get("booted")
+        boot, booted, usable = data.get("boot"), data.get("booted"), data.get("usable")
         return cls(str(data["config"]), str(data["target"]), int(data["buckets"]), float(data["seconds"]),
                    bool(data["complete"]), Row.from_json(row) if row else None,
                    Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)),
-                   Boot.from_json(boot) if boot else None, None if booted is None else bool(booted))
+                   Boot.from_json(boot) if boot else None, None if booted is None else bool(booted),
+                   (int(usable[0]), str(usable[1])) if usable else None)
 
 
 def served(outcome: Outcome) -> bool:
@@ -112,11 +116,13 @@ def served(outcome: Outcome) -> bool:
 
 
 def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES,
-                  *, judge: bool = True, partial: Collection[tuple[str, str]] = ()) -> list[Bill]:
+                  *, judge: bool = True, partial: Collection[tuple[str, str]] = (),
+                  usable: Mapping[tuple[str, str], tuple[int, str]] | None = None) -> list[Bill]:
     """One bill per (served config, target) among ``outcomes`` (skipped buckets left out), in the
     order they first appear; ``judge=False`` (an ``--update-golden`` run, which accepts the figures)
     sums without comparing, and so does a ``(config, target)`` in ``partial`` (some of its buckets
-    run in another shard)."""
+    run in another shard). ``usable``: what a device may hold per ``(config, target)`` as the runs that
+    measured them found it (a merge of shards); else this process's (:func:`aotcheck.gate.boot.usable_memory`)."""
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         if served(o) and o.verdict is not Verdict.SKIPPED:
@@ -132,21 +138,23 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
         row = compare_metric(FIGURE, float(sum(b for b in before if b is not None)), seconds, tolerance) \
             if judged and complete else None
         whole = (config, target) not in partial  # A shard that holds part of a server knows part of its budget.
-        boot = _boot(group, lambda o: o.figures) if whole else None
-        was = _boot(group, lambda o: o.golden_figures) if judged else None
+        room = (usable or {}).get((config, target)) or usable_memory(group[0].case.topology)
+        boot = _boot(group, lambda o: o.figures, room) if whole else None
+        was = _boot(group, lambda o: o.golden_figures, room) if judged else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
-                          booted=was.boots if was is not None else None))
+                          booted=was.boots if was is not None else None, usable=room))
     return bills
 
 
-def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, float] | None]) -> Boot | None:
+def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, float] | None],
+          usable: tuple[int, str] | None) -> Boot | None:
     """The boot budget of one server's buckets on one target, by ``figures``."""
     found = [(o.case.program_id, figures(o)) for o in group]
     if any(f is None for _, f in found):
         return None
     fits = [o.details.fit for o in group if o.details is not None and o.details.fit is not None]
     pages = next((f.configured for f in fits if f.knob == "pages"), None)
-    return boot_budget(found, group[0].case.topology, pages=pages)
+    return boot_budget(found, group[0].case.topology, pages=pages, usable=usable) if usable is not None else None
 
 
 def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,

@@ -121,15 +121,17 @@ def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None) 
 
 
 def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
-                pages: int | None = None, environ: Mapping[str, str] | None = None) -> Boot | None:
+                pages: int | None = None, environ: Mapping[str, str] | None = None,
+                usable: tuple[int, str] | None = None) -> Boot | None:
     """The boot budget of a server whose buckets (program id, figures) run on ``topology`` (loaded smallest
     first: what tips it is the first whose loading crosses the limit); None when a bucket lacks a figure
-    the budget needs. ``pages``: the configured pages of the KV pool, to say the largest pool in pages too."""
+    the budget needs. ``pages``: the configured pages of the KV pool, to say the largest pool in pages too;
+    ``usable``: what a device may hold, as the gate's run found it (:func:`usable_memory` by default)."""
     if not buckets or any(name not in figures for _, figures in buckets for name in FIGURES):
         return None
     weights = int(max(f["peak_params_bytes"] for _, f in buckets))
     kv = int(max(f["peak_kv_cache_bytes"] for _, f in buckets))
-    usable_and_where = usable_memory(topology, environ)
+    usable_and_where = usable if usable is not None else usable_memory(topology, environ)
     if usable_and_where is None:
         return None
     usable, where = usable_and_where

@@ -205,8 +205,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     outcomes: dict[str, Outcome] = {}
     source: dict[str, Path] = {}  # Case id -> the report it was read from.
     shared: dict[tuple[Path, Path], list[str]] = {}  # (first report, later report) -> the cases both hold.
-    stale: set[str] = set()
-    removed: set[str] = set()
+    stale, removed = set[str](), set[str]()
     broken: dict[str, str] = {}
     golden_dir = "golden"
     accept_args: list[str] = []
@@ -219,6 +218,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     toolchains: dict[Path, dict[str, str | None]] = {}  # Reports whose toolchain is not the first's.
     toolchains_first = Path()
     judged: list[Bill] = []  # A shard's bill carries the tolerance its run judges by (none under an update).
+    usable: dict[tuple[str, str], tuple[int, str]] = {}  # What a device may hold, as the shards' runs found it.
     for path in paths:
         try:
             report = load_report(path)
@@ -244,6 +244,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         elif report.toolchain and not toolchain:
             toolchain, toolchains_first = report.toolchain, path
         judged += [b for b in report.bills if b.tolerance is not None and not b.accepted]
+        usable.update({(b.config, b.target): b.usable for b in report.bills if b.usable is not None})
         if report.shard:
             seen_shards.add(report.shard[0])
             of_shards.setdefault(report.shard[1], path)
@@ -272,7 +273,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
                      "given (a shard alone is part of the run, its start-up bills part of a server's)" for k in missing]
     # A server's buckets may run in several shards: its bills are summed again over the merged cases.
     bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].tolerance)] if judged else (),
-                          judge=bool(judged))
+                          judge=bool(judged), usable=usable)
     merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
                     broken=broken, notes=notes, bills=bills, accept_args=accept_args, interrupted=interrupted,
                     **({"toolchain": toolchain} if toolchain else {}))

@@ -113,3 +113,23 @@ def test_the_reference_servers_boot_from_its_goldens_adds_up(target):
     weights = max(d["figures"]["peak_params_bytes"] for d in docs)  # The step holds them; a sampler fewer.
     assert boot.programs == len(docs) == 9 and (boot.code_bytes, boot.temp_bytes) == (code, temp)
     assert boot.boots and boot.kv_max_bytes == boot.usable_bytes - weights - code - temp
+
+
+def test_a_merge_of_shards_judges_a_gpu_servers_boot_by_the_memory_the_gate_ran_with(tmp_path, monkeypatch):
+    """Found by review: `aotcheck report` recomputed a GPU budget with its own process's memory fraction."""
+    from aotcheck.gate.report import Report, merge_reports, write_report
+
+    def gpu_bucket(tokens):
+        case = Case.of("srv", f"step[tokens={tokens}]", "h100-1")
+        return Outcome(case, Verdict.PASS, measured=Measurement(case, figures(weights=60 * GiB, kv=8 * GiB), {}, 1.0))
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # The gate's shards ran with 0.95 of memory...
+    shards = [[gpu_bucket(16)], [gpu_bucket(64)]]
+    for k, outcomes in enumerate(shards, 1):
+        (bill,) = startup_bills(outcomes, partial={("srv", "h100-1x1")})
+        assert bill.boot is None and bill.usable[1] == "0.95 of memory (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+        write_report(tmp_path / f"{k}.json", Report(outcomes, shard=(k, 2), bills=[bill]))
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")  # ...the merge job with JAX's default, 0.75.
+    (bill,) = merge_reports([tmp_path / "1.json", tmp_path / "2.json"]).report.bills
+    h100 = parse_topology("h100-1").device.memory_bytes
+    assert bill.boot.usable_bytes == int(h100 * 0.95) and bill.boot.boots  # 69.00 GiB of 75.15 (0.75: 59.33, too few).
