@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from aotcheck.gate.boot import Boot, boot_budget, usable_memory
+from aotcheck.gate.boot import Boot, Usable, boot_budget, usable_memory
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
 from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
@@ -76,7 +76,7 @@ class Bill:
     accepted: bool = False
     boot: Boot | None = None
     booted: bool | None = None
-    usable: tuple[int, str] | None = None
+    usable: Usable | None = None
 
     @property
     def boot_lost(self) -> bool:
@@ -97,7 +97,7 @@ class Bill:
                 "complete": self.complete, "row": self.row.to_json() if self.row is not None else None,
                 "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
                 "accepted": self.accepted, "boot": self.boot.to_json() if self.boot is not None else None,
-                "booted": self.booted, "usable": list(self.usable) if self.usable is not None else None}
+                "booted": self.booted, "usable": self.usable.to_json() if self.usable is not None else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Bill":
@@ -107,7 +107,7 @@ class Bill:
                    bool(data["complete"]), Row.from_json(row) if row else None,
                    Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)),
                    Boot.from_json(boot) if boot else None, None if booted is None else bool(booted),
-                   (int(usable[0]), str(usable[1])) if usable else None)
+                   Usable.from_json(usable) if usable else None)
 
 
 def served(outcome: Outcome) -> bool:
@@ -117,7 +117,7 @@ def served(outcome: Outcome) -> bool:
 
 def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES,
                   *, judge: bool = True, partial: Collection[tuple[str, str]] = (),
-                  usable: Mapping[tuple[str, str], tuple[int, str]] | None = None) -> list[Bill]:
+                  usable: Mapping[tuple[str, str], Usable] | None = None) -> list[Bill]:
     """One bill per (served config, target) among ``outcomes`` (skipped buckets left out), in the
     order they first appear; ``judge=False`` (an ``--update-golden`` run, which accepts the figures)
     sums without comparing, and so does a ``(config, target)`` in ``partial`` (some of its buckets
@@ -147,7 +147,7 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
 
 
 def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, float] | None],
-          usable: tuple[int, str] | None) -> Boot | None:
+          usable: Usable | None) -> Boot | None:
     """The boot budget of one server's buckets on one target, by ``figures``."""
     found = [(o.case.program_id, figures(o)) for o in group]
     if any(f is None for _, f in found):

@@ -23,8 +23,8 @@ Example (FAKE figures, as a server's buckets record them; nothing compiles):
     ...     return (f"step[tokens={tokens}]", {"peak_params_bytes": 10 * GiB, "peak_kv_cache_bytes": 4 * GiB,
     ...                                        "generated_code_bytes": code, "temp_bytes": temp})
     >>> boot = boot_budget([bucket(16, GiB // 4, GiB // 2), bucket(64, GiB // 4, 2 * GiB)], parse_topology("v5e-1"))
-    >>> boot.boots, boot.tips, boot.total_bytes / GiB, round(boot.usable_bytes / GiB, 2), boot.usable
-    (False, 'step[tokens=64]', 17.0, 15.75, "the compiler's limit")
+    >>> boot.boots, boot.tips, boot.total_bytes / GiB, round(boot.usable_bytes / GiB, 2), boot.usable.fraction
+    (False, 'step[tokens=64]', 17.0, 15.75, None)
     >>> round(boot.kv_max_bytes / GiB, 2), round(boot.kv_max_fraction, 3)  # The pool that boots: 2.75 GiB.
     (2.75, 0.797)
 """
@@ -42,6 +42,32 @@ FIGURES = ("peak_params_bytes", "peak_kv_cache_bytes", "generated_code_bytes", "
 
 
 @dataclasses.dataclass(frozen=True)
+class Usable:
+    """What a device may hold, and where that comes from.
+
+    Attributes:
+        bytes: The bytes.
+        fraction: The share of the device's memory the process runs with (None: the compiler's limit).
+        variable: The environment variable that sets the share (a GPU's ``XLA_PYTHON_CLIENT_MEM_FRACTION``).
+        given: Whether the variable set it (else the platform's default share).
+    """
+
+    bytes: int
+    fraction: float | None = None
+    variable: str | None = None
+    given: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Usable":
+        fraction = data.get("fraction")
+        return cls(int(data["bytes"]), None if fraction is None else float(fraction), data.get("variable"),
+                   bool(data.get("given", False)))
+
+
+@dataclasses.dataclass(frozen=True)
 class Boot:
     """A server's boot budget on one target, per device.
 
@@ -49,9 +75,9 @@ class Boot:
         weights_bytes: Its parameters.
         kv_bytes: Its KV pool as configured.
         code_bytes: Every bucket's generated code, summed (all are loaded at start-up).
-        temp_bytes: Every bucket's temporaries, summed (a loaded program keeps its reservation).
-        usable_bytes: What a device may hold.
-        usable: Where ``usable_bytes`` comes from, in words.
+        temp_bytes: Every bucket's temporaries, summed where a loaded program keeps its reservation
+            (TPU), else the largest bucket's (GPU).
+        usable: What a device may hold, and where that comes from.
         programs: How many programs are loaded.
         tips: What first crosses ``usable_bytes`` as the server starts (``"weights"``, ``"kv"``, or the
             program id of the bucket whose loading does, the smallest loaded first); None when it boots.
@@ -64,13 +90,16 @@ class Boot:
     kv_bytes: int
     code_bytes: int
     temp_bytes: int
-    usable_bytes: int
-    usable: str
+    usable: Usable
     programs: int
     tips: str | None
     kv_max_bytes: int
     memory_bytes: int
     bytes_per_page: float | None = None
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.usable.bytes
 
     @property
     def total_bytes(self) -> int:
@@ -90,39 +119,38 @@ class Boot:
         return int(self.kv_max_bytes // self.bytes_per_page) if self.bytes_per_page else None
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "boots": self.boots, "total_bytes": self.total_bytes,
-                "kv_max_fraction": self.kv_max_fraction, "kv_max_pages": self.kv_max_pages}
+        return {**dataclasses.asdict(self), "usable": self.usable.to_json(), "usable_bytes": self.usable_bytes,
+                "boots": self.boots, "total_bytes": self.total_bytes, "kv_max_fraction": self.kv_max_fraction,
+                "kv_max_pages": self.kv_max_pages}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Boot":
         """The inverse of :meth:`to_json` (its derived fields recomputed); KeyError/ValueError if malformed."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{**{k: v for k, v in data.items() if k in names}, "usable": Usable.from_json(data["usable"])})
 
 
-def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None) -> tuple[int, str] | None:
-    """What a device of ``topology`` may hold, and where that comes from, in words (None: a host's CPU,
-    which has no budget of its own)."""
+def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None) -> Usable | None:
+    """What a device of ``topology`` may hold (None: a host's CPU, which has no budget of its own)."""
     device, platform = topology.device, topology.platform
     if not device.memory_limit_bytes:
         return None
     if platform.memory_fraction is None:
-        return int(device.memory_limit_bytes), "the compiler's limit"
+        return Usable(int(device.memory_limit_bytes))
     default, variable = platform.memory_fraction
     given = (os.environ if environ is None else environ).get(variable)
     try:
         fraction = float(given) if given else default
         if not 0 < fraction <= 1:
             raise ValueError(given)
-    except ValueError:
+    except ValueError:  # Not a share: the process would not run with it either; the default is said.
         fraction, given = default, None
-    where = f"{fraction:g} of memory ({variable})" if given else f"{fraction:g} of memory (JAX's default; {variable} sets another)"
-    return int(int(device.memory_bytes or 0) * fraction), where
+    return Usable(int(int(device.memory_bytes or 0) * fraction), fraction, variable, given=bool(given))
 
 
 def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
                 pages: int | None = None, environ: Mapping[str, str] | None = None,
-                usable: tuple[int, str] | None = None) -> Boot | None:
+                usable: Usable | None = None) -> Boot | None:
     """The boot budget of a server whose buckets (program id, figures) run on ``topology`` (loaded smallest
     first: what tips it is the first whose loading crosses the limit); None when a bucket lacks a figure
     the budget needs. ``pages``: the configured pages of the KV pool, to say the largest pool in pages too;
@@ -131,10 +159,9 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
         return None
     weights = int(max(f["peak_params_bytes"] for _, f in buckets))
     kv = int(max(f["peak_kv_cache_bytes"] for _, f in buckets))
-    usable_and_where = usable if usable is not None else usable_memory(topology, environ)
-    if usable_and_where is None:
+    room = usable if usable is not None else usable_memory(topology, environ)
+    if room is None:
         return None
-    usable, where = usable_and_where
     keep = topology.platform.programs_keep_temporaries
     # Each load as it adds to what is held (on a GPU a bucket's temporaries count only above the largest so far).
     loads, largest = [], 0
@@ -145,12 +172,12 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
     tips, held = None, 0
     for part, size in (("weights", weights), ("kv", kv), *loads):
         held += size
-        if held > usable:
+        if held > room.bytes:
             tips = part
             break
     code = sum(int(f["generated_code_bytes"]) for _, f in buckets)
     temps = [int(f["temp_bytes"]) for _, f in buckets]
-    temp = sum(temps) if topology.platform.programs_keep_temporaries else max(temps)
-    kv_max = max(0, usable - weights - code - temp)
-    return Boot(weights, kv, code, temp, usable, where, len(buckets), tips, kv_max,
+    temp = sum(temps) if keep else max(temps)
+    kv_max = max(0, room.bytes - weights - code - temp)
+    return Boot(weights, kv, code, temp, room, len(buckets), tips, kv_max,
                 int(topology.device.memory_bytes or 0), kv / pages if pages and kv else None)

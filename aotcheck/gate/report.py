@@ -29,6 +29,7 @@ from aotcheck.errors import AotcheckError
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
 from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill, startup_bills
+from aotcheck.gate.boot import Usable
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 from aotcheck.gate.run import Interrupted
@@ -218,7 +219,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     toolchains: dict[Path, dict[str, str | None]] = {}  # Reports whose toolchain is not the first's.
     toolchains_first = Path()
     judged: list[Bill] = []  # A shard's bill carries the tolerance its run judges by (none under an update).
-    usable: dict[tuple[str, str], tuple[int, str]] = {}  # What a device may hold, as the shards' runs found it.
+    usable: dict[tuple[str, str], Usable] = {}  # What a device may hold, as the shards' runs found it.
     for path in paths:
         try:
             report = load_report(path)

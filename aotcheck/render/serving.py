@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from aotcheck.figures.table import fit_max
 from aotcheck.gate.bill import Bill, served
+from aotcheck.gate.boot import Usable
 from aotcheck.gate.compare import Change
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
@@ -86,6 +87,15 @@ def bill_line(bill: Bill, *, accept: str | None = None) -> str:
     return line
 
 
+def usable_words(usable: Usable) -> str:
+    """Where what a device may hold comes from."""
+    if usable.fraction is None:
+        return "the compiler's limit"
+    if usable.given:
+        return f"{usable.fraction:g} of memory ({usable.variable})"
+    return f"{usable.fraction:g} of memory (JAX's default; {usable.variable} sets another)"
+
+
 def boot_line(bill: Bill) -> str | None:
     """Whether the server starts on the target: what its boot budget holds against what a device may
     hold, what tips it, and the largest KV pool with which it starts (None: not known)."""
@@ -94,7 +104,7 @@ def boot_line(bill: Bill) -> str | None:
         return None
     parts = (f"weights {fmt_bytes(boot.weights_bytes)} + KV pool {fmt_bytes(boot.kv_bytes)} + {boot.programs} "
              f"programs loaded (code {fmt_bytes(boot.code_bytes)}, temporaries {fmt_bytes(boot.temp_bytes)}) = "
-             f"{fmt_bytes(boot.total_bytes)} of the {fmt_bytes(boot.usable_bytes)} a device may hold ({boot.usable})")
+             f"{fmt_bytes(boot.total_bytes)} of the {fmt_bytes(boot.usable_bytes)} a device may hold ({usable_words(boot.usable)})")
     pages = f" ({boot.kv_max_pages:,} pages)" if boot.kv_max_pages is not None else ""
     largest = (f"the largest KV pool that starts: {fmt_bytes(boot.kv_max_bytes)}{pages}, "
                f"{boot.kv_max_fraction:.3f} of memory as an engine's utilization" if boot.kv_max_bytes else

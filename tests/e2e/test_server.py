@@ -52,7 +52,8 @@ def test_the_reference_servers_matrix_is_gated_on_a_tpu_and_a_gpu_target(tmp_pat
         assert f"aotcheck: server llm on {target}: 9 buckets, start-up bill " in out.stdout
     # Will it start: the weights, the pool and every loaded program against what a device may hold.
     assert all(b["boot"]["boots"] and b["booted"] and b["boot"]["programs"] == 9 for b in bills.values())
-    assert bills["v5e-16x1"]["boot"]["usable"] == "the compiler's limit" and "of memory" in bills["h100-8x1"]["boot"]["usable"]
+    assert bills["v5e-16x1"]["boot"]["usable"]["fraction"] is None  # The compiler's limit.
+    assert bills["h100-8x1"]["boot"]["usable"]["variable"] == "XLA_PYTHON_CLIENT_MEM_FRACTION"
     assert out.stdout.count("  boots: weights ") == 2
     largest = [line for line in out.stdout.splitlines() if line.startswith("step[tokens=64] ")]
     assert len(largest) == 2 and all("  fit  " in line and " pages " in line for line in largest), largest

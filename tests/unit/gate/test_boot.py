@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck.gate.bill import Bill, startup_bills
-from aotcheck.gate.boot import Boot, boot_budget, usable_memory
+from aotcheck.gate.boot import Boot, Usable, boot_budget, usable_memory
 from aotcheck.gate.golden import Golden
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.render.serving import boot_line
+from aotcheck.render.serving import boot_line, usable_words
 from aotcheck.targets.topology import parse_topology
 
 GiB, MiB = 2**30, 2**20
@@ -60,10 +60,15 @@ def test_on_a_gpu_only_the_largest_buckets_temporaries_count_and_what_tips_it_is
 
 def test_a_gpu_process_gets_its_memory_fraction_said_with_where_it_comes_from():
     h100 = parse_topology("h100-8")
-    assert usable_memory(h100, {}) == (int(h100.device.memory_bytes * 0.75),
-                                       "0.75 of memory (JAX's default; XLA_PYTHON_CLIENT_MEM_FRACTION sets another)")
-    assert usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"}) == (
-        int(h100.device.memory_bytes * 0.9), "0.9 of memory (XLA_PYTHON_CLIENT_MEM_FRACTION)")
+    default = usable_memory(h100, {})
+    assert default == Usable(int(h100.device.memory_bytes * 0.75), 0.75, "XLA_PYTHON_CLIENT_MEM_FRACTION")
+    assert usable_words(default) == "0.75 of memory (JAX's default; XLA_PYTHON_CLIENT_MEM_FRACTION sets another)"
+    given = usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"})
+    assert given.bytes == int(h100.device.memory_bytes * 0.9)
+    assert usable_words(given) == "0.9 of memory (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+    # Not a share (junk, 0, more than the memory): JAX's default, said as such.
+    assert all(usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": v}) == default for v in ("lots", "0", "1.5"))
+    assert usable_words(usable_memory(parse_topology("v5e-1"), {})) == "the compiler's limit"
     assert usable_memory(parse_topology("cpu-4"), {}) is None  # A host's CPU: no budget of its own.
 
 
@@ -127,7 +132,7 @@ def test_a_merge_of_shards_judges_a_gpu_servers_boot_by_the_memory_the_gate_ran_
     shards = [[gpu_bucket(16)], [gpu_bucket(64)]]
     for k, outcomes in enumerate(shards, 1):
         (bill,) = startup_bills(outcomes, partial={("srv", "h100-1x1")})
-        assert bill.boot is None and bill.usable[1] == "0.95 of memory (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+        assert bill.boot is None and (bill.usable.fraction, bill.usable.given) == (0.95, True)
         write_report(tmp_path / f"{k}.json", Report(outcomes, shard=(k, 2), bills=[bill]))
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")  # ...the merge job with JAX's default, 0.75.
     (bill,) = merge_reports([tmp_path / "1.json", tmp_path / "2.json"]).report.bills
