@@ -39,7 +39,6 @@ from aotcheck.figures.hbm import explain_overflow, hbm_verdict
 from aotcheck.figures.fit import Fit, over_pools
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
-from aotcheck.gate.pools import pooled_fits
 from aotcheck.gate.report import merge_reports
 from aotcheck.ini import find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
@@ -49,7 +48,7 @@ from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.explain import compile_table, explain
-from aotcheck.render.summary import case_line, header_lines, session_summary, summary_table
+from aotcheck.render.summary import case_line, header_lines, pooled_lines, session_summary, summary_table
 from aotcheck.render.tables import table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import fit_lines, hbm_words, outcome_message, pools_lines
@@ -299,9 +298,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         # A server's bill is judged over the merged shards; its accept command repeats the run's options.
         served = serving_lines(merged.report, accept_args=merged.report.accept_args)
-        pooled = [line for program, pools in pooled_fits(merged.report.outcomes)
-                  for line in ("", *pools_lines(program, pools))]
-        text = "\n".join([summary_table(merged.report.outcomes), *([""] + served if served else []), *pooled]
+        text = "\n".join([summary_table(merged.report.outcomes), *([""] + served if served else []),
+                          *pooled_lines(merged.report.outcomes)]
                          + [f"report problem: {p}" for p in merged.problems]) + "\n"
     if args.output:
         with open(args.output, "a") as f:  # Appends: $GITHUB_STEP_SUMMARY collects several steps.

@@ -123,13 +123,17 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
     return table(SUMMARY_HEADERS, [summary_row(o) for o in outcomes])
 
 
+def pooled_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """Each program searched on several pools, as one answer over them (each after a blank line)."""
+    return [line for program, pools in pooled_fits(outcomes) for line in ("", *pools_lines(program, pools))]
+
+
 def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] = ()) -> list[str]:
     """The end-of-session lines: the table, notes on improvements, what an update did, stale goldens."""
     lines = [summary_table(report.outcomes)] if report.outcomes else []
     served = serving_lines(report, accept_args=accept_args)
     lines += ["", *served] if served else []
-    for program, pools in pooled_fits(report.outcomes):  # A program searched on several pools: one answer.
-        lines += ["", *pools_lines(program, pools)]
+    lines += pooled_lines(report.outcomes)
     for o in report.outcomes:
         if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:
             lines += ["", outcome_message(o) if o.drift_warning else f"note: {outcome_message(o)}"]

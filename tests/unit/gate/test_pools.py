@@ -82,3 +82,15 @@ def test_the_answer_in_words_names_every_pool_its_own_answer_and_the_one_that_li
     assert below[0] == "c/p: no batch fits every pool (v4-8x1, h100-8x1) in steps of 8: v4-8x1 fits at most 4."
     mixed = over_pools({"v4-8x1": capped, "v5e-16x1": fit(256)})  # One capped, one stopped by memory.
     assert pools_lines("c/p", mixed)[0].endswith("is 256; v5e-16x1 limits it")
+
+
+def test_aotcheck_report_gives_the_answer_over_pools_from_a_runs_report(tmp_path, capsys):
+    from aotcheck.cli import main
+    from aotcheck.gate.report import Report, write_report
+
+    write_report(tmp_path / "r.json", Report([outcome("canary", "train_step", "v5p-8", 96),
+                                              outcome("canary", "train_step", "v4-8", 20, fits=False)]))
+    main(["report", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    # The report holds its cases failures first: the pools in that order.
+    assert "canary/train_step: the largest batch that fits every pool (v4-8x1, v5p-8x1) is 20; v4-8x1 limits it" in out
