@@ -50,7 +50,7 @@ def test_an_affine_peak_is_found_in_four_probes(fixed, per, step, configured, li
 @settings(max_examples=300, deadline=None)
 @given(fixed=st.integers(0, 8 * GiB), per=st.integers(2**20, 2 * GiB), step=st.sampled_from([1, 4, 8, 16]),
        over=st.floats(1.05, 40), limit=st.integers(GiB, 96 * GiB), gpu=st.booleans())
-def test_a_configured_size_that_does_not_fit_is_a_point_on_the_line_and_four_compiles_find_the_max(
+def test_a_configured_size_that_does_not_fit_is_a_point_on_the_line_and_a_few_compiles_find_the_max(
         fixed, per, step, over, limit, gpu):
     """FAKE probes, exactly affine: the configured size ``over`` times what fits (marin #6345: the step
     that fit v5p-8 on v4-8). A TPU compile is refused and XLA says what it needs (to 2 decimals of a
@@ -70,7 +70,9 @@ def test_a_configured_size_that_does_not_fit_is_a_point_on_the_line_and_four_com
 
     found = search(probe, configured=configured, step=step, limit=limit)
     assert found.max_size == fits_max, found
-    assert found.probes <= 4 and not found.bisected, found
+    # Exact peaks (GPU): 4 compiles. XLA's 2 decimals (TPU) can put the prediction one step low when the
+    # max's peak lies within that rounding of the limit (Hypothesis found one 111 bytes below it): 5.
+    assert found.probes <= (4 if gpu else 5) and not found.bisected, found
 
 
 @settings(max_examples=200, deadline=None)
