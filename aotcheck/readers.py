@@ -94,6 +94,20 @@ def read_headroom(value: Any, r: Reading) -> float:
     return headroom
 
 
+def read_memory_fraction(value: Any, r: Reading) -> float | None:
+    if not (value or "").strip():
+        return None
+    try:
+        fraction = float(value)
+        if not 0 < fraction <= 1:
+            raise ValueError
+    except ValueError:
+        raise SettingsError(f"{r.said['memory_fraction']}: {value!r} must be a number in (0, 1], the share of a GPU's "
+                            "memory your served process runs with (its XLA_PYTHON_CLIENT_MEM_FRACTION), "
+                            "e.g. 0.9") from None
+    return fraction
+
+
 def read_knob(value: Any, r: Reading) -> str | None:
     fit = (value or "").strip() or None
     if fit is not None and not fit.isidentifier():

@@ -39,7 +39,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aotcheck.figures.table import fit_max
-from aotcheck.gate.bill import accept_bills, split_groups, startup_bills
+from aotcheck.gate.bill import accept_bills, served, split_groups, startup_bills
+from aotcheck.gate.boot import Usable, usable_memory
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
@@ -292,8 +293,10 @@ class GateSession:
         outcomes = list(self.outcomes.values())
         partial = split_groups([p.case for p in self.plan().matrix], [p.case for p in self.plan().cases])
         # An update accepts a server's bill as it accepts a case's figures (what it kept may sum beyond it).
-        bills = (accept_bills(outcomes, self.store, self.settings.tolerances, partial=partial) if self.settings.update
-                 else startup_bills(outcomes, self.settings.tolerances, partial=partial))
+        usable = self.usable(outcomes)
+        bills = (accept_bills(outcomes, self.store, self.settings.tolerances, partial=partial, usable=usable)
+                 if self.settings.update else startup_bills(outcomes, self.settings.tolerances, partial=partial,
+                                                            usable=usable))
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args(),
@@ -305,6 +308,27 @@ class GateSession:
                 report.notes.append(f"aotcheck: could not write the report {self.settings.report_path}: "
                                     f"{e.strerror or e}")
         return report
+
+    def usable(self, outcomes: Sequence[Outcome]) -> dict[tuple[str, str], Usable]:
+        """What a device may hold per served ``(config, target)``: a GPU's memory fraction from the config,
+        else the ini (``aot_memory_fraction``), else this process's environment (:func:`usable_memory`)."""
+        out: dict[tuple[str, str], Usable] = {}
+        for o in outcomes:
+            key = (o.case.config, o.case.target.name)
+            if not served(o) or key in out:
+                continue
+            try:
+                own = self.registry.get(o.case.config).program(o.case.program_id).memory_fraction
+            except RegistryError:
+                own = None
+            given = self.settings.memory_fraction
+            fraction = ((own, f"{o.case.config}'s memory_fraction") if own is not None else
+                        (given, self.settings.said.get("memory_fraction", "aot_memory_fraction"))
+                        if given is not None else None)
+            room = usable_memory(o.case.topology, fraction=fraction)
+            if room is not None:
+                out[key] = room
+        return out
 
     def notes(self) -> list[str]:
         """What the session has to say once: warnings from setting up and from the compile workers."""

@@ -28,8 +28,8 @@ from aotcheck.gate.compare import Tolerance
 from aotcheck.pipeline.case import Case
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
 from aotcheck.readers import (MISSING_VALUE, Reading, SettingsError, read_cache_dir, read_cases,
-                              read_headroom, read_knob, read_launch_flags, read_report_path, read_shard, read_slices,
-                              read_targets, read_tolerances, split_list)
+                              read_headroom, read_knob, read_launch_flags, read_memory_fraction, read_report_path,
+                              read_shard, read_slices, read_targets, read_tolerances, split_list)
 from aotcheck.spellings import ENVIRONMENT_FLAGS, FRONT_ENDS, SPELLINGS, flag_names, names_in_messages
 from aotcheck.targets.topology import Target
 
@@ -146,6 +146,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("hbm_headroom", "string", "1.0",
             "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
             read=read_headroom),
+    Setting("memory_fraction", "string", "",
+            "the share of a GPU's memory a served process runs with (its XLA_PYTHON_CLIENT_MEM_FRACTION), for "
+            "servers' boot budgets: a config's memory_fraction wins over it, and it over the environment's",
+            read=read_memory_fraction),
     Setting("tolerances", "linelist", [],
             "per-metric tolerances, one per line: GLOB = REL% [+ ABS[unit]]",
             read=read_tolerances),
@@ -302,6 +306,7 @@ class GateSettings:
     tolerances: tuple[tuple[str, Tolerance], ...]
     report_path: Path | None
     hbm_headroom: float
+    memory_fraction: float | None  # A GPU server's share of memory (aot_memory_fraction), over the environment's.
     fit: str | None  # Search this knob on every config that offers it and names no ``fit`` of its own.
     cache_dir: Path | None
     shard: tuple[int, int] | None

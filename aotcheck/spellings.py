@@ -41,6 +41,7 @@ SPELLINGS: dict[str, Spelling] = {
     "cache_dir": Spelling("--aot-cache-dir", "--cache-dir", "aot_cache_dir"),
     "no_cache": Spelling("--aot-no-cache", "--no-cache", None),
     "hbm_headroom": Spelling(None, None, "aot_hbm_headroom"),
+    "memory_fraction": Spelling(None, None, "aot_memory_fraction"),
     "tolerances": Spelling(None, None, "aot_tolerances"),
     "metric_drift": Spelling(None, None, "aot_metric_drift"),
     "config_modules": Spelling(None, "--module", "aot_config_modules"),

@@ -122,7 +122,8 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
     order they first appear; ``judge=False`` (an ``--update-golden`` run, which accepts the figures)
     sums without comparing, and so does a ``(config, target)`` in ``partial`` (some of its buckets
     run in another shard). ``usable``: what a device may hold per ``(config, target)`` as the runs that
-    measured them found it (a merge of shards); else this process's (:func:`aotcheck.gate.boot.usable_memory`)."""
+    measured them found it (a merge of shards) or as the configs and the ini give it (a run); else this process's
+    (:func:`aotcheck.gate.boot.usable_memory`)."""
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         if served(o) and o.verdict is not Verdict.SKIPPED:
@@ -159,7 +160,8 @@ def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, fl
 
 def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
                  tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES, *,
-                 partial: Collection[tuple[str, str]] = ()) -> list[Bill]:
+                 partial: Collection[tuple[str, str]] = (),
+                 usable: Mapping[tuple[str, str], Usable] | None = None) -> list[Bill]:
     """After an ``--update-golden`` run has written its buckets' goldens: each server's bill judged
     against them. A golden keeps a noisy figure that is near its last value
     (:func:`aotcheck.gate.compare.settle_noisy`), so buckets each near their last can still sum beyond
@@ -168,7 +170,7 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
     case. Returns every bill, those so written marked ``accepted`` (their row: the kept sum against the
     measured). A server split across shards (``partial``) is summed only: no shard sees its whole bill."""
     tolerance = tolerance_for(FIGURE, tolerances)
-    bills = startup_bills(outcomes, judge=False, partial=partial)
+    bills = startup_bills(outcomes, judge=False, partial=partial, usable=usable)
     out = []
     for bill in bills:
         group = [o for o in outcomes if served(o) and o.verdict is Verdict.ACCEPTED

@@ -26,7 +26,7 @@ Example (FAKE figures, as a server's buckets record them; nothing compiles):
     >>> boot.boots, boot.tips, boot.total_bytes / GiB, round(boot.usable_bytes / GiB, 2), boot.usable.fraction
     (False, 'step[tokens=64]', 17.0, 15.75, None)
     >>> round(boot.kv_max_bytes / GiB, 2), round(boot.kv_max_fraction, 3)  # The pool that boots: 2.75 GiB.
-    (2.75, 0.797)
+    (2.75, 0.81)
 """
 
 from __future__ import annotations
@@ -48,23 +48,30 @@ class Usable:
     Attributes:
         bytes: The bytes.
         fraction: The share of the device's memory the process runs with (None: the compiler's limit).
-        variable: The environment variable that sets the share (a GPU's ``XLA_PYTHON_CLIENT_MEM_FRACTION``).
-        given: Whether the variable set it (else the platform's default share).
+        variable: The environment variable that sets the share in the served process (a GPU's
+            ``XLA_PYTHON_CLIENT_MEM_FRACTION``).
+        source: Where the share was given: the config (``"llm's memory_fraction"``), the ini
+            (``"aot_memory_fraction"``) or the environment (the variable); None: the platform's default.
     """
 
     bytes: int
     fraction: float | None = None
     variable: str | None = None
-    given: bool = False
+    source: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.source is not None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Usable":
-        fraction = data.get("fraction")
-        return cls(int(data["bytes"]), None if fraction is None else float(fraction), data.get("variable"),
-                   bool(data.get("given", False)))
+        fraction, variable = data.get("fraction"), data.get("variable")
+        # Reports before the source was recorded said only whether the variable gave it.
+        source = data.get("source", variable if data.get("given") else None)
+        return cls(int(data["bytes"]), None if fraction is None else float(fraction), variable, source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +89,7 @@ class Boot:
         tips: What first crosses ``usable_bytes`` as the server starts (``"weights"``, ``"kv"``, or the
             program id of the bucket whose loading does, the smallest loaded first); None when it boots.
         kv_max_bytes: The largest KV pool with which it boots (0: not even without one).
-        memory_bytes: The device's memory (an engine's utilization is a share of it).
+        memory_bytes: The memory an engine's utilization is a share of (:func:`engine_base`).
         bytes_per_page: The KV pool's bytes per page, where its configured pages are known.
     """
 
@@ -111,7 +118,8 @@ class Boot:
 
     @property
     def kv_max_fraction(self) -> float:
-        """The largest pool as an engine's memory utilization: (weights + pool) over the device's memory."""
+        """The largest pool as an engine's memory utilization: (weights + pool) over what the engine takes
+        a share of (``memory_bytes``)."""
         return (self.weights_bytes + self.kv_max_bytes) / self.memory_bytes if self.memory_bytes else 0.0
 
     @property
@@ -130,22 +138,48 @@ class Boot:
         return cls(**{**{k: v for k, v in data.items() if k in names}, "usable": Usable.from_json(data["usable"])})
 
 
-def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None) -> Usable | None:
-    """What a device of ``topology`` may hold (None: a host's CPU, which has no budget of its own)."""
+def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None, *,
+                  fraction: tuple[float, str] | None = None) -> Usable | None:
+    """What a device of ``topology`` may hold (None: a host's CPU, which has no budget of its own).
+    ``fraction``: the share of memory the served process runs with and where it was given (the config or
+    the ini), over the environment's variable; else the variable, else the platform's default.
+
+    Example:
+        >>> from aotcheck.targets.topology import parse_topology
+        >>> h100 = parse_topology("h100-8")
+        >>> usable_memory(h100, {}).fraction, usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}).source
+        (0.75, 'XLA_PYTHON_CLIENT_MEM_FRACTION')
+        >>> usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}, fraction=(0.95, "aot_memory_fraction")).fraction
+        0.95
+    """
     device, platform = topology.device, topology.platform
     if not device.memory_limit_bytes:
         return None
-    if platform.memory_fraction is None:
+    if platform.memory_fraction is None:  # The compiler's limit: no share of it is the process's to set.
         return Usable(int(device.memory_limit_bytes))
     default, variable = platform.memory_fraction
-    given = (os.environ if environ is None else environ).get(variable)
-    try:
-        fraction = float(given) if given else default
-        if not 0 < fraction <= 1:
-            raise ValueError(given)
-    except ValueError:  # Not a share: the process would not run with it either; the default is said.
-        fraction, given = default, None
-    return Usable(int(int(device.memory_bytes or 0) * fraction), fraction, variable, given=bool(given))
+    share, source = fraction if fraction is not None else (None, None)
+    if share is None:
+        given = (os.environ if environ is None else environ).get(variable)
+        try:
+            share = float(given) if given else None
+            if share is not None and not 0 < share <= 1:
+                raise ValueError(given)
+            source = variable if share is not None else None
+        except ValueError:  # Not a share: the process would not run with it either; the default is said.
+            share = None
+    return Usable(int(int(device.memory_bytes or 0) * (share or default)), share or default, variable, source)
+
+
+def engine_base(topology: Topology) -> int:
+    """The memory a serving engine's ``gpu_memory_utilization`` is a share of, per device: on a TPU the
+    runtime's ``bytes_limit`` (tpu-inference's ``determine_available_memory`` caps the pool at
+    utilization x the sum of ``device.memory_stats()["bytes_limit"]``: the compiler's limit, 94.75 GiB
+    on a 7x device, the "94.7 GiB" of tpu-inference #3408), on a GPU its whole memory (vLLM's)."""
+    device = topology.device
+    if topology.platform.memory_fraction is None:
+        return int(device.memory_limit_bytes or device.memory_bytes or 0)
+    return int(device.memory_bytes or 0)
 
 
 def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
@@ -180,4 +214,4 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
     temp = sum(temps) if keep else max(temps)
     kv_max = max(0, room.bytes - weights - code - temp)
     return Boot(weights, kv, code, temp, room, len(buckets), tips, kv_max,
-                int(topology.device.memory_bytes or 0), kv / pages if pages and kv else None)
+                engine_base(topology), kv / pages if pages and kv else None)

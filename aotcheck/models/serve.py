@@ -53,6 +53,10 @@ class ServeConfig:
         num_kv_pages_per_block: The kernel's block sizes, or None for its own tuned table (read from
         num_queries_per_block:   the device kind: a deviceless trace needs ``trace_as_target``).
         vmem_limit_bytes: The kernel's VMEM limit (None: the compiler's).
+        weights_dtype: The parameters' dtype as served (the reference LM's are fp32; a server loads
+            bf16 checkpoints).
+        structured_decoding: Also compile ``structured_decode[seqs=S]`` per request bucket, as
+            tpu-inference precompiles it for every deployment (its ``_precompile_structured_decoding``).
     """
 
     model: LMConfig
@@ -65,6 +69,8 @@ class ServeConfig:
     num_kv_pages_per_block: int | None = None
     num_queries_per_block: int | None = None
     vmem_limit_bytes: int | None = None
+    weights_dtype: Any = jnp.float32
+    structured_decoding: bool = False
 
     @property
     def pages_per_seq(self) -> int:
@@ -161,6 +167,21 @@ def sample(params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
     return jnp.argmax((h @ params["unembed"].astype(h.dtype)).astype(jnp.float32), axis=-1).astype(jnp.int32)
 
 
+def structured_decode(params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
+    """The logits ``[S, vocab]`` with the tokens each request's grammar forbids masked to -inf, where any
+    request asks for structured output: tpu-inference's ``structured_decode_fn``, whose bitmask packs 32
+    tokens per int32."""
+    del params  # A program of the server's like the others, its weights unused (and pruned by jit).
+    logits, bitmask, require = batch["logits"], batch["grammar_bitmask"], batch["require_structured"]
+
+    def masked() -> jax.Array:
+        forbidden = (jnp.right_shift(bitmask[:, :, None], batch["arange"][None, None, :]) & 1) == 0
+        forbidden = forbidden.reshape(logits.shape[0], -1)[:, :logits.shape[1]]
+        return jnp.where(require, jnp.where(forbidden, -jnp.inf, logits), logits)
+
+    return jax.lax.cond(jnp.any(require), masked, lambda: logits)
+
+
 def _step_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
     tokens, seqs = point["tokens"], cfg.limits.max_num_seqs
     i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)  # noqa: E731
@@ -173,6 +194,14 @@ def _sample_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.
             "logits_indices": jax.ShapeDtypeStruct((point["seqs"],), jnp.int32)}
 
 
+def _structured_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
+    seqs, vocab = point["seqs"], cfg.model.vocab
+    return {"logits": jax.ShapeDtypeStruct((seqs, vocab), jnp.bfloat16),
+            "grammar_bitmask": jax.ShapeDtypeStruct((seqs, -(-vocab // 32)), jnp.int32),
+            "require_structured": jax.ShapeDtypeStruct((seqs, 1), jnp.bool_),
+            "arange": jax.ShapeDtypeStruct((32,), jnp.int32)}
+
+
 def serving_config(cfg: ServeConfig, **overrides: Any) -> ServingConfig:
     """The server's :class:`ServingConfig`: ``step`` over token buckets doubling from ``min_tokens`` to the
     token budget, ``sample`` over their product with request buckets up to ``max_num_seqs`` (no more
@@ -180,7 +209,7 @@ def serving_config(cfg: ServeConfig, **overrides: Any) -> ServingConfig:
     limits = cfg.limits
     tokens = doubling(cfg.min_tokens, limits.max_num_batched_tokens)
     fields: dict[str, Any] = dict(
-        init_fn=lambda rng: init_params(cfg.model, rng),
+        init_fn=lambda rng: jax.tree_util.tree_map(lambda w: w.astype(cfg.weights_dtype), init_params(cfg.model, rng)),
         partition_rules=RULES,
         mesh=cfg.mesh,
         bucketed={
@@ -191,6 +220,10 @@ def serving_config(cfg: ServeConfig, **overrides: Any) -> ServingConfig:
                                axes={"tokens": tokens, "seqs": doubling(cfg.min_seqs, limits.max_num_seqs)},
                                covers={"tokens": "max_num_batched_tokens", "seqs": "max_num_seqs"},
                                when=lambda point: point["seqs"] <= point["tokens"]),
+            **({"structured_decode": Bucketed(fn=structured_decode, inputs=lambda point: _structured_inputs(cfg, point),
+                                              uses_kv=False, axes={"seqs": doubling(cfg.min_seqs, limits.max_num_seqs)},
+                                              covers={"seqs": "max_num_seqs"})}
+               if cfg.structured_decoding else {}),
         },
         kv=cfg.kv_pool,
         kv_partition=_POOL,

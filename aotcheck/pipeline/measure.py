@@ -48,6 +48,8 @@ def unsupported_reason(config: Config, case: Case) -> str | None:
     if config.platforms and case.topology.platform.name not in config.platforms:
         return (f"{case.config} runs on {' and '.join(p.upper() for p in config.platforms)} targets only "
                 f"(its platforms); {case.target} is a {case.topology.platform.name.upper()} target")
+    if not any(fnmatch.fnmatchcase(str(case.target), glob) for glob in config.targets):
+        return f"{case.config} is deployed on {', '.join(config.targets)} only (its targets); {case.target} is not one"
     return None
 
 

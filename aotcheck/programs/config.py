@@ -78,6 +78,12 @@ class _Common:
         platforms: The platforms (``"tpu"``, ``"gpu"``, ``"cpu"``) whose targets the config
             compiles for (empty: all): a model running Pallas TPU kernels says ``("tpu",)``, and
             other targets are skipped with that reason.
+        targets: Globs over the targets the config is deployed on (``v5e-1x1``, ``7x-8x*``; one glob
+            alone is taken as a tuple of one): a server sized for one slice says so, and the run's
+            other targets are skipped with that reason.
+        memory_fraction: The share of a GPU's memory the served process runs with, where its launch sets
+            one (its ``XLA_PYTHON_CLIENT_MEM_FRACTION``): a server's boot budget holds against it, over the
+            ini's ``aot_memory_fraction`` and the environment. None: those, else JAX's default, 0.75.
         trace_in_mesh: Trace under the target's abstract mesh, so bare
             PartitionSpecs in sharding constraints resolve. Turn it off for code that
             keeps arrays it computed while tracing (Equinox's rotary tables): made under
@@ -95,6 +101,8 @@ class _Common:
     libtpu_init_args: str = ""
     min_devices: int = 1
     platforms: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ("*",)
+    memory_fraction: float | None = None
     trace_in_mesh: bool = True
     trace_as_target: bool = True
 
@@ -103,6 +111,17 @@ class _Common:
         if isinstance(self.platforms, str) or any(p not in PLATFORMS for p in self.platforms):
             raise ConfigError(f"platforms={self.platforms!r}: give a tuple of {', '.join(map(repr, PLATFORMS))}, "
                               f"e.g. platforms=('tpu',)")
+        if isinstance(self.targets, str):  # One glob alone: iterating "v5e-1x1" by character would match anything.
+            object.__setattr__(self, "targets", (self.targets,))
+        if not self.targets or not all(isinstance(t, str) and t for t in self.targets):
+            raise ConfigError(f"targets={self.targets!r}: give globs over target names, e.g. targets=('v5e-1x1',) "
+                              "or targets=('7x-8x*',); ('*',), the default, is every target.")
+        fraction = self.memory_fraction
+        if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                     or not 0 < fraction <= 1):
+            raise ConfigError(f"memory_fraction={fraction!r}: give the share of a GPU's memory the process runs with, "
+                              "a number in (0, 1] (its XLA_PYTHON_CLIENT_MEM_FRACTION), e.g. memory_fraction=0.9; "
+                              "None for the ini's aot_memory_fraction, the environment's, or JAX's default 0.75.")
         for name in ("trace_in_mesh", "trace_as_target"):  # "no" is true to Python: a switch given as words is refused.
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{type(self).__name__}.{name}={getattr(self, name)!r} is not a bool; give "

@@ -91,8 +91,8 @@ def usable_words(usable: Usable) -> str:
     """Where what a device may hold comes from."""
     if usable.fraction is None:
         return "the compiler's limit"
-    if usable.given:
-        return f"{usable.fraction:g} of memory ({usable.variable})"
+    if usable.source is not None:
+        return f"{usable.fraction:g} of memory ({usable.source})"
     return f"{usable.fraction:g} of memory (JAX's default; {usable.variable} sets another)"
 
 

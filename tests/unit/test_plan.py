@@ -48,6 +48,30 @@ def test_the_plan_holds_skips_and_knobs_and_is_frozen(tmp_path):
         plan.cases = ()  # type: ignore[misc]
 
 
+def test_a_config_deployed_on_some_targets_skips_the_others_saying_which_it_is_deployed_on(tmp_path):
+    registry = _registry()
+    registry.register("sized", FunctionConfig(fn=lambda x: 2 * x, make_args=_args, targets="cpu-4x*"))
+    settings = GateSettings.parse(rootdir=tmp_path, topologies="cpu-2,cpu-4", slices="1,2")
+    by_id = {p.case.id: p for p in make_plan(settings, registry, GoldenStore(settings.golden_dir)).matrix}
+    assert by_id["sized/step@cpu-4x1"].skip is None and by_id["sized/step@cpu-4x2"].skip is None
+    assert by_id["sized/step@cpu-2x1"].skip == ("sized is deployed on cpu-4x* only (its targets); cpu-2x1 is not one")
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"targets": ()}, r"targets=\(\): give globs over target names, e.g. targets=\('v5e-1x1',\)"),
+    ({"targets": ("v5e-1x1", "")}, r"targets=\('v5e-1x1', ''\): give globs"),
+    ({"memory_fraction": 0}, r"memory_fraction=0: give the share of a GPU's memory the process runs with, a number "
+                             r"in \(0, 1\]"),
+    ({"memory_fraction": 1.5}, r"memory_fraction=1.5: give the share"),
+    ({"memory_fraction": True}, r"memory_fraction=True: give the share"),
+    ({"memory_fraction": "0.9"}, r"memory_fraction='0.9': give the share"),
+])
+def test_a_deployment_field_that_is_not_one_is_refused_when_built(fields, words):
+    from aotcheck.errors import ConfigError
+    with pytest.raises(ConfigError, match=words):
+        FunctionConfig(fn=abs, make_args=_args, **fields)
+
+
 def test_shards_split_the_matrix_and_a_broken_config_fails_in_the_first_only(tmp_path):
     registry = _registry()
     registry.register("broken", _broken)

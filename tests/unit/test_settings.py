@@ -30,11 +30,19 @@ def test_every_field_of_the_settings_comes_from_a_row_and_every_default_from_its
     ("shard", "3/2", "pytest", "--aot-shard: '3/2': K must be between 1 and N (N >= 1), e.g. 1/2."),
     ("hbm_headroom", "1.5", "pytest", "aot_hbm_headroom: '1.5' must be a number in (0, 1], e.g. 0.95"),
     ("fit", "per device", "cli", "--fit: 'per device' is not a knob name"),
+    ("memory_fraction", "0", "pytest", "aot_memory_fraction: '0' must be a number in (0, 1], the share of a GPU's "
+     "memory your served process runs with (its XLA_PYTHON_CLIENT_MEM_FRACTION), e.g. 0.9"),
+    ("memory_fraction", "most", "cli", "aot_memory_fraction: 'most' must be a number in (0, 1]"),
 ])
 def test_a_bad_value_is_named_as_the_front_end_spells_it(name, value, front_end, message):
     with pytest.raises(SettingsError) as raised:
         GateSettings.parse(rootdir="/p", front_end=front_end, **{name: value})
     assert str(raised.value).startswith(message)
+
+
+def test_the_memory_fraction_is_read_from_the_ini_and_empty_is_none():
+    assert GateSettings.parse(rootdir="/p").memory_fraction is None
+    assert GateSettings.parse(rootdir="/p", memory_fraction=" 0.9 ", from_ini=["memory_fraction"]).memory_fraction == 0.9
 
 
 def test_a_value_the_ini_gave_is_named_by_its_ini_key():

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck.gate.bill import Bill, startup_bills
-from aotcheck.gate.boot import Boot, Usable, boot_budget, usable_memory
+from aotcheck.gate.boot import Boot, Usable, boot_budget, engine_base, usable_memory
 from aotcheck.gate.golden import Golden
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
@@ -70,6 +70,41 @@ def test_a_gpu_process_gets_its_memory_fraction_said_with_where_it_comes_from():
     assert all(usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": v}) == default for v in ("lots", "0", "1.5"))
     assert usable_words(usable_memory(parse_topology("v5e-1"), {})) == "the compiler's limit"
     assert usable_memory(parse_topology("cpu-4"), {}) is None  # A host's CPU: no budget of its own.
+
+
+def test_a_servers_memory_fraction_comes_from_its_config_then_the_ini_then_the_environment(tmp_path, monkeypatch):
+    from aotcheck import FunctionConfig, Registry
+    from aotcheck.session import GateSession
+    from aotcheck.settings import GateSettings
+
+    registry = Registry()
+    for name, fraction in (("own", 0.95), ("plain", None)):
+        registry.register(name, FunctionConfig(fn=abs, make_args=abs, program="step", bucket={"tokens": 16},
+                                               memory_fraction=fraction))
+    outcomes = [Outcome(case, Verdict.PASS, measured=Measurement(case, figures(), {}, 1.0))
+                for case in (Case.of(name, "step[tokens=16]", "h100-1") for name in ("own", "plain"))]
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.8")
+
+    def said(**ini):
+        settings = GateSettings.parse(rootdir=tmp_path, topologies=["h100-1"], cache_dir=None, from_ini=list(ini), **ini)
+        with GateSession(settings, registry=registry, measure=lambda case: None) as gate:
+            return {config: usable_words(u) for (config, _), u in gate.usable(outcomes).items()}
+
+    assert said(memory_fraction="0.9") == {"own": "0.95 of memory (own's memory_fraction)",
+                                           "plain": "0.9 of memory (aot_memory_fraction)"}
+    assert said() == {"own": "0.95 of memory (own's memory_fraction)",
+                      "plain": "0.8 of memory (XLA_PYTHON_CLIENT_MEM_FRACTION)"}
+    h100 = parse_topology("h100-1")
+    assert usable_memory(h100, {}, fraction=(0.95, "x")).bytes == int(h100.device.memory_bytes * 0.95)
+
+
+def test_an_engines_utilization_is_a_share_of_the_compilers_limit_on_a_tpu_and_of_memory_on_a_gpu():
+    """tpu-inference sizes its pool as utilization x bytes_limit (94.75 GiB on 7x: #3408's "94.7 GiB")."""
+    assert engine_base(parse_topology("7x-8")) == 101737037824 == int(94.75 * GiB)
+    assert engine_base(parse_topology("v5e-1")) == int(15.75 * GiB)
+    assert engine_base(parse_topology("h100-8")) == parse_topology("h100-8").device.memory_bytes
+    boot = boot_budget([("step[tokens=16]", figures(weights=8 * GiB, kv=GiB, code=0, temp=0))], parse_topology("7x-8"))
+    assert boot.kv_max_bytes == int(94.75 * GiB) - 8 * GiB and boot.kv_max_fraction == 1.0
 
 
 def test_a_bucket_without_the_figures_the_budget_needs_leaves_it_unknown():
