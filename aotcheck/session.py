@@ -38,7 +38,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aotcheck.figures.table import fit_max
 from aotcheck.gate.bill import accept_bills, served, split_groups, startup_bills
 from aotcheck.gate.boot import Usable, usable_memory
 from aotcheck.gate.check import Measure, check_case
@@ -51,6 +50,7 @@ from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import Plan, check_cases, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
+from aotcheck.programs.names import parse_program_id
 from aotcheck.programs.options import runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.settings import GateSettings, SettingsError
@@ -293,10 +293,11 @@ class GateSession:
         outcomes = list(self.outcomes.values())
         partial = split_groups([p.case for p in self.plan().matrix], [p.case for p in self.plan().cases])
         # An update accepts a server's bill as it accepts a case's figures (what it kept may sum beyond it).
-        usable = self.usable(outcomes)
-        bills = (accept_bills(outcomes, self.store, self.settings.tolerances, partial=partial, usable=usable)
+        usable, order = self.usable(outcomes), self.load_orders(outcomes)
+        bills = (accept_bills(outcomes, self.store, self.settings.tolerances, partial=partial, usable=usable,
+                              order=order)
                  if self.settings.update else startup_bills(outcomes, self.settings.tolerances, partial=partial,
-                                                            usable=usable))
+                                                            usable=usable, order=order))
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args(),
@@ -328,6 +329,17 @@ class GateSession:
             room = usable_memory(o.case.topology, fraction=fraction)
             if room is not None:
                 out[key] = room
+        return out
+
+    def load_orders(self, outcomes: Sequence[Outcome]) -> dict[str, tuple[str, ...]]:
+        """Each served config's programs in the order it declares them, the order a server warms them up in."""
+        out: dict[str, tuple[str, ...]] = {}
+        for config in dict.fromkeys(o.case.config for o in outcomes if served(o)):
+            try:
+                ids = self.registry.get(config).programs()
+            except RegistryError:
+                continue
+            out[config] = tuple(dict.fromkeys(parse_program_id(i)[0] for i in ids))
         return out
 
     def notes(self) -> list[str]:

@@ -18,6 +18,7 @@ from aotcheck.figures.fallbacks import Fallback
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import CollectiveOp, HloAnalysis, KernelRun, Uncounted, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
+from aotcheck.figures.vmem import ScopedUse
 from aotcheck.figures.table import comm, parse
 from aotcheck.targets.devices import host_device
 from aotcheck.targets.topology import Topology, parse_topology
@@ -52,6 +53,7 @@ class Details:
     uncounted: list[Uncounted] = dataclasses.field(default_factory=list)  # What ``flops`` may miss.
     kernels: list[KernelRun] = dataclasses.field(default_factory=list)  # Custom kernels: how each was counted.
     fallbacks: list[Fallback] = dataclasses.field(default_factory=list)  # Where XLA's partitioner fell back.
+    scoped: list[ScopedUse] = dataclasses.field(default_factory=list)  # Each Pallas TPU kernel's scoped VMEM.
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
@@ -68,6 +70,8 @@ class Details:
             out["kernels"] = [k.to_json() for k in self.kernels]
         if self.fallbacks:
             out["fallbacks"] = [f.to_json() for f in self.fallbacks]
+        if self.scoped:
+            out["scoped_vmem"] = [u.to_json() for u in self.scoped]
         return out
 
     def incomplete(self) -> set[str]:
@@ -81,14 +85,16 @@ class Details:
 
     def doubts(self) -> list[str]:
         """What the figures may miss or overstate, one line each (as data: render words the rest):
-        what is uncounted, the compiler's sharding fallbacks, kernels counted over their buffer.
+        what is uncounted, the compiler's sharding fallbacks, kernels counted over their buffer, kernels
+        within 5% of their scoped VMEM limit.
 
         Example:
             >>> Details(uncounted=[Uncounted("op", "shiny-op", None, 1)]).doubts()
             ["shiny-op (1 per step) has no rule in aotcheck's ledger: its FLOPs and communication are not in flops and comm_*"]
         """
         bounds = [line for k in self.kernels if (line := k.describe()) is not None]
-        return [*(u.describe() for u in self.uncounted), *(f.describe() for f in self.fallbacks), *bounds]
+        near = [line for u in self.scoped if (line := u.describe()) is not None]
+        return [*(u.describe() for u in self.uncounted), *(f.describe() for f in self.fallbacks), *bounds, *near]
 
     def sources(self) -> set[str]:
         """Every source line these details name, the user's and a model library's (what a cached copy
@@ -133,7 +139,8 @@ class Details:
                    [Unsharded.from_json(u) for u in data.get("unsharded") or []],
                    [Uncounted.from_json(u) for u in data.get("uncounted") or []],
                    [KernelRun.from_json(k) for k in data.get("kernels") or []],
-                   [Fallback.from_json(f) for f in data.get("fallbacks") or []])
+                   [Fallback.from_json(f) for f in data.get("fallbacks") or []],
+                   [ScopedUse.from_json(u) for u in data.get("scoped_vmem") or []])
 
 
 def details_problem(data: object) -> str | None:

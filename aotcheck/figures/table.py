@@ -183,7 +183,8 @@ FIGURES: tuple[Figure, ...] = (
            "memory per device: XLA's memory analysis (`argument_bytes`, `output_bytes`, `alias_bytes`, `temp_bytes`, "
            "`generated_code_bytes`), its liveness-aware `peak_bytes` (checked against the chip's HBM), `total_bytes` "
            "(axlearn's sum), the peak split by what holds it (`peak_params_bytes`, ...: they sum to `peak_bytes` "
-           "exactly)"),
+           "exactly); a Pallas TPU kernel's: `vmem_scoped_bytes`, the most scoped VMEM one kernel uses (the compiler's "
+           "record), and `vmem_limit_bytes`, its limit"),
     Figure("*flops*", Unit.FLOPS, Worse.MORE, 0.01, 0, False,
            "`flops`: loop-aware FLOPs per device (each loop body times its trip count) of every `dot`, "
            "`convolution`, `ragged-dot`, cuBLAS gemm, Cholesky, triangular solve and FFT, each dot XLA rewrote "

@@ -36,6 +36,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aotcheck.programs.names import parse_program_id
 from aotcheck.targets.topology import Topology
 
 FIGURES = ("peak_params_bytes", "peak_kv_cache_bytes", "generated_code_bytes", "temp_bytes")
@@ -87,7 +88,7 @@ class Boot:
         usable: What a device may hold, and where that comes from.
         programs: How many programs are loaded.
         tips: What first crosses ``usable_bytes`` as the server starts (``"weights"``, ``"kv"``, or the
-            program id of the bucket whose loading does, the smallest loaded first); None when it boots.
+            program id of the bucket whose loading does, in :func:`load_order`); None when it boots.
         kv_max_bytes: The largest KV pool with which it boots (0: not even without one).
         memory_bytes: The memory an engine's utilization is a share of (:func:`engine_base`).
         bytes_per_page: The KV pool's bytes per page, where its configured pages are known.
@@ -182,15 +183,34 @@ def engine_base(topology: Topology) -> int:
     return int(device.memory_bytes or 0)
 
 
+def load_order(program_ids: Sequence[str], programs: Sequence[str] = ()) -> list[str]:
+    """The order a server loads its buckets as it warms up: its programs in the order it declares them
+    (``programs``, the names; any other after, by name), each program's buckets ascending, as
+    tpu-inference's ``capture_model`` precompiles the backbone, then sampling, then structured decoding.
+
+    Example:
+        >>> load_order(["sample[tokens=64,seqs=8]", "step[tokens=64]", "step[tokens=16]"], ["step", "sample"])
+        ['step[tokens=16]', 'step[tokens=64]', 'sample[tokens=64,seqs=8]']
+    """
+    def key(program_id: str) -> tuple[int, str, tuple[int, ...]]:
+        name, bucket = parse_program_id(program_id)
+        rank = list(programs).index(name) if name in programs else len(programs)
+        return rank, name, tuple(bucket.values())
+
+    return sorted(program_ids, key=key)
+
+
 def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
                 pages: int | None = None, environ: Mapping[str, str] | None = None,
-                usable: Usable | None = None) -> Boot | None:
-    """The boot budget of a server whose buckets (program id, figures) run on ``topology`` (loaded smallest
-    first: what tips it is the first whose loading crosses the limit); None when a bucket lacks a figure
-    the budget needs. ``pages``: the configured pages of the KV pool, to say the largest pool in pages too;
-    ``usable``: what a device may hold, as the gate's run found it (:func:`usable_memory` by default)."""
+                usable: Usable | None = None, programs: Sequence[str] = ()) -> Boot | None:
+    """The boot budget of a server whose buckets (program id, figures) run on ``topology``, loaded in
+    :func:`load_order` of its ``programs`` (what tips it is the first whose loading crosses the limit);
+    None when a bucket lacks a figure the budget needs. ``pages``: the configured pages of the KV pool,
+    to say the largest pool in pages too; ``usable``: what a device may hold, as the gate's run found it
+    (:func:`usable_memory` by default)."""
     if not buckets or any(name not in figures for _, figures in buckets for name in FIGURES):
         return None
+    # Every bucket holds the server's weights, those its program does not read too (kept: ServingConfig).
     weights = int(max(f["peak_params_bytes"] for _, f in buckets))
     kv = int(max(f["peak_kv_cache_bytes"] for _, f in buckets))
     room = usable if usable is not None else usable_memory(topology, environ)
@@ -199,7 +219,9 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
     keep = topology.platform.programs_keep_temporaries
     # Each load as it adds to what is held (on a GPU a bucket's temporaries count only above the largest so far).
     loads, largest = [], 0
-    for program, f in sorted(buckets, key=lambda b: int(b[1]["generated_code_bytes"]) + int(b[1]["temp_bytes"])):
+    by_id = dict(buckets)
+    for program in load_order(list(by_id), programs):
+        f = by_id[program]
         temp_now = int(f["temp_bytes"]) if keep else max(0, int(f["temp_bytes"]) - largest)
         largest = max(largest, int(f["temp_bytes"]))
         loads.append((program, int(f["generated_code_bytes"]) + temp_now))

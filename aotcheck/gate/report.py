@@ -29,7 +29,6 @@ from aotcheck.errors import AotcheckError
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
 from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill, startup_bills
-from aotcheck.gate.boot import Usable
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 from aotcheck.gate.run import Interrupted
@@ -199,6 +198,15 @@ def _toolchain_words(toolchain: Mapping[str, str | None]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(toolchain.items()))
 
 
+def _merged_bills(outcomes: list[Outcome], shard_bills: list[Bill]) -> list[Bill]:
+    """The servers' bills over the merged cases. A shard's bill carries the tolerance its run judges by
+    (none under an update), what a device may hold and the server's load order, as that run found them."""
+    judged = [b for b in shard_bills if b.tolerance is not None and not b.accepted]
+    return startup_bills(outcomes, [(BILL_FIGURE, judged[0].tolerance)] if judged else (), judge=bool(judged),
+                         usable={(b.config, b.target): b.usable for b in shard_bills if b.usable},
+                         order={b.config: b.load_order for b in shard_bills if b.load_order})
+
+
 def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) -> Merged:
     """Merges shard reports; names unreadable ones, shards with no report, and cases in two reports (shards
     never share a case: the merge keeps the failing copy, so no report can hide another's failure), and
@@ -218,8 +226,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     of_shards: dict[int, Path] = {}  # N of each report's recorded shard K/N -> a report that says so.
     toolchains: dict[Path, dict[str, str | None]] = {}  # Reports whose toolchain is not the first's.
     toolchains_first = Path()
-    judged: list[Bill] = []  # A shard's bill carries the tolerance its run judges by (none under an update).
-    usable: dict[tuple[str, str], Usable] = {}  # What a device may hold, as the shards' runs found it.
+    shard_bills: list[Bill] = []
     for path in paths:
         try:
             report = load_report(path)
@@ -244,8 +251,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
             toolchains.setdefault(path, report.toolchain)
         elif report.toolchain and not toolchain:
             toolchain, toolchains_first = report.toolchain, path
-        judged += [b for b in report.bills if b.tolerance is not None and not b.accepted]
-        usable.update({(b.config, b.target): b.usable for b in report.bills if b.usable is not None})
+        shard_bills += report.bills
         if report.shard:
             seen_shards.add(report.shard[0])
             of_shards.setdefault(report.shard[1], path)
@@ -273,8 +279,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         problems += [f"shard {k}/{expected} has no report: its runner crashed or was cancelled, or its report was not "
                      "given (a shard alone is part of the run, its start-up bills part of a server's)" for k in missing]
     # A server's buckets may run in several shards: its bills are summed again over the merged cases.
-    bills = startup_bills(list(outcomes.values()), [(BILL_FIGURE, judged[0].tolerance)] if judged else (),
-                          judge=bool(judged), usable=usable)
+    bills = _merged_bills(list(outcomes.values()), shard_bills)
     merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
                     broken=broken, notes=notes, bills=bills, accept_args=accept_args, interrupted=interrupted,
                     **({"toolchain": toolchain} if toolchain else {}))

@@ -55,6 +55,9 @@ class ServeConfig:
         vmem_limit_bytes: The kernel's VMEM limit (None: the compiler's).
         weights_dtype: The parameters' dtype as served (the reference LM's are fp32; a server loads
             bf16 checkpoints).
+        sampler: ``"greedy"`` (the argmax of the logits) or ``"top_p"``: tpu-inference's sampler, each
+            request's temperature and nucleus (top-p) over fp32 logits, its threshold found by a 31-step
+            binary search (no sort: TPUs sort slowly), the token drawn by the Gumbel-max trick.
         structured_decoding: Also compile ``structured_decode[seqs=S]`` per request bucket, as
             tpu-inference precompiles it for every deployment (its ``_precompile_structured_decoding``).
     """
@@ -70,7 +73,12 @@ class ServeConfig:
     num_queries_per_block: int | None = None
     vmem_limit_bytes: int | None = None
     weights_dtype: Any = jnp.float32
+    sampler: str = "greedy"
     structured_decoding: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sampler not in ("greedy", "top_p"):
+            raise ValueError(f"ServeConfig.sampler={self.sampler!r}: give 'greedy' or 'top_p'")
 
     @property
     def pages_per_seq(self) -> int:
@@ -167,6 +175,26 @@ def sample(params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
     return jnp.argmax((h @ params["unembed"].astype(h.dtype)).astype(jnp.float32), axis=-1).astype(jnp.int32)
 
 
+def sample_top_p(params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
+    """Next tokens ``[S]`` drawn from each request's nucleus at its temperature, as tpu-inference samples:
+    fp32 logits, the smallest probability still kept found by a 31-step binary search per request (the
+    kept tokens' mass is the first at or above ``top_p``), then Gumbel-max over the kept logits."""
+    h = _rms_norm(batch["hidden"][batch["logits_indices"]], params["final_ln"])
+    logits = (h @ params["unembed"].astype(h.dtype)).astype(jnp.float32) / batch["temperature"][:, None]
+    probs = jax.nn.softmax(logits, axis=-1)
+    top_p = batch["top_p"][:, None]
+
+    def halve(_: int, bounds: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        low, high = bounds
+        mid = (low + high) / 2
+        enough = jnp.sum(jnp.where(probs >= mid, probs, 0.0), axis=-1, keepdims=True) >= top_p
+        return jnp.where(enough, mid, low), jnp.where(enough, high, mid)
+
+    low, _ = jax.lax.fori_loop(0, 31, halve, (jnp.zeros_like(top_p), jnp.max(probs, axis=-1, keepdims=True)))
+    gumbel = jax.random.gumbel(jax.random.wrap_key_data(batch["key"]), logits.shape, jnp.float32)
+    return jnp.argmax(jnp.where(probs >= low, logits + gumbel, -jnp.inf), axis=-1).astype(jnp.int32)
+
+
 def structured_decode(params: Params, batch: Mapping[str, jax.Array]) -> jax.Array:
     """The logits ``[S, vocab]`` with the tokens each request's grammar forbids masked to -inf, where any
     request asks for structured output: tpu-inference's ``structured_decode_fn``, whose bitmask packs 32
@@ -190,8 +218,13 @@ def _step_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.Sh
 
 
 def _sample_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
-    return {"hidden": jax.ShapeDtypeStruct((point["tokens"], cfg.model.d_model), jnp.bfloat16),
-            "logits_indices": jax.ShapeDtypeStruct((point["seqs"],), jnp.int32)}
+    seqs = point["seqs"]
+    inputs = {"hidden": jax.ShapeDtypeStruct((point["tokens"], cfg.model.d_model), jnp.bfloat16),
+              "logits_indices": jax.ShapeDtypeStruct((seqs,), jnp.int32)}
+    if cfg.sampler == "top_p":
+        inputs.update(temperature=jax.ShapeDtypeStruct((seqs,), jnp.float32),
+                      top_p=jax.ShapeDtypeStruct((seqs,), jnp.float32), key=jax.ShapeDtypeStruct((2,), jnp.uint32))
+    return inputs
 
 
 def _structured_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
@@ -216,7 +249,7 @@ def serving_config(cfg: ServeConfig, **overrides: Any) -> ServingConfig:
             "step": Bucketed(fn=lambda params, kv, batch: step(cfg, params, kv, batch),
                              inputs=lambda point: _step_inputs(cfg, point), axes={"tokens": tokens},
                              covers={"tokens": "max_num_batched_tokens"}),
-            "sample": Bucketed(fn=sample, inputs=lambda point: _sample_inputs(cfg, point), uses_kv=False,
+            "sample": Bucketed(fn=sample if cfg.sampler == "greedy" else sample_top_p, inputs=lambda point: _sample_inputs(cfg, point), uses_kv=False,
                                axes={"tokens": tokens, "seqs": doubling(cfg.min_seqs, limits.max_num_seqs)},
                                covers={"tokens": "max_num_batched_tokens", "seqs": "max_num_seqs"},
                                when=lambda point: point["seqs"] <= point["tokens"]),
@@ -237,3 +270,46 @@ def serving_config(cfg: ServeConfig, **overrides: Any) -> ServingConfig:
 # A small model with production's head width (128, as the kernel's blocks want) and 8 heads to
 # split over 8 devices; 18.9M parameters, compiled in seconds per bucket.
 TINY = ServeConfig(model=LMConfig(vocab=1024, d_model=1024, n_layers=2, n_heads=8, d_ff=2048))
+
+
+def engine_pages(*, weights_bytes: int, page_bytes: int, limit_bytes: int, utilization: float) -> int:
+    """The pages an engine allocates per device at ``utilization`` (its ``gpu_memory_utilization``):
+    utilization x the device's limit, less the weights, over a page's bytes (tpu-inference's
+    ``determine_available_memory``; it also takes off what programs it loaded before its pool, which the
+    boot budget counts as the programs' instead).
+
+    Example:
+        >>> engine_pages(weights_bytes=2**30, page_bytes=2**20, limit_bytes=16 * 2**30, utilization=0.5)
+        7168
+    """
+    return int((utilization * limit_bytes - weights_bytes) // page_bytes)
+
+
+# tpu-inference #3360's server: a 256K vocabulary and 2B-class dims (gemma-2b's 18 layers of 2048, its
+# 2.56B parameters as bf16) on one v5e chip at --max-num-seqs 512 --max-num-batched-tokens 1024, sampling
+# with temperature and top-p, structured decoding precompiled as tpu-inference always does. Its pool is
+# what an engine allocates at vLLM's long-standing default utilization, 0.90: (0.9 x 15.75 GiB - 4.77 GiB
+# of weights) over 2.25 MiB a page (18 layers x 16 tokens x 32 heads' keys and values x 128 x 2 bytes).
+# The kernel's blocks are set: its own table's for v5e (32 queries) need 16.38M of the chip's 16M of scoped
+# VMEM at 16 heads of 128 (CompileTimeScopedVmemOom, as tpu-inference #3194's kernel did).
+LLM_256K = ServeConfig(
+    model=LMConfig(vocab=256000, d_model=2048, n_layers=18, n_heads=16, d_ff=16384),
+    page_size=16, pages=engine_pages(weights_bytes=2 * 2_558_601_216, page_bytes=18 * 16 * 32 * 128 * 2,
+                                     limit_bytes=16_911_433_728, utilization=0.90),
+    limits=Limits(max_num_seqs=512, max_num_batched_tokens=1024, max_model_len=2048),
+    min_tokens=512, min_seqs=256, mesh=MeshSpec(("data", "model"), (1, 1)),
+    num_kv_pages_per_block=8, num_queries_per_block=16,
+    weights_dtype=jnp.bfloat16, sampler="top_p", structured_decoding=True)
+
+# tpu-inference #3408's shape: a 30B dense model (64 layers of 4096, MLP 45056, a 262K vocabulary: 30.07B
+# parameters as bf16) tensor parallel over a tpu7x-8's 8 devices, its pool at gpu_memory_utilization=0.98:
+# (0.98 x 94.75 GiB - 8.75 GiB of weights per device) over 2 MiB a page per device (64 layers x 16 tokens
+# x 8 heads' keys and values x 128 x 2 bytes). The weights: the layers' 27.9B parameters and the
+# unembedding split 8 ways, the 1.07B of the embedding table on every device.
+LLM_31B = ServeConfig(
+    model=LMConfig(vocab=262144, d_model=4096, n_layers=64, n_heads=32, d_ff=45056),
+    page_size=16, pages=engine_pages(weights_bytes=9_396_297_728, page_bytes=64 * 16 * 8 * 128 * 2,
+                                     limit_bytes=101_737_037_824, utilization=0.98),
+    limits=Limits(max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=8192),
+    min_tokens=2048, min_seqs=128, mesh=MeshSpec(("data", "model"), (1, 8)),
+    weights_dtype=jnp.bfloat16, sampler="top_p", structured_decoding=True)

@@ -241,8 +241,10 @@ class ServingConfig(_Bounded):
         kinds = ("params", "kv_cache", "batch") if program.uses_kv else ("params", "batch")
         knobs = {KV_KNOB: Knob(pages, lambda n: self.bucket(name, point, pages=n, search=search))} \
             if program.uses_kv else {}
+        # Every bucket keeps the weights it does not read (jit would leave them out): a server holds them all
+        # whichever program runs, so each bucket's peak, and the boot budget's weights, count them.
         return FunctionConfig(
-            **common, fn=jax.jit(program.fn, donate_argnums=(1,) if program.uses_kv else ()),
+            **common, fn=jax.jit(program.fn, donate_argnums=(1,) if program.uses_kv else (), keep_unused=True),
             make_args=lambda mesh: self._args(program, point, pages, mesh), program=name, bucket=Bucket(point),
             arg_kinds=kinds, knobs=knobs, fit=KV_KNOB if search else None,
             fit_upper=self.fit_upper, fit_targets=self.fit_targets)

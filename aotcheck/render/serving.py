@@ -112,7 +112,7 @@ def boot_line(bill: Bill) -> str | None:
     if boot.boots:
         return (f"  boots: {parts}; {fmt_bytes(boot.usable_bytes - boot.total_bytes)} to spare; {largest}")
     tips = {"weights": "the weights alone do not fit", "kv": "the KV pool tips it"}.get(
-        boot.tips or "", f"loading {boot.tips} tips it (programs load smallest first)")
+        boot.tips or "", f"loading {boot.tips} tips it (programs load in the order the server warms them up)")
     lost = "REGRESSION: it started by its goldens' figures and " if bill.boot_lost else ""
     return f"  {lost}WILL NOT START: {parts}; {tips}; {largest}"
 

@@ -46,6 +46,9 @@ class Chip:
             with this libtpu; a little below the capacity).
         peak_bf16_flops: Peak bf16 FLOP/s per device (datasheet).
         hbm_bandwidth: HBM bytes/s per device (datasheet).
+        scoped_vmem_bytes: The compiler's default scoped VMEM limit for one kernel (its
+            ``xla_tpu_scoped_vmem_limit_kib`` unset), read from its overflow message with libtpu 0.0.50
+            ("Scoped allocation with size ... and limit 16.00M"); v4 says none and stops at its VMEM.
         source: Where the datasheet figures come from.
     """
 
@@ -58,6 +61,7 @@ class Chip:
     hbm_limit_bytes: int
     peak_bf16_flops: float
     hbm_bandwidth: float
+    scoped_vmem_bytes: int = 16 << 20
     source: str = _DATASHEETS
 
     @property
@@ -87,9 +91,9 @@ CHIPS: dict[str, Chip] = {
         # The datasheet says 95 GB, yet the compiler lets a device use 95.74 GiB: 96 GiB.
         Chip("v5p", "v5", "megacore", 1, 2, 96 * GiB, int(95.74 * GiB), 459e12, 2765e9),
         Chip("v5e", "v5e", "default", 1, 1, 16 * GiB, int(15.75 * GiB), 197e12, 819e9),
-        Chip("v6e", "v6e", "default", 1, 1, 32 * GiB, int(31.25 * GiB), 918e12, 1640e9),
+        Chip("v6e", "v6e", "default", 1, 1, 32 * GiB, int(31.25 * GiB), 918e12, 1640e9, scoped_vmem_bytes=32 << 20),
         # Ironwood: 192 GiB, 4614 TFLOP/s (bf16: 2307) and 7.37 TB/s per chip, 2 devices.
-        Chip("7x", "tpu7x", "default", 2, 2, 96 * GiB, int(94.75 * GiB), 1153.5e12, 3690e9),
+        Chip("7x", "tpu7x", "default", 2, 2, 96 * GiB, int(94.75 * GiB), 1153.5e12, 3690e9, scoped_vmem_bytes=32 << 20),
     )
 }
 

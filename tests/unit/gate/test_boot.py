@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck.gate.bill import Bill, startup_bills
-from aotcheck.gate.boot import Boot, Usable, boot_budget, engine_base, usable_memory
+from aotcheck.gate.boot import Boot, Usable, boot_budget, engine_base, load_order, usable_memory
 from aotcheck.gate.golden import Golden
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
@@ -35,11 +35,10 @@ def test_the_budget_is_weights_pool_and_every_loaded_programs_code_and_temporari
     assert boot.total_bytes == weights + kv + loaded and boot.usable_bytes == 16911433728  # 15.75 GiB: libtpu's limit.
     assert boot.boots == (boot.total_bytes <= boot.usable_bytes)
     assert boot.kv_max_bytes == max(0, boot.usable_bytes - weights - loaded)
-    # What tips it is the first part whose loading crosses the limit, in the order a server starts (the
-    # smallest program first).
+    # What tips it is the first part whose loading crosses the limit, in the order a server warms up
+    # (one program here: its buckets ascending, 16 tokens first).
     held, tips = 0, None
-    loads = sorted(((b, c + t) for (b, _), (c, t) in zip(buckets, programs)), key=lambda load: load[1])
-    for part, size in [("weights", weights), ("kv", kv), *loads]:
+    for part, size in [("weights", weights), ("kv", kv), *((b, c + t) for (b, _), (c, t) in zip(buckets, programs))]:
         held += size
         if tips is None and held > boot.usable_bytes:
             tips = part
@@ -107,6 +106,21 @@ def test_an_engines_utilization_is_a_share_of_the_compilers_limit_on_a_tpu_and_o
     assert boot.kv_max_bytes == int(94.75 * GiB) - 8 * GiB and boot.kv_max_fraction == 1.0
 
 
+def test_a_server_loads_its_programs_in_the_order_it_declares_them_each_buckets_ascending():
+    """tpu-inference warms up the backbone, then sampling, then structured decoding; within each, its
+    buckets ascending (numerically: 1024 after 512). What tips it is named in that order."""
+    assert load_order(["step[tokens=1024]", "sample[tokens=512,seqs=512]", "step[tokens=512]",
+                       "sample[tokens=512,seqs=256]", "structured_decode[seqs=256]"], ["step", "sample"]) == [
+        "step[tokens=512]", "step[tokens=1024]", "sample[tokens=512,seqs=256]", "sample[tokens=512,seqs=512]",
+        "structured_decode[seqs=256]"]
+    small, big = figures(weights=8 * GiB, kv=7 * GiB, code=0, temp=3 * GiB // 8), figures(weights=8 * GiB, kv=7 * GiB, code=0,
+                                                                                        temp=GiB // 2)
+    buckets = [("step[tokens=16]", big), ("sample[tokens=16,seqs=8]", small)]
+    v5e = parse_topology("v5e-1")  # 15.75 GiB: weights and pool leave 0.75 GiB; the two need 0.875.
+    assert boot_budget(buckets, v5e, programs=("step", "sample")).tips == "sample[tokens=16,seqs=8]"
+    assert boot_budget(buckets, v5e, programs=("sample", "step")).tips == "step[tokens=16]"
+
+
 def test_a_bucket_without_the_figures_the_budget_needs_leaves_it_unknown():
     partial = {k: v for k, v in figures().items() if k != "temp_bytes"}
     assert boot_budget([("step[tokens=16]", partial)], parse_topology("v5e-1")) is None
@@ -133,7 +147,7 @@ def test_a_server_that_started_and_no_longer_does_fails_the_run_and_says_what_ti
     line = boot_line(bill)
     assert line.startswith("  REGRESSION: it started by its goldens' figures and WILL NOT START: weights 8.00 GiB + "
                            "KV pool 2.00 GiB + 2 programs loaded"), line
-    assert "loading step[tokens=64] tips it (programs load smallest first)" in line
+    assert "loading step[tokens=64] tips it (programs load in the order the server warms them up)" in line
     assert Bill.from_json(json.loads(json.dumps(bill.to_json()))) == bill
     (never,) = startup_bills([served(64, small(6 * GiB), small(6 * GiB))])
     assert not never.boot.boots and never.booted is False and not never.failed  # Never started: said, not failed.
@@ -150,7 +164,8 @@ def test_the_reference_servers_boot_from_its_goldens_adds_up(target):
     temps = [d["figures"]["temp_bytes"] for d in docs]
     # A loaded TPU program keeps its temporaries; XLA's GPU client takes a run's from its pool.
     temp = sum(temps) if cases[0].topology.platform.programs_keep_temporaries else max(temps)
-    weights = max(d["figures"]["peak_params_bytes"] for d in docs)  # The step holds them; a sampler fewer.
+    # Every bucket holds the server's weights, those its program does not read too: the same in each.
+    (weights,) = {d["figures"]["peak_params_bytes"] for d in docs}
     assert boot.programs == len(docs) == 9 and (boot.code_bytes, boot.temp_bytes) == (code, temp)
     assert boot.boots and boot.kv_max_bytes == boot.usable_bytes - weights - code - temp
 
