@@ -18,7 +18,7 @@ from aotcheck.figures.fallbacks import Fallback
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import CollectiveOp, HloAnalysis, KernelRun, Uncounted, analyze_hlo
 from aotcheck.figures.sharding import Unsharded
-from aotcheck.figures.vmem import ScopedUse
+from aotcheck.figures.scoped import ScopedUse
 from aotcheck.figures.table import comm, parse
 from aotcheck.targets.devices import host_device
 from aotcheck.targets.topology import Topology, parse_topology
@@ -53,7 +53,7 @@ class Details:
     uncounted: list[Uncounted] = dataclasses.field(default_factory=list)  # What ``flops`` may miss.
     kernels: list[KernelRun] = dataclasses.field(default_factory=list)  # Custom kernels: how each was counted.
     fallbacks: list[Fallback] = dataclasses.field(default_factory=list)  # Where XLA's partitioner fell back.
-    scoped: list[ScopedUse] = dataclasses.field(default_factory=list)  # Each Pallas TPU kernel's scoped VMEM.
+    scoped: list[ScopedUse] = dataclasses.field(default_factory=list)  # Each Pallas TPU kernel's VMEM and SMEM.
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
@@ -71,7 +71,7 @@ class Details:
         if self.fallbacks:
             out["fallbacks"] = [f.to_json() for f in self.fallbacks]
         if self.scoped:
-            out["scoped_vmem"] = [u.to_json() for u in self.scoped]
+            out["scoped"] = [u.to_json() for u in self.scoped]
         return out
 
     def incomplete(self) -> set[str]:
@@ -86,7 +86,7 @@ class Details:
     def doubts(self) -> list[str]:
         """What the figures may miss or overstate, one line each (as data: render words the rest):
         what is uncounted, the compiler's sharding fallbacks, kernels counted over their buffer, kernels
-        within 5% of their scoped VMEM limit.
+        within 5% of their scoped VMEM or SMEM limit.
 
         Example:
             >>> Details(uncounted=[Uncounted("op", "shiny-op", None, 1)]).doubts()
@@ -140,7 +140,7 @@ class Details:
                    [Uncounted.from_json(u) for u in data.get("uncounted") or []],
                    [KernelRun.from_json(k) for k in data.get("kernels") or []],
                    [Fallback.from_json(f) for f in data.get("fallbacks") or []],
-                   [ScopedUse.from_json(u) for u in data.get("scoped_vmem") or []])
+                   [ScopedUse.from_json(u) for u in data.get("scoped") or []])
 
 
 def details_problem(data: object) -> str | None:

@@ -183,8 +183,9 @@ FIGURES: tuple[Figure, ...] = (
            "memory per device: XLA's memory analysis (`argument_bytes`, `output_bytes`, `alias_bytes`, `temp_bytes`, "
            "`generated_code_bytes`), its liveness-aware `peak_bytes` (checked against the chip's HBM), `total_bytes` "
            "(axlearn's sum), the peak split by what holds it (`peak_params_bytes`, ...: they sum to `peak_bytes` "
-           "exactly); a Pallas TPU kernel's: `vmem_scoped_bytes`, the most scoped VMEM one kernel uses (the compiler's "
-           "record), and `vmem_limit_bytes`, its limit"),
+           "exactly); Pallas TPU kernels': `vmem_scoped_bytes` and `vmem_limit_bytes`, the "
+           "scoped VMEM of the kernel nearest its limit (the compiler's record) and that limit, `smem_bytes` and "
+           "`smem_limit_bytes` its SMEM (as its Mosaic body declares it) and the core's"),
     Figure("*flops*", Unit.FLOPS, Worse.MORE, 0.01, 0, False,
            "`flops`: loop-aware FLOPs per device (each loop body times its trip count) of every `dot`, "
            "`convolution`, `ragged-dot`, cuBLAS gemm, Cholesky, triangular solve and FFT, each dot XLA rewrote "

@@ -71,8 +71,8 @@ from aotcheck._files import atomic_write_text, probe_writable
 #     of whole 4x4x4 cubes, v5e/v6e's 16-chip rows), as MaxText's and xpk's tables build them.
 # 18: the peak's split has a class of its own for a server's KV pool (peak_kv_cache_bytes; it was counted
 #     as batch), arguments of kind kv_cache.
-# 19: each Pallas TPU kernel's scoped VMEM against its limit (vmem_scoped_bytes, vmem_limit_bytes;
-#     details.scoped_vmem).
+# 19: each Pallas TPU kernel's scoped VMEM and SMEM against their limits (vmem_scoped_bytes, vmem_limit_bytes,
+#     smem_bytes, smem_limit_bytes; details.scoped); a server's buckets keep the weights they do not read.
 FIGURES_VERSION = 19
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]

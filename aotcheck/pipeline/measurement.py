@@ -21,7 +21,7 @@ from aotcheck.figures.fit import Fit
 from aotcheck.figures.loops import COLLECTIVES
 from aotcheck.figures.program import REQUIRED_FIGURES, Details, Figures
 from aotcheck.figures.table import ANY_KNOB, comm, fit_max
-from aotcheck.figures.vmem import LIMIT as VMEM_LIMIT, USED as VMEM_USED
+from aotcheck.figures.scoped import FIGURES as SPACE_FIGURES
 from aotcheck.pipeline.case import Case
 
 # What measuring costs, in the process's CPU seconds: figures like the others, but noisy (not bit-identical
@@ -42,8 +42,8 @@ def figure_names() -> tuple[str, ...]:
         True
     """
     collectives = tuple(comm(kind, what) for kind in COLLECTIVES for what in ("count", "bytes"))
-    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *collectives, FALLBACKS, VMEM_USED, VMEM_LIMIT, *COST_FIGURES,
-            ANY_KNOB)
+    return (*REQUIRED_FIGURES, *PEAK_FIGURES, *collectives, FALLBACKS,
+            *(name for names in SPACE_FIGURES.values() for name in names), *COST_FIGURES, ANY_KNOB)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,7 +55,7 @@ from aotcheck.figures.program import Details, measure_program
 from aotcheck.figures.sharding import Unsharded, batch_inputs, find_unsharded
 from aotcheck.figures.splits import dump_options as sharding_dump_options
 from aotcheck.figures.splits import read_shardings, sharding_dump
-from aotcheck.figures.vmem import default_limit, scoped_vmem, vmem_figures
+from aotcheck.figures.scoped import default_limit, kernel_memory, smem_limit, space_figures
 from aotcheck.figures.sources import anchors, remap, source_sequence
 from aotcheck.pipeline.cache import FiguresCache, cache_key
 from aotcheck.pipeline.case import Case
@@ -266,8 +266,9 @@ class CompiledCase:
         analysis = analyze_hlo(text, module=module, constants=self._constants(text))
         figures, uncounted = measure_program(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
-        scoped = scoped_vmem(module, default=default_limit(self.lowered.options, case.topology.family))
-        figures.update(vmem_figures(scoped))
+        family = case.topology.family
+        scoped = kernel_memory(module, vmem=default_limit(self.lowered.options, family), smem=smem_limit(family))
+        figures.update(space_figures(scoped))
         fallbacks = []
         if case.topology.platform.logs_warnings:  # Elsewhere the figure is absent, never a zero that was not read.
             fallbacks = read_fallbacks(self.warnings, frames=stack_frames(sharding_dump(self.dump_dir) or ""))

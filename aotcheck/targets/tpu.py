@@ -73,13 +73,22 @@ class Chip:
     def vmem_bytes(self) -> int | None:
         """One TensorCore's VMEM (no Pallas kernel's scoped VMEM limit goes past it), from jax's table of
         TPU cores (``pltpu.get_tpu_info_for_chip``); None where this jax has no table."""
+        return self._jax_info("vmem_capacity_bytes")
+
+    @property
+    def smem_bytes(self) -> int | None:
+        """One TensorCore's SMEM (a kernel's scalar operands and SMEM scratch), from jax's table; None
+        where this jax has no table."""
+        return self._jax_info("smem_capacity_bytes")
+
+    def _jax_info(self, field: str) -> int | None:
         version = _JAX_CHIP_VERSIONS.get(self.family)
         if version is None:
             return None
         try:
-            from jax.experimental.pallas import tpu as pltpu  # noqa: PLC0415  (asked only when a kernel overflows)
+            from jax.experimental.pallas import tpu as pltpu  # noqa: PLC0415  (asked only where a kernel is)
 
-            return int(pltpu.get_tpu_info_for_chip(getattr(pltpu.ChipVersion, version), 1).vmem_capacity_bytes)
+            return int(getattr(pltpu.get_tpu_info_for_chip(getattr(pltpu.ChipVersion, version), 1), field))
         except Exception:  # An older jax without the table, or without this chip in it.
             return None
 
