@@ -53,6 +53,7 @@ from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.names import parse_program_id
 from aotcheck.programs.options import runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
+from aotcheck.programs.serving import KV_KNOB
 from aotcheck.settings import GateSettings, SettingsError
 from aotcheck.spellings import flag_names, ini_override, option
 from aotcheck.targets.platform import TPU, Platform
@@ -293,11 +294,11 @@ class GateSession:
         outcomes = list(self.outcomes.values())
         partial = split_groups([p.case for p in self.plan().matrix], [p.case for p in self.plan().cases])
         # An update accepts a server's bill as it accepts a case's figures (what it kept may sum beyond it).
-        usable, order = self.usable(outcomes), self.load_orders(outcomes)
+        usable, (order, pages) = self.usable(outcomes), self.servers(outcomes)
         bills = (accept_bills(outcomes, self.store, self.settings.tolerances, partial=partial, usable=usable,
-                              order=order)
+                              order=order, pages=pages)
                  if self.settings.update else startup_bills(outcomes, self.settings.tolerances, partial=partial,
-                                                            usable=usable, order=order))
+                                                            usable=usable, order=order, pages=pages))
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args(),
@@ -331,16 +332,21 @@ class GateSession:
                 out[key] = room
         return out
 
-    def load_orders(self, outcomes: Sequence[Outcome]) -> dict[str, tuple[str, ...]]:
-        """Each served config's programs in the order it declares them, the order a server warms them up in."""
-        out: dict[str, tuple[str, ...]] = {}
+    def servers(self, outcomes: Sequence[Outcome]) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+        """Each served config's programs in the order it declares them (the order a server warms them up
+        in), and its KV pool's configured pages (its buckets' ``pages`` knob)."""
+        order: dict[str, tuple[str, ...]] = {}
+        pages: dict[str, int] = {}
         for config in dict.fromkeys(o.case.config for o in outcomes if served(o)):
             try:
-                ids = self.registry.get(config).programs()
+                programs = self.registry.get(config).programs()
             except RegistryError:
                 continue
-            out[config] = tuple(dict.fromkeys(parse_program_id(i)[0] for i in ids))
-        return out
+            order[config] = tuple(dict.fromkeys(parse_program_id(i)[0] for i in programs))
+            pool = next((c.knobs[KV_KNOB].size for c in programs.values() if KV_KNOB in c.knobs), None)
+            if pool is not None:
+                pages[config] = pool
+        return order, pages
 
     def notes(self) -> list[str]:
         """What the session has to say once: warnings from setting up and from the compile workers."""

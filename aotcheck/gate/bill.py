@@ -65,6 +65,7 @@ class Bill:
         usable: What a device may hold there and where that comes from, as this run found it (a GPU's
             memory fraction is its process's): a merge of shards judges their boot by it.
         load_order: The server's programs in the order it loads them (its config's), for a merge of shards.
+        pages: Its KV pool's configured pages (its config's), for a merge of shards.
     """
 
     config: str
@@ -79,6 +80,7 @@ class Bill:
     booted: bool | None = None
     usable: Usable | None = None
     load_order: tuple[str, ...] = ()
+    pages: int | None = None
 
     @property
     def boot_lost(self) -> bool:
@@ -100,7 +102,7 @@ class Bill:
                 "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
                 "accepted": self.accepted, "boot": self.boot.to_json() if self.boot is not None else None,
                 "booted": self.booted, "usable": self.usable.to_json() if self.usable is not None else None,
-                "load_order": list(self.load_order)}
+                "load_order": list(self.load_order), "pages": self.pages}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Bill":
@@ -110,7 +112,8 @@ class Bill:
                    bool(data["complete"]), Row.from_json(row) if row else None,
                    Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)),
                    Boot.from_json(boot) if boot else None, None if booted is None else bool(booted),
-                   Usable.from_json(usable) if usable else None, tuple(map(str, data.get("load_order") or ())))
+                   Usable.from_json(usable) if usable else None, tuple(map(str, data.get("load_order") or ())),
+                   None if data.get("pages") is None else int(data["pages"]))
 
 
 def served(outcome: Outcome) -> bool:
@@ -121,14 +124,16 @@ def served(outcome: Outcome) -> bool:
 def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES,
                   *, judge: bool = True, partial: Collection[tuple[str, str]] = (),
                   usable: Mapping[tuple[str, str], Usable] | None = None,
-                  order: Mapping[str, Sequence[str]] | None = None) -> list[Bill]:
+                  order: Mapping[str, Sequence[str]] | None = None,
+                  pages: Mapping[str, int] | None = None) -> list[Bill]:
     """One bill per (served config, target) among ``outcomes`` (skipped buckets left out), in the
     order they first appear; ``judge=False`` (an ``--update-golden`` run, which accepts the figures)
     sums without comparing, and so does a ``(config, target)`` in ``partial`` (some of its buckets
     run in another shard). ``usable``: what a device may hold per ``(config, target)`` as the runs that
     measured them found it (a merge of shards) or as the configs and the ini give it (a run); else this process's
     (:func:`aotcheck.gate.boot.usable_memory`). ``order``: each served config's programs in the order it
-    loads them (:func:`aotcheck.gate.boot.load_order`; by name where not given)."""
+    loads them (:func:`aotcheck.gate.boot.load_order`; by name where not given); ``pages``: each one's KV pool's
+    configured pages (else a fit search's, where one ran)."""
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         if served(o) and o.verdict is not Verdict.SKIPPED:
@@ -145,22 +150,23 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
             if judged and complete else None
         whole = (config, target) not in partial  # A shard that holds part of a server knows part of its budget.
         room = (usable or {}).get((config, target)) or usable_memory(group[0].case.topology)
-        programs = tuple((order or {}).get(config, ()))
-        boot = _boot(group, lambda o: o.figures, room, programs) if whole else None
-        was = _boot(group, lambda o: o.golden_figures, room, programs) if judged else None
+        programs, configured = tuple((order or {}).get(config, ())), (pages or {}).get(config)
+        boot = _boot(group, lambda o: o.figures, room, programs, configured) if whole else None
+        was = _boot(group, lambda o: o.golden_figures, room, programs, configured) if judged else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
-                          booted=was.boots if was is not None else None, usable=room, load_order=programs))
+                          booted=was.boots if was is not None else None, usable=room, load_order=programs,
+                          pages=configured))
     return bills
 
 
 def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, float] | None],
-          usable: Usable | None, programs: Sequence[str]) -> Boot | None:
+          usable: Usable | None, programs: Sequence[str], pages: int | None = None) -> Boot | None:
     """The boot budget of one server's buckets on one target, by ``figures``."""
     found = [(o.case.program_id, figures(o)) for o in group]
     if any(f is None for _, f in found):
         return None
     fits = [o.details.fit for o in group if o.details is not None and o.details.fit is not None]
-    pages = next((f.configured for f in fits if f.knob == "pages"), None)
+    pages = pages or next((f.configured for f in fits if f.knob == "pages"), None)
     return (boot_budget(found, group[0].case.topology, pages=pages, usable=usable, programs=programs)
             if usable is not None else None)
 
@@ -169,7 +175,8 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
                  tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES, *,
                  partial: Collection[tuple[str, str]] = (),
                  usable: Mapping[tuple[str, str], Usable] | None = None,
-                 order: Mapping[str, Sequence[str]] | None = None) -> list[Bill]:
+                 order: Mapping[str, Sequence[str]] | None = None,
+                 pages: Mapping[str, int] | None = None) -> list[Bill]:
     """After an ``--update-golden`` run has written its buckets' goldens: each server's bill judged
     against them. A golden keeps a noisy figure that is near its last value
     (:func:`aotcheck.gate.compare.settle_noisy`), so buckets each near their last can still sum beyond
@@ -178,7 +185,7 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
     case. Returns every bill, those so written marked ``accepted`` (their row: the kept sum against the
     measured). A server split across shards (``partial``) is summed only: no shard sees its whole bill."""
     tolerance = tolerance_for(FIGURE, tolerances)
-    bills = startup_bills(outcomes, judge=False, partial=partial, usable=usable, order=order)
+    bills = startup_bills(outcomes, judge=False, partial=partial, usable=usable, order=order, pages=pages)
     out = []
     for bill in bills:
         group = [o for o in outcomes if served(o) and o.verdict is Verdict.ACCEPTED

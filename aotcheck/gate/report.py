@@ -204,7 +204,8 @@ def _merged_bills(outcomes: list[Outcome], shard_bills: list[Bill]) -> list[Bill
     judged = [b for b in shard_bills if b.tolerance is not None and not b.accepted]
     return startup_bills(outcomes, [(BILL_FIGURE, judged[0].tolerance)] if judged else (), judge=bool(judged),
                          usable={(b.config, b.target): b.usable for b in shard_bills if b.usable},
-                         order={b.config: b.load_order for b in shard_bills if b.load_order})
+                         order={b.config: b.load_order for b in shard_bills if b.load_order},
+                         pages={b.config: b.pages for b in shard_bills if b.pages})
 
 
 def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) -> Merged:

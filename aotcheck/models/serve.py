@@ -303,13 +303,16 @@ LLM_256K = ServeConfig(
 
 # tpu-inference #3408's shape: a 30B dense model (64 layers of 4096, MLP 45056, a 262K vocabulary: 30.07B
 # parameters as bf16) tensor parallel over a tpu7x-8's 8 devices, its pool at gpu_memory_utilization=0.98:
-# (0.98 x 94.75 GiB - 8.75 GiB of weights per device) over 2 MiB a page per device (64 layers x 16 tokens
-# x 8 heads' keys and values x 128 x 2 bytes). The weights: the layers' 27.9B parameters and the
-# unembedding split 8 ways, the 1.07B of the embedding table on every device.
+# (0.98 x 94.75 GiB - 8.75 GiB of weights per device) over 8 MiB a page per device (64 layers x 64 tokens
+# x 8 heads' keys and values x 128 x 2 bytes). Pages of 64 tokens: with 16, a step's page table for
+# 1024 requests of 8192 tokens is 2 MiB, over the core's 1 MiB of SMEM (its kernel is refused so). The weights: the layers' 27.9B parameters and the
+# unembedding split 8 ways, the 1.07B of the embedding table on every device. Its buckets: steps of 1024
+# and 2048 tokens, sampling and structured decoding for 128 to 1024 requests (10 programs; each step
+# compiles in 4-6 minutes on 2 cores, the rest in seconds).
 LLM_31B = ServeConfig(
     model=LMConfig(vocab=262144, d_model=4096, n_layers=64, n_heads=32, d_ff=45056),
-    page_size=16, pages=engine_pages(weights_bytes=9_396_297_728, page_bytes=64 * 16 * 8 * 128 * 2,
+    page_size=64, pages=engine_pages(weights_bytes=9_396_297_728, page_bytes=64 * 64 * 8 * 128 * 2,
                                      limit_bytes=101_737_037_824, utilization=0.98),
-    limits=Limits(max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=8192),
-    min_tokens=2048, min_seqs=128, mesh=MeshSpec(("data", "model"), (1, 8)),
+    limits=Limits(max_num_seqs=1024, max_num_batched_tokens=2048, max_model_len=8192),
+    min_tokens=1024, min_seqs=128, mesh=MeshSpec(("data", "model"), (1, 8)),
     weights_dtype=jnp.bfloat16, sampler="top_p", structured_decoding=True)

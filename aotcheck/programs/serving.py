@@ -168,7 +168,8 @@ class ServingConfig(_Bounded):
     """A server: its programs over their buckets, the KV pool they share, the scheduler's limits.
 
     Besides ``mesh``, ``compiler_options``, ``libtpu_init_args``, ``min_devices``, ``platforms``,
-    ``trace_in_mesh`` and ``trace_as_target``:
+    ``targets`` (the slices it is deployed on: ``("v5e-1x1",)``), ``memory_fraction`` (a GPU
+    server's share of memory, for its boot budget), ``trace_in_mesh`` and ``trace_as_target``:
 
     Attributes:
         init_fn: ``rng -> params``; only traced.

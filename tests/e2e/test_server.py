@@ -162,3 +162,21 @@ def test_the_kv_budget_is_searched_from_the_command_line_on_any_bucket():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     found = json.loads(out.stdout)["fit"]
     assert found["knob"] == "pages" and found["configured"] == 256 and found["max_size"] > 5 * 10**6
+
+
+@pytest.mark.heavy
+def test_the_fields_servers_that_do_not_start_compile_as_their_goldens_say_where_they_tip(tmp_path):
+    """llm-256k's tipping bucket (the 512-request sampler, tpu-inference #3360) and llm-31b's largest
+    structured decoding (#3408), compiled uncached against their committed goldens: the figures the
+    boot verdicts are made of are what the compiler says now (their steps, minutes each, are the main
+    job's)."""
+    cases = ["llm-256k/sample[tokens=512,seqs=512]@v5e-1x1", "llm-31b/structured_decode[seqs=1024]@7x-8x1"]
+    out = cli("check", *(f"--case={c}" for c in cases), "--no-cache", "--report", str(tmp_path / "report.json"))
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert {c["case"]: c["verdict"] for c in report["cases"]} == dict.fromkeys(cases, "pass")
+    for case in report["cases"]:
+        golden = json.loads((ROOT / "golden" / case["golden_path"]).read_text())["figures"]
+        now = case["measured"]["figures"]
+        assert {k: now[k] for k in ("peak_params_bytes", "temp_bytes", "generated_code_bytes")} == \
+            {k: golden[k] for k in ("peak_params_bytes", "temp_bytes", "generated_code_bytes")}, case["case"]

@@ -97,6 +97,27 @@ def test_a_servers_memory_fraction_comes_from_its_config_then_the_ini_then_the_e
     assert usable_memory(h100, {}, fraction=(0.95, "x")).bytes == int(h100.device.memory_bytes * 0.95)
 
 
+def test_a_servers_load_order_and_configured_pages_come_from_its_config_and_ride_on_its_bill(tmp_path):
+    from aotcheck import FunctionConfig, Registry
+    from aotcheck.programs.knob import Knob
+    from aotcheck.session import GateSession
+    from aotcheck.settings import GateSettings
+
+    def bucket(program, **point):
+        return FunctionConfig(fn=abs, make_args=abs, program=program, bucket=point, knobs={"pages": Knob(64, abs)})
+
+    registry = Registry()
+    registry.register("srv", lambda: [bucket("step", tokens=16), bucket("sample", tokens=16, seqs=8)])
+    outcomes = [Outcome(case, Verdict.PASS, measured=Measurement(case, figures(), {}, 1.0)) for case in
+                (Case.of("srv", p, "v5e-1") for p in ("sample[tokens=16,seqs=8]", "step[tokens=16]"))]
+    with GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-1"], cache_dir=None), registry=registry,
+                     measure=lambda case: None) as gate:
+        order, pages = gate.servers(outcomes)
+    assert order == {"srv": ("step", "sample")} and pages == {"srv": 64}
+    (bill,) = startup_bills(outcomes, order=order, pages=pages)
+    assert bill.boot.bytes_per_page == 4 * GiB / 64 and Bill.from_json(json.loads(json.dumps(bill.to_json()))) == bill
+
+
 def test_an_engines_utilization_is_a_share_of_the_compilers_limit_on_a_tpu_and_of_memory_on_a_gpu():
     """tpu-inference sizes its pool as utilization x bytes_limit (94.75 GiB on 7x: #3408's "94.7 GiB")."""
     assert engine_base(parse_topology("7x-8")) == 101737037824 == int(94.75 * GiB)
@@ -188,3 +209,47 @@ def test_a_merge_of_shards_judges_a_gpu_servers_boot_by_the_memory_the_gate_ran_
     (bill,) = merge_reports([tmp_path / "1.json", tmp_path / "2.json"]).report.bills
     h100 = parse_topology("h100-1").device.memory_bytes
     assert bill.boot.usable_bytes == int(h100 * 0.95) and bill.boot.boots  # 69.00 GiB of 75.15 (0.75: 59.33, too few).
+
+
+def _committed_boot(config: str, target: str) -> Boot:
+    """A server's boot budget from its committed goldens, its programs in the order it declares them."""
+    from aotcheck.models import serve
+
+    docs = [json.loads(p.read_text()) for p in sorted((ROOT / "golden" / config).glob(f"*@{target}.json"))]
+    cases = [Case.parse(d["case"]) for d in docs]
+    cfg = {"llm-256k": serve.LLM_256K, "llm-31b": serve.LLM_31B}[config]
+    return boot_budget([(c.program_id, d["figures"]) for c, d in zip(cases, docs)], cases[0].topology,
+                       pages=cfg.pages, programs=list(serve.serving_config(cfg).bucketed))
+
+
+def test_tpu_inference_3360_does_not_start_on_v5e_1_and_the_512_request_sampler_tips_it():
+    """llm-256k (a 256K vocabulary, 2B-class dims, max_num_seqs 512, its pool what an engine at 0.90
+    allocates) from its committed goldens. Analytic: the weights are 2,558,601,216 bf16 parameters on
+    one device; a page is 18 layers x 16 tokens x 32 heads' keys and values x 128 x 2 bytes."""
+    from aotcheck.models import serve
+
+    boot = _committed_boot("llm-256k", "v5e-1x1")
+    assert boot.weights_bytes == 2 * serve.LLM_256K.model.num_params() == 5_117_202_432  # Ratio 1.000.
+    assert boot.bytes_per_page == 18 * 16 * 32 * 128 * 2 and boot.kv_bytes == serve.LLM_256K.pages * boot.bytes_per_page
+    assert (boot.weights_bytes + boot.kv_bytes) / boot.memory_bytes == pytest.approx(0.90, abs=2e-4)
+    assert not boot.boots and "seqs=512" in boot.tips
+    # What starts: the pool that leaves room for every program, as a utilization well below vLLM's 0.90.
+    room = boot.usable_bytes - boot.weights_bytes - boot.code_bytes - boot.temp_bytes
+    assert boot.kv_max_bytes == room and boot.kv_max_fraction < 0.85
+
+
+def test_tpu_inference_3408_does_not_start_on_7x_8_at_098_and_says_the_fraction_that_does():
+    """llm-31b (30.07B dense parameters, TP=8 on tpu7x-8, its pool at 0.98 of the 94.75 GiB limit).
+    Analytic weights per device: 64 layers' 27.92B split 8 ways, the unembedding split 8 ways, the
+    embedding (1.07B) on every device, as bf16: 9,396,297,728 bytes."""
+    from aotcheck.models import serve
+
+    boot = _committed_boot("llm-31b", "7x-8x1")
+    assert boot.weights_bytes == 9_396_297_728 and boot.bytes_per_page == 64 * 64 * 8 * 128 * 2
+    assert (boot.weights_bytes + boot.kv_bytes) / boot.memory_bytes == pytest.approx(0.98, abs=1e-4)
+    assert not boot.boots and boot.tips != "weights" and boot.tips != "kv"
+    assert 0.9 < boot.kv_max_fraction < 0.98
+    # At that fraction an engine's pool (engine_pages) leaves room for every program: it starts.
+    pages = serve.engine_pages(weights_bytes=boot.weights_bytes, page_bytes=boot.bytes_per_page,
+                               limit_bytes=boot.memory_bytes, utilization=boot.kv_max_fraction)
+    assert pages * boot.bytes_per_page <= boot.kv_max_bytes
