@@ -305,7 +305,9 @@ LLM_256K = ServeConfig(
 # parameters as bf16) tensor parallel over a tpu7x-8's 8 devices, its pool at gpu_memory_utilization=0.98:
 # (0.98 x 94.75 GiB - 8.75 GiB of weights per device) over 8 MiB a page per device (64 layers x 64 tokens
 # x 8 heads' keys and values x 128 x 2 bytes). Pages of 64 tokens: with 16, a step's page table for
-# 1024 requests of 8192 tokens is 2 MiB, over the core's 1 MiB of SMEM (its kernel is refused so). The weights: the layers' 27.9B parameters and the
+# 1024 requests of 8192 tokens is 2 MiB, over the core's 1 MiB of SMEM (its kernel is refused so). Its
+# kernel's blocks are set (4 pages): the kernel's own choice for 64-token pages needs 32.19 MiB of 7x's
+# 32 MiB of scoped VMEM (refused, over by 192 KiB). The weights: the layers' 27.9B parameters and the
 # unembedding split 8 ways, the 1.07B of the embedding table on every device. Its buckets: steps of 1024
 # and 2048 tokens, sampling and structured decoding for 128 to 1024 requests (10 programs; each step
 # compiles in 4-6 minutes on 2 cores, the rest in seconds).
@@ -314,5 +316,6 @@ LLM_31B = ServeConfig(
     page_size=64, pages=engine_pages(weights_bytes=9_396_297_728, page_bytes=64 * 64 * 8 * 128 * 2,
                                      limit_bytes=101_737_037_824, utilization=0.98),
     limits=Limits(max_num_seqs=1024, max_num_batched_tokens=2048, max_model_len=8192),
-    min_tokens=1024, min_seqs=128, mesh=MeshSpec(("data", "model"), (1, 8)),
+    min_tokens=1024, min_seqs=128, mesh=MeshSpec(("data", "model"), (1, 8)), num_kv_pages_per_block=4,
+    num_queries_per_block=16,
     weights_dtype=jnp.bfloat16, sampler="top_p", structured_decoding=True)
