@@ -60,10 +60,6 @@ class Usable:
     variable: str | None = None
     source: str | None = None
 
-    @property
-    def given(self) -> bool:
-        return self.source is not None
-
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

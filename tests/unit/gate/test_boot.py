@@ -203,7 +203,7 @@ def test_a_merge_of_shards_judges_a_gpu_servers_boot_by_the_memory_the_gate_ran_
     shards = [[gpu_bucket(16)], [gpu_bucket(64)]]
     for k, outcomes in enumerate(shards, 1):
         (bill,) = startup_bills(outcomes, partial={("srv", "h100-1x1")})
-        assert bill.boot is None and (bill.usable.fraction, bill.usable.given) == (0.95, True)
+        assert bill.boot is None and (bill.usable.fraction, bill.usable.source) == (0.95, "XLA_PYTHON_CLIENT_MEM_FRACTION")
         write_report(tmp_path / f"{k}.json", Report(outcomes, shard=(k, 2), bills=[bill]))
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")  # ...the merge job with JAX's default, 0.75.
     (bill,) = merge_reports([tmp_path / "1.json", tmp_path / "2.json"]).report.bills
