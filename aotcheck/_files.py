@@ -19,7 +19,20 @@ def _umask() -> int:
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
-    """Writes ``text`` to ``path`` via a temporary file and a rename: never half-written.
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.json"
+        >>> atomic_write_text(path, "{}")
+        >>> path.read_text()
+        '{}'
+    """
+    atomic_write_bytes(path, text.encode(), mode=mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Writes ``data`` to ``path`` via a temporary file and a rename: never half-written.
 
     The file gets ``mode``, else the permissions the user's umask gives a new file (not
     the temporary file's 0600), and temporary files a killed writer left for the same
@@ -33,7 +46,7 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "case.json"
         >>> _ = (path.parent / ".case.json.killed.tmp").write_text("half")
         >>> os.utime(path.parent / ".case.json.killed.tmp", (0, 0))
-        >>> atomic_write_text(path, "{}")
+        >>> atomic_write_bytes(path, b"{}")
         >>> sorted(p.name for p in path.parent.iterdir()), oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
         (['case.json'], True)
     """
@@ -49,8 +62,8 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -25,6 +25,7 @@ from aotcheck.gate.compare import Tolerance, ToleranceError, parse_tolerances
 from aotcheck.gate.shard import ShardError, parse_shard
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import figure_names
+from aotcheck.pipeline.store import StoreError, check_url
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
 from aotcheck.targets.topology import Target, TopologyError, check_num_slices, expand_targets
 from aotcheck.units import read_count
@@ -159,3 +160,17 @@ def read_cases(value: Any, r: Reading) -> tuple[Case, ...]:
 
 def read_cache_dir(value: Any, r: Reading) -> Path | None:
     return r.rootdir / value if value and not r.given.get("no_cache") else None
+
+
+def read_cache_url(value: Any, r: Reading) -> str | None:
+    url = (value or "").strip()
+    if not url or r.given.get("no_cache"):
+        return None
+    if not r.given.get("cache_dir"):
+        raise SettingsError(f"{r.said['cache_url']}: a shared cache sits behind the local one, and "
+                            f"{r.said['cache_dir']} is empty; give a directory, e.g. "
+                            f"{example(r.said['cache_dir'], '.aotcheck-cache')}")
+    try:
+        return check_url(url)
+    except StoreError as e:
+        raise SettingsError(f"{r.said['cache_url']}: {e}") from None

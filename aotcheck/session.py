@@ -47,6 +47,7 @@ from aotcheck.gate.outcome import Accept, Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.pipeline.cache import FiguresCache
+from aotcheck.pipeline.store import SharedStore
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import Plan, check_cases, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
@@ -121,7 +122,9 @@ class GateSession:
         self.registry = registry
         self.store = GoldenStore(settings.golden_dir)
         # A golden is what a compile says: an update run writes the cache but takes no answer from it.
-        self.cache = FiguresCache(settings.cache_dir, read=not settings.update) if settings.cache_dir else None
+        shared = SharedStore(settings.cache_url, write=settings.cache_shares) if settings.cache_url else None
+        self.cache = FiguresCache(settings.cache_dir, read=not settings.update, shared=shared) \
+            if settings.cache_dir else None
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
                                                           compiler_options=settings.compiler_options,
                                                           presets=settings.presets, registry=registry)

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from aotcheck.gate.compare import Tolerance
 from aotcheck.pipeline.case import Case
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
-from aotcheck.readers import (MISSING_VALUE, Reading, SettingsError, read_cache_dir, read_cases,
+from aotcheck.readers import (MISSING_VALUE, Reading, SettingsError, read_cache_dir, read_cache_url, read_cases,
                               read_headroom, read_knob, read_launch_flags, read_memory_fraction, read_report_path,
                               read_shard, read_slices, read_targets, read_tolerances, split_list)
 from aotcheck.spellings import ENVIRONMENT_FLAGS, FRONT_ENDS, SPELLINGS, flag_names, names_in_messages
@@ -143,6 +143,18 @@ SETTINGS: tuple[Setting, ...] = (
             "compile every case, neither reading nor writing the figures cache",
             cli_help="compile every case; no figures cache", action="store_true",
             field=""),
+    Setting("cache_url", "string", "",
+            "a figures cache the runners share, behind the local one: gs://BUCKET/PATH, s3://BUCKET/PATH, "
+            "az://CONTAINER/PATH or file:///DIRECTORY (credentials and endpoints: the cloud SDK's own)",
+            ini_help="default --aot-cache-url: the figures cache the runners share",
+            cli_help="a figures cache the runners share, behind the local one (gs://, s3://, az://, file://)",
+            metavar="URL", read=read_cache_url),
+    Setting("cache_mode", "string", "readwrite",
+            "the shared figures cache: readwrite (default) or read (answer from it, write nothing: a pull request "
+            "from a fork)",
+            choices=(("readwrite", "answer from the shared cache and add what this run compiles"),
+                     ("read", "answer from the shared cache, write nothing to it")),
+            field="cache_shares", read=lambda v, r: v == "readwrite"),
     Setting("hbm_headroom", "string", "1.0",
             "fail a case whose peak exceeds this share of the device's HBM (default 1.0)",
             read=read_headroom),
@@ -309,6 +321,8 @@ class GateSettings:
     memory_fraction: float | None  # A GPU server's share of memory (aot_memory_fraction), over the environment's.
     fit: str | None  # Search this knob on every config that offers it and names no ``fit`` of its own.
     cache_dir: Path | None
+    cache_url: str | None  # The shared store behind the local cache (None: none, or no cache at all).
+    cache_shares: bool  # Whether this run writes to the shared store (aot_cache_mode = readwrite).
     shard: tuple[int, int] | None
     config_modules: tuple[str, ...]
     metric_drift: str

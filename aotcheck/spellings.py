@@ -40,6 +40,8 @@ SPELLINGS: dict[str, Spelling] = {
     "default_options": Spelling(None, "--default-options", "aot_default_options"),
     "cache_dir": Spelling("--aot-cache-dir", "--cache-dir", "aot_cache_dir"),
     "no_cache": Spelling("--aot-no-cache", "--no-cache", None),
+    "cache_url": Spelling("--aot-cache-url", "--cache-url", "aot_cache_url"),
+    "cache_mode": Spelling("--aot-cache-mode", "--cache-mode", "aot_cache_mode"),
     "hbm_headroom": Spelling(None, None, "aot_hbm_headroom"),
     "memory_fraction": Spelling(None, None, "aot_memory_fraction"),
     "tolerances": Spelling(None, None, "aot_tolerances"),

@@ -293,6 +293,8 @@ class Measurer:
                 build=self._build_seen(case),
                 cache_dir=str(self.cache.root) if self.cache else None,
                 cache_read=self.cache.read if self.cache else True,
+                cache_url=self.cache.shared.url if self.cache and self.cache.shared else None,
+                cache_shares=bool(self.cache and self.cache.shared and self.cache.shared.write),
                 hlo=self.keep_hlo,
                 hbm_headroom=self.hbm_headroom,
                 fit=fit if fit is not None else self.fit,

@@ -28,6 +28,7 @@ from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
 from aotcheck.pipeline.measurement import Measurement
+from aotcheck.pipeline.store import SharedStore
 from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_main_script, import_sources, imported
 from aotcheck.programs.lowering import lower_function
@@ -54,6 +55,8 @@ class WorkerRequest:
     build: Mapping[str, Any] | None = None  # The session's build of the config (its digest; whether builds differ).
     cache_dir: str | None = None
     cache_read: bool = True  # False under update: a golden takes no figures (nor presets) from a cache.
+    cache_url: str | None = None  # The shared store behind the cache (pipeline.store).
+    cache_shares: bool = False  # Whether this run writes to it.
     hlo: bool = False  # Bring back the optimized HLO text (--explain, --dump-hlo).
     hbm_headroom: float = 1.0  # What a fit search may fill.
     fit: str | None = None  # The knob whose largest fitting size to search (the plan chose it), or None.
@@ -162,9 +165,7 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
             raise ConfigNotFound(f"{e} The compile process imported what registers configs in the session "
                                  f"({looked}), and none of it registered {case.config!r} at its top level.") from None
     _check_same_program(entry, case, request.build)
-    cache_dir = request.cache_dir
-    cache = (caches.setdefault(f"{cache_dir}:{request.cache_read}", FiguresCache(cache_dir, read=request.cache_read))
-             if cache_dir else None)
+    cache = _cache(request, caches)
     presets = request.presets
 
     def once() -> Measurement:
@@ -182,6 +183,17 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
         result = once()
     hlo = result.compiled.as_text() if request.hlo and result.compiled is not None else None
     return dataclasses.replace(result, host_peak_bytes=_runtime.peak_rss_bytes(), hlo_text=hlo)
+
+
+def _cache(request: WorkerRequest, caches: dict[str, FiguresCache]) -> FiguresCache | None:
+    """The figures cache a request names, one per process (a shared store found down stays down)."""
+    if not request.cache_dir:
+        return None
+    key = f"{request.cache_dir}:{request.cache_read}:{request.cache_url}:{request.cache_shares}"
+    if key not in caches:
+        shared = SharedStore(request.cache_url, write=request.cache_shares) if request.cache_url else None
+        caches[key] = FiguresCache(request.cache_dir, read=request.cache_read, shared=shared)
+    return caches[key]
 
 
 def _check_same_program(entry: Any, case: Case, seen: dict[str, Any] | None) -> None:

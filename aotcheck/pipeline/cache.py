@@ -34,13 +34,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from aotcheck.figures.program import REQUIRED_FIGURES, details_problem, figures_problem
 from aotcheck.figures.sources import anchors_problem
-from aotcheck._files import atomic_write_text, probe_writable
+from aotcheck._files import atomic_write_bytes, probe_writable
+from aotcheck.pipeline.store import SharedStore
 
 # Bump when the figures computed from the same executable change meaning or
 # gain names (e.g. a new loop-aware figure): old entries then miss.
@@ -75,7 +76,7 @@ from aotcheck._files import atomic_write_text, probe_writable
 #     smem_bytes, smem_limit_bytes; details.scoped); a server's buckets keep the weights they do not read.
 FIGURES_VERSION = 19
 
-__all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key"]
+__all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key", "entry_problem"]
 
 
 def cache_key(
@@ -105,21 +106,58 @@ def cache_key(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def entry_problem(entry: Any, *, key: str, toolchain: Mapping[str, Any]) -> str | None:
+    """Why ``entry`` (read from a file or a store) is not a whole figures entry for ``key`` under
+    ``toolchain``, in words; None when it is one."""
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    checks = (
+        (entry.get("key") != key, "another key's entry"),
+        (entry.get("figures_version") != FIGURES_VERSION,
+         f"figures version {entry.get('figures_version')!r}, not {FIGURES_VERSION}"),
+        (entry.get("toolchain") != dict(toolchain), "another toolchain's"),
+        # Older versions cached these; a fresh compile may split the peak.
+        (entry.get("attribution_problem") is not None, "its peak not split by class"),
+        (isinstance(entry.get("compile_seconds"), bool) or not isinstance(entry.get("compile_seconds"), (int, float)),
+         "no compile seconds"),
+    )
+    for failed, why in checks:
+        if failed:
+            return why
+    # Details it cannot give back whole (a hand edit, an old bug) would surface as an error of the
+    # user's code on every run: a miss, and the entry rewritten.
+    return (figures_problem(entry.get("figures")) or details_problem(entry.get("details"))
+            or anchors_problem(entry.get("anchors", {})))
+
+
 class FiguresCache:
-    """A directory of ``<key>.json`` entries; safe for concurrent xdist workers.
+    """A directory of ``<key>.json`` entries, safe for concurrent xdist workers, with an optional
+    :class:`~aotcheck.pipeline.store.SharedStore` behind it (``shared``: runners' common cache).
 
     An entry is trusted only if it is whole: its key, this figures version, this
-    toolchain, every required figure present and numeric. Anything else is a
-    miss, and the case is compiled (and the entry rewritten). A cache that cannot
-    be written turns itself off and says so once in :attr:`notes` (never a
-    Python warning: a user's ``-W error`` must not turn it into a crash).
+    toolchain, every required figure present and numeric (:func:`entry_problem`). Anything
+    else is a miss, named once in :attr:`notes`, and the case is compiled (and the entry
+    rewritten). A local miss asks the shared store, whose answer is checked the same way and
+    kept locally. A cache that cannot be written turns itself off and says so once in
+    :attr:`notes` (never a Python warning: a user's ``-W error`` must not turn it into a crash).
+
+    Beside the entries, an index by a case's inputs (:mod:`aotcheck.pipeline.inputs`): what
+    determined its lowered program -> the entry's key, so an unchanged case is answered without
+    being lowered (:meth:`key_for`, :meth:`remember`).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, read: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, read: bool = True, shared: SharedStore | None = None) -> None:
         self.root = Path(root)
         self.read = read  # False: entries are written, never answered from (an update run).
+        self.shared = shared
         self.enabled = True
-        self.notes: list[str] = []
+        self._notes: list[str] = []
+
+    @property
+    def notes(self) -> list[str]:
+        """What this cache (and its shared store) had to say, each thing once."""
+        shared = self.shared.notes if self.shared is not None else []
+        return list(dict.fromkeys([*self._notes, *shared]))
 
     def usable(self) -> bool:
         """Whether entries can be written here (creates the directory)."""
@@ -129,47 +167,86 @@ class FiguresCache:
         except OSError:
             return False
 
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
+    @staticmethod
+    def _name(key: str, kind: str = "") -> str:
+        return f"{kind}{key[:2]}/{key}.json"
+
+    def _load(self, name: str, check: Callable[[Any], str | None]) -> dict[str, Any] | None:
+        """The entry ``name``: the local file, else the shared store's (kept locally); None on a miss.
+        An entry ``check`` finds wrong is a miss, and named."""
+        if not self.enabled or not self.read:
+            return None
+        path = self.root / name
+        try:
+            return self._checked(path.read_bytes(), check, where=str(path))
+        except OSError:
+            pass
+        if self.shared is None:
+            return None
+        data = self.shared.get(name)
+        entry = self._checked(data, check, where=self.shared.where(name)) if data is not None else None
+        if entry is not None:
+            try:
+                atomic_write_bytes(path, data)
+            except OSError:  # Kept here or not, the answer is the same.
+                pass
+        return entry
+
+    def _checked(self, data: bytes, check: Callable[[Any], str | None], *, where: str) -> dict[str, Any] | None:
+        try:
+            entry = json.loads(data)
+        except ValueError:
+            entry, problem = None, "not whole JSON"
+        else:
+            problem = check(entry)
+        if problem is None:
+            return entry
+        # Another version's or toolchain's entries are expected after an upgrade: a miss, not news.
+        if not problem.startswith(("figures version", "another toolchain", "index version")):
+            self._notes.append(f"aotcheck: the cache entry {where} is not usable ({problem}); compiled afresh.")
+        return None
 
     def get(self, key: str, *, toolchain: Mapping[str, Any]) -> dict[str, Any] | None:
         """The entry (``{"figures": ..., "compile_seconds": ...}``), or None on a miss or any doubt."""
-        if not self.enabled or not self.read:
-            return None
-        try:
-            entry = json.loads(self._path(key).read_text())
-        except (OSError, ValueError):
-            return None
-        if (
-            not isinstance(entry, dict)
-            or entry.get("attribution_problem") is not None  # Older versions cached these; a fresh compile may split.
-            # Details it cannot give back whole (a hand edit, an old bug) would surface as an error of the
-            # user's code on every run: a miss, and the entry rewritten.
-            or details_problem(entry.get("details"))
-            or anchors_problem(entry.get("anchors", {}))
-            or entry.get("key") != key
-            or entry.get("figures_version") != FIGURES_VERSION
-            or entry.get("toolchain") != dict(toolchain)
-            or figures_problem(entry.get("figures")) is not None
-            or isinstance(entry.get("compile_seconds"), bool)
-            or not isinstance(entry.get("compile_seconds"), (int, float))
-        ):
-            return None
-        return entry
+        return self._load(self._name(key), lambda e: entry_problem(e, key=key, toolchain=toolchain))
 
     def put(self, key: str, measured: Mapping[str, Any], *, toolchain: Mapping[str, Any],
             anchors: Mapping[str, list[int]] | None = None) -> None:
         """Stores a view of a measurement's JSON (its figures, compile seconds and the ``details`` that
         explain them), with where the source lines they name stand in the lowered program (``anchors``,
         :mod:`aotcheck.figures.sources`): only whole answers (the peak split by class), so that an entry
-        says what a fresh compile would."""
-        if not self.enabled:
-            return
+        says what a fresh compile would. The shared store gets the same bytes."""
         entry = {**measured, "key": key, "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain),
                  "anchors": dict(anchors or {})}
+        self._store(self._name(key), json.dumps(entry, sort_keys=True).encode())
+
+    def key_for(self, inputs: str) -> tuple[str, dict[str, str]] | None:
+        """The entry key the case with these inputs lowered to, with the source lines its details name as
+        those inputs name them (the entry's line -> theirs), when a run recorded it."""
+        def check(entry: Any) -> str | None:
+            if (not isinstance(entry, dict) or entry.get("inputs") != inputs or not isinstance(entry.get("key"), str)
+                    or not isinstance(entry.get("lines"), dict)
+                    or not all(isinstance(v, str) for v in entry["lines"].values())):
+                return "not an index entry for these inputs"
+            return None if entry.get("figures_version") == FIGURES_VERSION else "index version"
+        found = self._load(self._name(inputs, "inputs/"), check)
+        return (found["key"], dict(found["lines"])) if found is not None else None
+
+    def remember(self, inputs: str, key: str, lines: Mapping[str, str]) -> None:
+        """Records that the case with these inputs lowered to the entry ``key``, whose details' source
+        lines read as ``lines`` say for them."""
+        entry = {"inputs": inputs, "key": key, "lines": dict(lines), "figures_version": FIGURES_VERSION}
+        self._store(self._name(inputs, "inputs/"), json.dumps(entry, sort_keys=True).encode())
+
+    def _store(self, name: str, data: bytes) -> None:
+        if not self.enabled:
+            return
         try:
-            atomic_write_text(self._path(key), json.dumps(entry, sort_keys=True))
+            atomic_write_bytes(self.root / name, data)
         except OSError as e:
             self.enabled = False
-            self.notes.append(f"aotcheck: the figures cache {self.root} is not writable ({e.strerror}); "
-                              "running uncached.")
+            self._notes.append(f"aotcheck: the figures cache {self.root} is not writable ({e.strerror}); "
+                               "running uncached.")
+            return
+        if self.shared is not None:
+            self.shared.put(name, data)

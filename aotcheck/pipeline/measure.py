@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aotcheck.errors import ConfigError, OutOfMemory, OutOfMemorySpace
@@ -32,11 +32,13 @@ from aotcheck.figures.hbm import hbm_verdict, oom_bytes
 from aotcheck.figures.program import Details
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.inputs import inputs_key
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.pipeline.stages import lower
 from aotcheck.programs.config import Config
 from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.model import function_for
+from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
 
 
@@ -124,7 +126,9 @@ def measure(
     knob = fit_knob(config, case, fit=fit, fit_default=fit_default)
     if knob:
         search_cap(config, case, knob)  # Before anything compiles.
-    at = dict(compiler_options=compiler_options, cache=cache, presets=presets)
+    # What registers configs is counted by content, its imports not followed (programs.closure).
+    registering = [module for module, _ in registry.sources()] + ["__main__", "__aotcheck_main__"]
+    at = dict(compiler_options=compiler_options, cache=cache, presets=presets, registering=registering)
     try:
         result = _measured(case, config, **at)
     except OutOfMemory as e:
@@ -142,7 +146,7 @@ def measure(
 def fit_search(
     case: Case, config: Config, knob_name: str, *, first: Measurement | None = None,
     compiler_options: Mapping[str, Any] | None = None, cache: FiguresCache | None = None, hbm_headroom: float = 1.0,
-    presets: bool = True,
+    presets: bool = True, registering: Iterable[str] = (),
 ) -> Fit:
     """The largest size of ``knob_name`` whose program compiles and fits (see :mod:`aotcheck.figures.fit`):
     each probe is the config rebuilt at that size, lowered, compiled and measured by the same stages.
@@ -163,7 +167,7 @@ def fit_search(
         else:
             try:
                 measured = _measured(case, knob.rebuild(size), compiler_options=compiler_options, cache=cache,
-                                     presets=presets)
+                                     presets=presets, registering=registering)
             except OutOfMemorySpace as e:  # Not HBM: a kernel's VMEM (say). Too large all the same, and said.
                 return Probe(size, None, False, refused=e.overflow)
             except OutOfMemory as e:  # What XLA says it needs is a point on the line too.
@@ -182,9 +186,38 @@ def fit_search(
 
 
 def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any] | None,
-              cache: FiguresCache | None, presets: bool) -> Measurement:
-    """One program at one size: lowered, then cached or compiled and measured."""
-    lowered = lower(case, config, compiler_options=compiler_options, presets=presets,
-                    # A presets file is a cache too: an update run probes libtpu instead of reading one.
-                    store=cache.root if cache is not None and cache.read else None)
-    return lowered.measure(cache)
+              cache: FiguresCache | None, presets: bool, registering: Iterable[str] = ()) -> Measurement:
+    """One program at one size: answered by its unchanged inputs, else lowered, then cached or compiled
+    and measured (``registering``: the modules that register configs, :mod:`aotcheck.pipeline.inputs`)."""
+    # A presets file is a cache too: an update run probes libtpu instead of reading one.
+    store = cache.root if cache is not None and cache.read else None
+    options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
+                                       presets=presets, store=store)
+    inputs = None
+    if cache is not None:
+        inputs = inputs_key(case, function_for(config, case.program_id), options=options, registering=registering)
+        answered = by_inputs(cache, inputs, case, options)
+        if answered is not None:
+            return answered
+    lowered = lower(case, config, options=options)
+    result = lowered.measure(cache)
+    if inputs is not None and result.attribution_problem is None:  # Only what the cache holds is indexed.
+        cache.remember(inputs, lowered.key, lowered.lines)
+    return result
+
+
+def by_inputs(cache: FiguresCache, inputs: str, case: Case, options: dict[str, str]) -> Measurement | None:
+    """The measurement the cache holds for a case whose inputs digest to ``inputs``, not lowered; None
+    when no run recorded them, or the entry they point to is gone or names lines the index does not map."""
+    found = cache.key_for(inputs)
+    if found is None:
+        return None
+    key, lines = found
+    entry = cache.get(key, toolchain=case.topology.platform.toolchain())
+    if entry is None:
+        return None
+    details = Details.from_json(entry.get("details"))
+    if not set(details.sources()) <= set(lines):
+        return None
+    return Measurement.from_json(entry, case=case, compiler_options=options, cached=True, lowered=False,
+                                 details=details.with_sources(lines).to_json())

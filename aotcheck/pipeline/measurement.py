@@ -59,6 +59,7 @@ class Measurement:
     # The executable, in the process that compiled it (None from the cache, and across a pipe): not data.
     compiled: Any = dataclasses.field(default=None, repr=False, compare=False)
     cached: bool = False
+    lowered: bool = True  # False: answered by its unchanged inputs, without tracing (pipeline.inputs).
     host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
     details: Details = dataclasses.field(default_factory=Details)  # The peak's largest buffers, collectives.
     attribution_problem: str | None = None  # Why the peak could not be split by class (then no peak_* figures).
@@ -69,7 +70,7 @@ class Measurement:
         """The record as JSON: every field but the executable."""
         return {"case": self.case.id, "figures": dict(self.figures), "compiler_options": dict(self.compiler_options),
                 "compile_seconds": self.compile_seconds, "cached": self.cached,
-                "host_peak_bytes": self.host_peak_bytes, "details": self.details.to_json(),
+                "lowered": self.lowered, "host_peak_bytes": self.host_peak_bytes, "details": self.details.to_json(),
                 "attribution_problem": self.attribution_problem, "hlo_text": self.hlo_text}
 
     def view(self, *fields: str) -> dict[str, Any]:
@@ -85,7 +86,7 @@ class Measurement:
         case = data["case"]
         return cls(case if isinstance(case, Case) else Case.parse(case), dict(data["figures"]),
                    dict(data["compiler_options"]), float(data["compile_seconds"]), cached=bool(data.get("cached")),
-                   host_peak_bytes=data.get("host_peak_bytes"), details=Details.from_json(data.get("details")),
+                   lowered=bool(data.get("lowered", True)), host_peak_bytes=data.get("host_peak_bytes"), details=Details.from_json(data.get("details")),
                    attribution_problem=data.get("attribution_problem"), hlo_text=data.get("hlo_text"))
 
     def with_fit(self, fit: Fit) -> "Measurement":

@@ -69,17 +69,18 @@ from aotcheck.programs.options import resolve_compiler_options
 
 def lower(
     case: Case, config: Config, *, compiler_options: Mapping[str, Any] | None = None, presets: bool = True,
-    store: Any = None,
+    store: Any = None, options: dict[str, str] | None = None,
 ) -> "LoweredCase":
     """Lowers ``config``'s program of ``case`` on the case's target (no XLA compile).
 
     ``compiler_options`` (the caller's: the gate's launch flags) go over the config's, which go over
     aotcheck's presets this libtpu accepts for the chip (``presets=False`` leaves those out; ``store``:
-    where a probe of which presets it accepts is remembered, the figures cache's directory).
-    Raises the config's, the mesh's and partitioning's own errors when the config is wrong.
+    where a probe of which presets it accepts is remembered, the figures cache's directory; ``options``:
+    those already resolved so). Raises the config's, the mesh's and partitioning's own errors when the config is wrong.
     """
-    options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
-                                       presets=presets, store=store)
+    if options is None:
+        options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
+                                           presets=presets, store=store)
     cpu = time.process_time()  # The process's own counters (user + sys, every thread), not wall time.
     config = function_for(config, case.program_id)  # A model config given as built: its program's function.
     lowered = lower_function(config, case.target)[case.program_id]
@@ -93,6 +94,9 @@ class LoweredCase:
                  lower_cpu_seconds: float) -> None:
         self.case, self.config, self.lowered, self.options = case, config, lowered, options
         self.lower_cpu_seconds = lower_cpu_seconds
+        # The answer's source lines: the entry's (or the fresh details') line -> the line as the code
+        # stands (set by measure(); an index of the cache by inputs keeps it).
+        self.lines: dict[str, str] = {}
 
     @functools.cached_property
     def key(self) -> str:
@@ -129,6 +133,7 @@ class LoweredCase:
         lines = remap(entry.get("anchors", {}), self.source_sequence, needed=details.sources())
         if lines is None:
             return None
+        self.lines = lines
         return Measurement.from_json(entry, case=self.case, compiler_options=self.options, cached=True,
                                      details=details.with_sources(lines).to_json())
 
@@ -171,6 +176,7 @@ class LoweredCase:
                 return hit
         with self.compile() as compiled:
             result = compiled.measure()
+        self.lines = {line: line for line in result.details.sources()}
         # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
         # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
         if cache is not None and result.attribution_problem is None:

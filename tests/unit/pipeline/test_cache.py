@@ -72,3 +72,56 @@ def test_an_edit_that_moves_lines_reuses_the_figures_and_names_the_lines_as_they
     again = _check(tmp_path, cache)
     assert not again["cached"] and again["details"] == fresh["details"]
     assert json.loads(entry.read_text())["anchors"] != data["anchors"]
+
+
+# The shared tier (pipeline.store) behind the local directory: entries validated alike, kept locally.
+
+from aotcheck.pipeline.cache import FiguresCache, REQUIRED_FIGURES  # noqa: E402
+from aotcheck.pipeline.store import SharedStore  # noqa: E402
+
+TOOLCHAIN = {"jax": "0.12.0.1"}
+ENTRY = {"figures": dict.fromkeys(REQUIRED_FIGURES, 1.0), "compile_seconds": 2.5, "details": {}}
+
+
+def _runners(tmp_path, *, second_writes=True):
+    shared = f"file://{tmp_path}/shared"
+    first = FiguresCache(tmp_path / "one", shared=SharedStore(shared))
+    second = FiguresCache(tmp_path / "two", shared=SharedStore(shared, write=second_writes))
+    return first, second
+
+
+def test_a_runner_takes_another_runners_entry_from_the_shared_store_and_keeps_it(tmp_path):
+    first, second = _runners(tmp_path)
+    first.put("ab" * 32, ENTRY, toolchain=TOOLCHAIN)
+    found = second.get("ab" * 32, toolchain=TOOLCHAIN)
+    assert found is not None and found["figures"] == ENTRY["figures"]
+    assert (tmp_path / "two" / "ab" / f"{'ab' * 32}.json").exists()  # Kept locally for the next run.
+    assert second.notes == []
+
+
+def test_a_bad_shared_entry_is_a_miss_named_by_its_url(tmp_path):
+    first, second = _runners(tmp_path)
+    first.put("cd" * 32, ENTRY, toolchain=TOOLCHAIN)
+    shared = tmp_path / "shared" / "cd" / f"{'cd' * 32}.json"
+    shared.write_text(shared.read_text()[:40])  # Half an entry (as no writer of aotcheck's leaves one).
+    assert second.get("cd" * 32, toolchain=TOOLCHAIN) is None
+    (note,) = second.notes
+    assert f"file://{tmp_path}/shared/cd/{'cd' * 32}.json is not usable (not whole JSON)" in note
+    assert not (tmp_path / "two" / "cd").exists()  # Nothing bad is kept.
+
+
+def test_a_read_only_runner_reads_the_shared_store_and_writes_only_locally(tmp_path):
+    first, second = _runners(tmp_path, second_writes=False)
+    first.put("ab" * 32, ENTRY, toolchain=TOOLCHAIN)
+    second.put("ef" * 32, ENTRY, toolchain=TOOLCHAIN)
+    assert second.get("ab" * 32, toolchain=TOOLCHAIN) is not None
+    assert (tmp_path / "two" / "ef").exists() and not (tmp_path / "shared" / "ef").exists()
+
+
+def test_the_index_by_inputs_points_at_an_entry_with_its_lines(tmp_path):
+    first, second = _runners(tmp_path)
+    first.remember("12" * 32, "ab" * 32, {"m.py:7": "m.py:8"})
+    assert second.key_for("12" * 32) == ("ab" * 32, {"m.py:7": "m.py:8"})
+    assert second.key_for("34" * 32) is None
+    reader = FiguresCache(tmp_path / "one", read=False)  # An update run takes no answer from a cache.
+    assert reader.key_for("12" * 32) is None

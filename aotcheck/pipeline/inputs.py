@@ -1,0 +1,82 @@
+"""A case's inputs: everything that decides the program it lowers to, known before it is traced.
+
+Lowering a large model costs seconds to tens of seconds (MaxText's lower in 14-17 s) before the
+figures cache, keyed by the lowered program, can answer. A case whose inputs are unchanged lowers to
+the same program, so a digest of them answers it from the cache without tracing: the code the config
+runs and everything it imports (:mod:`aotcheck.programs.closure`: the project's files by content,
+installed packages by version), the config as built (:mod:`aotcheck.programs.fingerprint`), the
+toolchain, the compiler options, the flags JAX and XLA read from the environment, the target and the
+figures' version. Any change in any of it is another digest: the case is lowered, and compiled only
+if its lowered program changed too.
+
+Example (a function config on host devices):
+    >>> import jax, jax.numpy as jnp
+    >>> from aotcheck import FunctionConfig
+    >>> from aotcheck.pipeline.case import Case
+    >>> config = FunctionConfig(fn=jnp.tanh, make_args=lambda mesh: (jax.ShapeDtypeStruct((8,), jnp.float32),))
+    >>> key = inputs_key(Case.of("t", "step", "cpu-2"), config, options={})
+    >>> key == inputs_key(Case.of("t", "step", "cpu-2"), config, options={})
+    True
+    >>> key == inputs_key(Case.of("t", "step", "cpu-2"), config, options={"xla_cpu_enable_fast_math": "true"})
+    False
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jax
+
+from aotcheck.pipeline.cache import FIGURES_VERSION
+from aotcheck.pipeline.case import Case
+from aotcheck.programs.closure import code_closure, code_roots
+from aotcheck.programs.config import FunctionConfig
+from aotcheck.programs.fingerprint import fingerprint
+
+# What JAX, XLA and libtpu read from the environment when a program is traced and compiled; where logs go
+# (a compile process's own directory) changes no program.
+ENVIRONMENT_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_")
+
+
+def _compiles_with(name: str) -> bool:
+    return name.startswith(ENVIRONMENT_PREFIXES) and "LOG" not in name
+
+
+def inputs_key(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
+               registering: Iterable[str] = ()) -> str:
+    """The digest of a case's inputs (the module's docstring); ``config``: its program's function config,
+    ``options``: the compiler options it compiles with, ``registering``: the modules that register configs
+    (:func:`~aotcheck.programs.closure.code_closure`)."""
+    return hashlib.sha256(json.dumps(inputs(case, config, options=options, registering=registering),
+                                     sort_keys=True).encode()).hexdigest()
+
+
+def inputs(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
+           registering: Iterable[str] = ()) -> dict[str, Any]:
+    """What :func:`inputs_key` digests, as a record (a test's or a curious user's view)."""
+    return {
+        "case": case.id,
+        "topology": case.topology.name, "slices": case.num_slices, "wraparound": list(case.topology.wraparound),
+        "build": fingerprint(config).digest,
+        "code": code_closure(code_roots(config), registering=registering),
+        "options": dict(sorted(options.items())),
+        "toolchain": dict(sorted(case.topology.platform.toolchain().items())),
+        "environment": {k: v for k, v in sorted(os.environ.items()) if _compiles_with(k)},
+        "jax_config": _jax_config(),
+        "python": sys.version,
+        "figures_version": FIGURES_VERSION,
+    }
+
+
+def _jax_config() -> dict[str, str]:
+    """JAX's configuration as it stands (flags set in code, not only the environment), plain values only."""
+    plain = (str, int, float, bool, type(None), tuple, list)
+    return {k: repr(v) for k, v in sorted(getattr(jax.config, "values", {}).items()) if isinstance(v, plain)}
+
+
+__all__ = ["ENVIRONMENT_PREFIXES", "inputs", "inputs_key"]

@@ -1,0 +1,282 @@
+"""The code a built config runs, as modules: the project's by content, installed packages' by version.
+
+What a config's program lowers to is decided by its code and everything that code imports. A case
+whose code closure (this), toolchain, options and target are unchanged lowers to the same program,
+so its figures can be answered without tracing it (:mod:`aotcheck.pipeline.inputs`).
+
+The walk starts at the code the config holds: its functions (with their defaults, closure cells and
+the globals their code names), its classes, the modules it names. A module of the project (a file
+that is not part of an installed distribution) counts by its bytes, and the modules it imports are
+walked too, as are the packages above it; a module of an installed distribution counts by that
+distribution's name and version (an editable install is the project's); the standard library by
+Python's version. A module that registers configs (a ``conftest.py``) counts by its bytes, but its
+imports are not walked: what a config uses from it is found through the config's own code, so an edit
+of one model re-lowers the configs that use it, not every config the conftest registers.
+
+Example:
+    >>> import json
+    >>> closure = code_closure(code_roots({"encode": json.dumps}))
+    >>> closure["json"].startswith("python ")
+    True
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_MAX_OBJECTS = 50_000
+
+
+def code_roots(obj: Any) -> set[str]:
+    """The modules whose code a built config (or anything) holds: where its functions and classes are
+    defined, the modules it or its functions' globals name, followed through fields, containers,
+    partials, closures and defaults.
+
+    Example:
+        >>> import functools, json, textwrap
+        >>> sorted(code_roots([functools.partial(json.dumps, indent=2), textwrap.TextWrapper]))
+        ['json', 'textwrap']
+    """
+    found: set[str] = set()
+    seen: set[int] = set()
+    stack: list[Any] = [obj]
+    keep: list[Any] = []  # What was met stays alive, so an id is not reused within the walk.
+    while stack and len(seen) < _MAX_OBJECTS:
+        value = stack.pop()
+        if id(value) in seen or value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+            continue
+        seen.add(id(value))
+        keep.append(value)
+        stack.extend(_parts(value, found))
+    return {m for m in found if m and m != "builtins"}
+
+
+def _parts(value: Any, found: set[str]) -> list[Any]:
+    """What to walk next from ``value``; the modules it names added to ``found``. Code of an installed
+    package is not walked into (its version stands for all of it); the project's classes are, method by
+    method (a model's ``__call__`` names the helpers it uses)."""
+    if isinstance(value, types.ModuleType):
+        found.add(value.__name__)
+        return []
+    if isinstance(value, type):
+        found.add(value.__module__)
+        return [member for klass in value.__mro__ if not _installed_module(klass.__module__)
+                for member in vars(klass).values()]
+    if isinstance(value, types.FunctionType):
+        found.add(value.__module__ or "")
+        if _installed_module(value.__module__ or ""):
+            return []
+        cells = []
+        for cell in value.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # An empty cell.
+                pass
+        named = [value.__globals__[n] for n in _names(value.__code__) if n in value.__globals__]
+        return [*cells, *named, *(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values()]
+    if isinstance(value, types.MethodType):
+        return [value.__func__, value.__self__]
+    if isinstance(value, functools.partial):
+        return [value.func, *value.args, *value.keywords.values()]
+    if isinstance(value, (staticmethod, classmethod)):
+        return [value.__func__]
+    if isinstance(value, property):
+        return [value.fget, value.fset, value.fdel]
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        found.add(getattr(value, "__module__", None) or "")
+        return []
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    found.add(type(value).__module__)
+    if dataclasses.is_dataclass(value):
+        return [type(value), *(getattr(value, f.name, None) for f in dataclasses.fields(value))]
+    wrapped = getattr(value, "__wrapped__", None)  # A jitted or decorated function.
+    attributes = getattr(value, "__dict__", None)
+    return [type(value), *([wrapped] if wrapped is not None else []),
+            *(attributes.values() if isinstance(attributes, dict) else [])]
+
+
+@functools.lru_cache(maxsize=4096)
+def _installed_module(name: str) -> bool:
+    """Whether the module ``name`` is installed code (a distribution's, the standard library's, a builtin)."""
+    file = getattr(sys.modules.get(name), "__file__", None)
+    return not file or _installed(file) is not None
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names a function's code (and the code nested in it) may read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def code_closure(roots: Iterable[str], *, registering: Iterable[str] = ()) -> dict[str, str]:
+    """Module name -> what it counts as: ``sha256 <digest>`` of a project file, ``<distribution>
+    <version>`` of an installed one, ``python <version>`` of the standard library, ``builtin`` of a
+    module without a file, ``absent`` of one that is not imported here. ``registering``: modules that
+    register configs, counted by content without walking their imports (see the module's docstring).
+
+    Example:
+        >>> code_closure(["sys"])
+        {'sys': 'builtin'}
+    """
+    registering = set(registering)
+    out: dict[str, str] = {}
+    stack = sorted(set(roots), reverse=True)
+    while stack:
+        name = stack.pop()
+        if name in out:
+            continue
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None) if module is not None else None
+        if module is None:
+            out[name] = "absent"
+            continue
+        if not file:
+            out[name] = "builtin"
+            continue
+        installed = _installed(file)
+        if installed is not None:
+            out[name] = installed
+            continue
+        digest, imports = _project_file(file, package=getattr(module, "__package__", None) or "",
+                                        is_package=hasattr(module, "__path__"))
+        out[name] = f"sha256 {digest}"
+        parents = [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]
+        follow = parents if name in registering else [*parents, *imports]
+        stack.extend(m for m in follow if m not in out)
+    return dict(sorted(out.items()))
+
+
+def _project_file(file: str, *, package: str, is_package: bool) -> tuple[str, list[str]]:
+    """A project file's digest and the modules it imports (absolute names, submodules named by a
+    ``from`` import included), read once per process per version of the file."""
+    path = Path(file)
+    if path.suffix in (".pyc", ".pyo"):
+        path = Path(importlib.util.source_from_cache(file)) if "__pycache__" in path.parts else path
+    try:
+        stat = path.stat()
+    except OSError:
+        return "unreadable", []
+    return _read_project_file(str(path), stat.st_mtime_ns, stat.st_size, package, is_package)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_project_file(path: str, _mtime: int, _size: int, package: str, is_package: bool) -> tuple[str, list[str]]:
+    data = Path(path).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):  # Not Python source (an extension module): its bytes say it all.
+        return digest, []
+    imports: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node.module, node.level, package)
+            if base:
+                imports.append(base)
+                imports += [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in sys.modules]
+    return digest, imports
+
+
+def _absolute(module: str | None, level: int, package: str) -> str:
+    """A ``from`` import's module as an absolute name (``from .x import y`` in ``pkg.sub`` -> ``pkg.x``)."""
+    if level == 0:
+        return module or ""
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return ""
+    base = ".".join(parts[: len(parts) - (level - 1)])
+    return f"{base}.{module}" if module and base else (module or base)
+
+
+def _installed(file: str) -> str | None:
+    """``<distribution> <version>`` if ``file`` belongs to an installed (not editable) distribution,
+    ``python <version>`` if it is the standard library's, else None (the project's)."""
+    real = os.path.realpath(file)
+    for directory, owner in _install_dirs():
+        if real.startswith(directory):
+            rest = real[len(directory):].lstrip(os.sep)
+            top = rest.split(os.sep, 1)[0].removesuffix(".py")
+            if owner is not None:
+                return owner
+            dist = _owner(directory, top.split(".")[0])
+            if dist is not None:
+                return dist
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _install_dirs() -> tuple[tuple[str, str | None], ...]:
+    """Where installed code lives: site directories (owner looked up by top-level name) and the
+    standard library (owned by Python). Longest first, so a venv inside the stdlib's prefix resolves."""
+    paths = sysconfig.get_paths()
+    python = f"python {sys.version.split()[0]}"
+    dirs = {os.path.realpath(paths[k]) + os.sep: None for k in ("purelib", "platlib") if k in paths}
+    import site
+
+    for d in [*getattr(site, "getsitepackages", lambda: [])(), site.getusersitepackages()]:
+        dirs.setdefault(os.path.realpath(d) + os.sep, None)
+    for p in sys.path:  # A distribution installed into another directory on the path (--target, a vendor dir).
+        if p and os.path.isdir(p) and any(n.endswith(".dist-info") for n in _listdir(p)):
+            dirs.setdefault(os.path.realpath(p) + os.sep, None)
+    for k in ("stdlib", "platstdlib"):
+        if k in paths:
+            dirs[os.path.realpath(paths[k]) + os.sep] = python
+    return tuple(sorted(dirs.items(), key=lambda item: -len(item[0])))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+@functools.lru_cache(maxsize=1024)
+def _owner(directory: str, top: str) -> str | None:
+    """``<distribution> <version>`` of the distribution in ``directory`` that installed the top-level
+    module ``top`` (None: none did, or it is installed editable). The likely one (its name is the
+    module's) is asked first, then each one's ``top_level.txt``, then its RECORD: a few files read,
+    not every distribution's file list."""
+    infos = sorted(n for n in _listdir(directory) if n.endswith(".dist-info"))
+    wanted = top.lower().replace("_", "-")
+    likely = [n for n in infos if n.split("-")[0].lower().replace("_", "-") == wanted]
+    for info in [*likely, *(n for n in infos if n not in likely)]:
+        dist = importlib.metadata.Distribution.at(os.path.join(directory, info))
+        tops = (dist.read_text("top_level.txt") or "").split()
+        if tops and top not in tops:
+            continue
+        if not tops and info not in likely:
+            record = dist.read_text("RECORD") or ""
+            if not any(line.startswith((f"{top}/", f"{top}.py,", f"{top}.")) for line in record.splitlines()):
+                continue
+        return None if _editable(dist) else f"{dist.metadata['Name']} {dist.version}"
+    return None
+
+
+def _editable(dist: importlib.metadata.Distribution) -> bool:
+    """Whether ``dist`` is the project's own, installed editable (its code is counted by content)."""
+    direct = dist.read_text("direct_url.json") or ""
+    return '"editable": true' in direct.replace("'", '"')
+
+
+__all__ = ["code_closure", "code_roots"]

@@ -1,0 +1,73 @@
+"""The shared store: whole objects, a miss for what is absent, and a store that is down or slow
+switched off after one note, never an error (real stores: a directory, and S3 endpoints that refuse or
+never answer; the S3-protocol server itself is tests/e2e/test_shared_cache.py's, in the heavy leg)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from aotcheck.pipeline.store import SharedStore, StoreError, check_url
+
+
+def test_a_directory_store_writes_whole_objects_and_reads_them_back(tmp_path):
+    store = SharedStore(f"file://{tmp_path}/shared")
+    assert store.get("ab/abc.json") is None and store.down is None  # Absent: a miss, not a failure.
+    store.put("ab/abc.json", b'{"figures": 1}')
+    assert store.get("ab/abc.json") == b'{"figures": 1}'
+    # Written through a temporary file and a rename: nothing else is left beside the object.
+    assert [p.name for p in (tmp_path / "shared" / "ab").iterdir()] == ["abc.json"]
+
+
+def test_a_read_only_store_writes_nothing(tmp_path):
+    SharedStore(f"file://{tmp_path}", write=False).put("ab/abc.json", b"{}")
+    assert not (tmp_path / "ab").exists()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("ftp://host/cache", "is not a store aotcheck reads"),
+    ("s3://", "is not a store aotcheck reads"),
+    ("gs://bucket/cache", "pip install gcsfs"),  # fsspec's GCS package is not in the lock.
+    ("/srv/cache", "file:///DIRECTORY"),
+])
+def test_a_url_aotcheck_cannot_use_names_the_fix(url, says):
+    with pytest.raises(StoreError, match=says.replace("(", r"\(")):
+        check_url(url)
+
+
+def _s3_at(monkeypatch, port: int, timeout: float) -> SharedStore:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return SharedStore("s3://bucket/cache", timeout=timeout)
+
+
+def test_a_store_that_refuses_is_switched_off_after_one_note(monkeypatch):
+    with socket.socket() as s:  # A port nothing listens on.
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = _s3_at(monkeypatch, port, timeout=20)
+    start = time.perf_counter()
+    assert store.get("ab/abc.json") is None
+    store.put("ab/abc.json", b"{}")
+    assert store.get("cd/cde.json") is None
+    assert store.down is not None and "EndpointConnectionError" in store.down
+    (note,) = store.notes  # Once, for every call after the first.
+    assert "s3://bucket/cache is unreachable" in note and "compiles what the local cache lacks" in note
+    assert time.perf_counter() - start < 15  # Off after the first failure: the later calls cost nothing.
+
+
+def test_a_store_that_never_answers_is_switched_off_at_the_timeout(monkeypatch):
+    with socket.socket() as listener:  # Accepts connections (the kernel's backlog) and never answers.
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        store = _s3_at(monkeypatch, listener.getsockname()[1], timeout=1.5)
+        start = time.perf_counter()
+        assert store.get("ab/abc.json") is None
+        assert store.get("ab/abd.json") is None
+        elapsed = time.perf_counter() - start
+    assert store.down == "no answer within 1.5 s" and len(store.notes) == 1
+    assert elapsed < 5, elapsed  # One timeout, not one per call.

@@ -1,0 +1,94 @@
+"""The code a config runs, as modules: a project's files by content (what they import followed), an
+installed distribution by its version (an editable one by content), a registering module by content
+alone. Real modules, written and imported in a temporary directory."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+from aotcheck.programs.closure import code_closure, code_roots
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project of four modules, and a distribution 'toylib' installed into a directory on the path."""
+    files = {
+        "helper.py": "import math\n\ndef act(x):\n    return math.tanh(x)\n",
+        "pkg/__init__.py": "",
+        "pkg/model_a.py": "from . import util\nimport helper\n\nclass Model:\n    def __call__(self, x):\n"
+                          "        return helper.act(x) + util.ONE\n",
+        "pkg/util.py": "ONE = 1\n",
+        "model_b.py": "import toylib\n\ndef step(x):\n    return toylib.scale(x)\n",
+        "registers.py": "import helper, model_b\nfrom pkg import model_a\n\nWIDTH = 3\n\n"
+                        "def build():\n    return {'fn': model_b.step}\n",
+        "vendor/toylib/__init__.py": "def scale(x):\n    return 2 * x\n",
+        "vendor/toylib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: toylib\nVersion: 1.0\n",
+        "vendor/toylib-1.0.dist-info/RECORD": "toylib/__init__.py,,\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(tmp_path / "vendor"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in ("helper", "pkg", "pkg.model_a", "pkg.util", "model_b", "registers", "toylib"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    from aotcheck.programs import closure
+    for cached in (closure._install_dirs, closure._installed_module, closure._owner):
+        cached.cache_clear()
+    monkeypatch.setattr(closure, "_install_dirs", functools.lru_cache(maxsize=1)(closure._install_dirs.__wrapped__))
+    importlib.invalidate_caches()
+    importlib.import_module("registers")
+    return tmp_path
+
+
+def test_a_class_is_followed_through_its_methods_and_its_modules_imports(project):
+    from pkg.model_a import Model
+
+    closure = code_closure(code_roots({"model": Model()}))
+    assert {"pkg.model_a", "pkg", "pkg.util", "helper"} <= set(closure)
+    assert closure["helper"].startswith("sha256 ") and closure["math"].startswith(("python ", "builtin"))
+    assert "model_b" not in closure and "toylib" not in closure  # Not used by this config.
+
+
+def test_an_installed_distribution_counts_by_its_version_not_its_bytes(project):
+    import model_b
+
+    closure = code_closure(code_roots(model_b.step))
+    assert closure["toylib"] == "toylib 1.0"
+    assert closure["model_b"].startswith("sha256 ")
+
+
+def test_a_registering_module_counts_by_content_without_its_imports(project):
+    import registers
+
+    config = registers.build()
+    walked = code_closure(code_roots(config) | {"registers"}, registering=["registers"])
+    assert walked["registers"].startswith("sha256 ") and "model_b" in walked  # Reached through the config.
+    assert "pkg.model_a" not in walked and "helper" not in walked  # Imported there, but not this config's.
+    followed = code_closure(code_roots(config) | {"registers"})
+    assert {"pkg.model_a", "helper"} <= set(followed)
+
+
+def test_an_edit_changes_the_file_digest_and_only_its_importers(project):
+    from pkg.model_a import Model
+    import model_b
+
+    a, b = code_closure(code_roots(Model)), code_closure(code_roots(model_b.step))
+    (project / "helper.py").write_text((project / "helper.py").read_text() + "# edited\n")
+    a2, b2 = code_closure(code_roots(Model)), code_closure(code_roots(model_b.step))
+    assert a2["helper"] != a["helper"] and a2 != a
+    assert b2 == b  # model_b does not import helper.
+
+
+def test_an_editable_install_is_the_projects_code():
+    import aotcheck.programs.closure as module
+
+    closure = code_closure(["aotcheck.programs.closure"])
+    # This repository is installed editable (README's quick start): its files count by content.
+    assert closure["aotcheck.programs.closure"].startswith("sha256 "), closure["aotcheck.programs.closure"]
+    assert module.__file__ and "site-packages" not in module.__file__
