@@ -40,6 +40,7 @@ from aotcheck.figures.fit import Fit, over_pools
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import merge_reports
+from aotcheck.gate.shard import MAX_JOBS, job_layout, parse_shard
 from aotcheck.ini import find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
 from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
@@ -315,6 +316,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 2 if merged.problems else 1 if merged.failed else 0
 
 
+def cmd_shards(args: argparse.Namespace) -> int:
+    """The CI matrix for ``args.shards`` shards: one job per shard up to GitHub's 256 jobs, past it
+    several consecutive shards a job (the action runs them side by side)."""
+    parse_shard(f"1/{args.shards}")  # A count --aot-shard would refuse is refused here, in its words.
+    layout = job_layout(args.shards, max_jobs=args.max_jobs)
+    spans = [f"{r.start}-{r.stop - 1}" if len(r) > 1 else str(r.start) for r in layout]
+    if args.json:  # For a workflow's `strategy: {matrix: ${{ fromJSON(...) }}}`.
+        print(json.dumps({"include": [{"shards": span} for span in spans]}, separators=(",", ":")))
+        return 0
+    print(f"{args.shards:,} shards over {len(layout):,} jobs, {len(layout[0])} a job"
+          + (f" (the last {len(layout[-1])})" if len(layout[-1]) != len(layout[0]) else "") + ":")
+    for job, span in enumerate(spans, start=1):
+        print(f"  job {job}: shard{'s' if '-' in span else ''} {span}")
+    return 0
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     plan = plan_init(Path(args.dir), model=args.model, topologies=args.topologies)
     write_init(plan)
@@ -400,6 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "then Equinox, else plain JAX), nnx, linen, equinox or jax")
     p.add_argument("--topologies", default="v5e-16", help="topologies to gate (default v5e-16)")
     p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("shards", help="the CI matrix for N shards: past GitHub's 256 jobs, several shards a job",
+                       description="Lays N shards over CI jobs: one each up to --max-jobs, past it the same "
+                       "number of consecutive shards a job (the action's shard input takes such a span, e.g. 5-8).")
+    p.add_argument("shards", type=positive, help="how many shards the matrix is dealt into (--aot-shard=K/N's N)")
+    p.add_argument("--max-jobs", type=positive, default=MAX_JOBS, help=f"jobs a matrix may hold (default {MAX_JOBS})")
+    p.add_argument("--json", action="store_true", help="a matrix for fromJSON: {\"include\": [{\"shards\": \"1-4\"}, ...]}")
+    p.set_defaults(func=cmd_shards)
 
     p = sub.add_parser("report", help="render (and merge) JSON reports from --aot-report")
     p.add_argument("reports", nargs="+", help="report files, e.g. one per CI shard")

@@ -29,7 +29,7 @@ import heapq
 import re
 import statistics
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from aotcheck.errors import AotcheckError
 from aotcheck.pipeline.case import Case
@@ -40,7 +40,8 @@ class ShardError(AotcheckError, ValueError):
     """A shard spec that is not K/N with 1 <= K <= N."""
 
 
-MAX_SHARDS = 10_000  # GitHub Actions runs at most 256 jobs of a matrix; no CI splits one run 10,000 ways.
+MAX_SHARDS = 10_000  # No CI splits one run 10,000 ways.
+MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs of one matrix: past it, a job runs several shards.
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -76,18 +77,38 @@ def expected_seconds(cases: Iterable[Case], recorded: Mapping[str, float]) -> di
 def assign_shards(cases: Iterable[Case], num_shards: int, *, seconds: Mapping[str, float] | None = None
                   ) -> dict[str, int]:
     """Case id -> shard (1-based), greedy by cost, longest first (``seconds`` by case id, else
-    :func:`case_weight`). No shard exceeds the best possible split by more than the largest case."""
+    :func:`case_weight`). No shard exceeds the best possible split by more than the largest case.
+
+    Past :data:`MAX_JOBS` shards, a CI job runs several (:func:`job_layout`): cases are dealt to the
+    jobs first (each weighed by how many shards it runs), then within each job to its shards, so that
+    no *job* exceeds the best split by more than the largest case either."""
     def cost(case: Case) -> float:
         return seconds[case.id] if seconds is not None else case_weight(case)
 
     ordered = sorted(set(cases), key=lambda c: (-cost(c), c.id))
-    # Shards past the case count get none: no heap entry for them (N may be large).
-    heap = [(0.0, shard) for shard in range(1, min(num_shards, len(ordered)) + 1)]
+    if num_shards <= MAX_JOBS:
+        return _deal(ordered, [(shard, 1) for shard in range(1, num_shards + 1)], cost)
+    layout = job_layout(num_shards)
+    job_of = _deal(ordered, [(job, len(shards)) for job, shards in enumerate(layout)], cost)
+    out: dict[str, int] = {}
+    for job, shards in enumerate(layout):
+        out.update(_deal([c for c in ordered if job_of[c.id] == job], [(k, 1) for k in shards], cost))
+    return out
+
+
+def _deal(ordered: list[Case], bins: list[tuple[int, int]], cost: Callable[[Case], float]) -> dict[str, int]:
+    """Each case (heaviest first) to the bin whose load per unit of capacity is least (``bins``: id,
+    capacity); ties by id, so every runner deals alike."""
+    # Bins past the case count get none: no heap entry for them (N may be large).
+    heap = [(0.0, bin_id, capacity) for bin_id, capacity in bins[: len(ordered)]]
+    heapq.heapify(heap)
+    loads: dict[int, float] = {}
     out: dict[str, int] = {}
     for case in ordered:
-        load, shard = heapq.heappop(heap)
-        out[case.id] = shard
-        heapq.heappush(heap, (load + cost(case), shard))
+        _, bin_id, capacity = heapq.heappop(heap)
+        out[case.id] = bin_id
+        loads[bin_id] = loads.get(bin_id, 0.0) + cost(case)
+        heapq.heappush(heap, (loads[bin_id] / capacity, bin_id, capacity))
     return out
 
 
@@ -100,3 +121,28 @@ def shard_of_name(name: str, num_shards: int) -> int:
         True
     """
     return zlib.crc32(name.encode()) % num_shards + 1
+
+
+def job_layout(num_shards: int, *, max_jobs: int = MAX_JOBS) -> list[range]:
+    """The shards (1-based) each CI job runs: ``num_shards`` over at most ``max_jobs`` jobs, each job
+    the same number of consecutive shards (the last one fewer where they do not divide), so jobs carry
+    alike loads whenever shards do (:func:`assign_shards` deals cases to shards, not to jobs).
+
+    Example:
+        >>> [f"{r.start}-{r.stop - 1}" for r in job_layout(10, max_jobs=4)]
+        ['1-3', '4-6', '7-9', '10-10']
+        >>> len(job_layout(1000)), len(job_layout(1000)[0]), len(job_layout(256))
+        (250, 4, 256)
+    """
+    if num_shards < 1 or max_jobs < 1:
+        raise ShardError(f"{num_shards} shards over {max_jobs} jobs: both must be at least 1.")
+    per_job = -(-num_shards // max_jobs)
+    return [range(first, min(first + per_job, num_shards + 1)) for first in range(1, num_shards + 1, per_job)]
+
+
+def job_loads(shard_of: Mapping[str, int], seconds: Mapping[str, float], layout: list[range]) -> list[float]:
+    """Each job's expected seconds: the cases of the shards it runs (``shard_of``: case id -> shard)."""
+    per_shard: dict[int, float] = {}
+    for case_id, shard in shard_of.items():
+        per_shard[shard] = per_shard.get(shard, 0.0) + seconds[case_id]
+    return [sum(per_shard.get(k, 0.0) for k in shards) for shards in layout]

@@ -143,11 +143,11 @@ def code_closure(roots: Iterable[str], *, registering: Iterable[str] = ()) -> di
         name = stack.pop()
         if name in out:
             continue
-        module = sys.modules.get(name)
-        file = getattr(module, "__file__", None) if module is not None else None
-        if module is None:
+        found = _locate(name)
+        if found is None:
             out[name] = "absent"
             continue
+        file, package, is_package = found
         if not file:
             out[name] = "builtin"
             continue
@@ -155,13 +155,30 @@ def code_closure(roots: Iterable[str], *, registering: Iterable[str] = ()) -> di
         if installed is not None:
             out[name] = installed
             continue
-        digest, imports = _project_file(file, package=getattr(module, "__package__", None) or "",
-                                        is_package=hasattr(module, "__path__"))
+        digest, imports = _project_file(file, package=package, is_package=is_package)
         out[name] = f"sha256 {digest}"
         parents = [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]
         follow = parents if name in registering else [*parents, *imports]
         stack.extend(m for m in follow if m not in out)
     return dict(sorted(out.items()))
+
+
+def _locate(name: str) -> tuple[str | None, str, bool] | None:
+    """A module's file, package and whether it is a package: from the imported module, else from its
+    spec without importing it (whether an earlier case imported a module lazily must not change the
+    closure); None for a name no finder knows."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__file__", None), getattr(module, "__package__", None) or "", hasattr(module, "__path__")
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    if spec is None:
+        return None
+    is_package = spec.submodule_search_locations is not None
+    package = name if is_package else name.rpartition(".")[0]
+    return (spec.origin if spec.has_location else None), package, is_package
 
 
 def _project_file(file: str, *, package: str, is_package: bool) -> tuple[str, list[str]]:
@@ -193,7 +210,8 @@ def _read_project_file(path: str, _mtime: int, _size: int, package: str, is_pack
             base = _absolute(node.module, node.level, package)
             if base:
                 imports.append(base)
-                imports += [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in sys.modules]
+                # `from pkg import x`: x may be a submodule (absent from the closure when it is not).
+                imports += [f"{base}.{a.name}" for a in node.names if a.name != "*"]
     return digest, imports
 
 

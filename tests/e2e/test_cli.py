@@ -147,3 +147,14 @@ def test_fit_over_every_pool_a_job_may_land_on_names_the_one_that_limits_it(tmp_
                          cwd=tmp_path).stdout)["pools"]
     assert (doc["max_size"], doc["limiting"], doc["pools"]["v5p-8x1"]["max_size"]) == (120, ["v4-8x1"], 380)
     assert all(p["probes"] <= 4 for p in doc["pools"].values())
+
+
+def test_shards_lays_n_shards_over_at_most_256_jobs():
+    out = run("shards", "1000", "--json")
+    assert out.returncode == 0, out.stderr
+    include = json.loads(out.stdout)["include"]
+    assert len(include) == 250 and include[0] == {"shards": "1-4"} and include[-1] == {"shards": "997-1000"}
+    text = run("shards", "300").stdout
+    assert text.startswith("300 shards over 150 jobs, 2 a job:") and "job 150: shards 299-300" in text
+    refused = run("shards", "20000")
+    assert refused.returncode == 2 and "20,000 shards is more than a CI matrix runs" in refused.stderr

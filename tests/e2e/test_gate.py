@@ -387,10 +387,12 @@ def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, edit_toy):
 
 
 @pytest.mark.heavy
-def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy, tmp_path, edit_toy):
-    """The action's own scripts, run in a git repository as the runner would: each failing shard writes
+@pytest.mark.parametrize("jobs", [("1", "2"), ("1-2",)], ids=["a job a shard", "two shards in one job"])
+def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy, tmp_path, edit_toy, jobs):
+    """The action's own scripts, run in a git repository as the runner would: each failing job writes
     a patch that turns a clean checkout's golden/ into what --update-golden writes, and the summary
-    step merges the shards' reports (and fails, as a case failed)."""
+    step merges the shards' reports (and fails, as a case failed). A job may run a span of shards side
+    by side (past GitHub's 256 jobs): a report each, one patch."""
     git = shutil.which("git")
     if git is None:
         pytest.skip("git is not installed")
@@ -407,10 +409,11 @@ def test_the_actions_shards_patch_their_goldens_and_the_summary_merges_them(toy,
     edit_toy(width=512)  # The figures move.
     check = action_step("Check this shard of the matrix")
     git_env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "PYTEST_ADDOPTS": "-p no:randomly -p no:cacheprovider"}
-    for shard in ("1", "2"):
-        out = run_step(check, {"shards": "2", "shard": shard, "configs": "toy"}, cwd=toy.path, env=git_env)
+    for job in jobs:
+        out = run_step(check, {"shards": "2", "shard": job, "configs": "toy"}, cwd=toy.path, env=git_env)
         assert out.returncode == 1, out.stdout[-1500:] + out.stderr[-1500:]  # The gate failed: figures moved.
-        assert (toy.path / f"aot-report-{shard}.json").exists() and (toy.path / f"junit-{shard}.xml").exists()
+        for shard in job.split("-"):
+            assert (toy.path / f"aot-report-{shard}.json").exists() and (toy.path / f"junit-{shard}.xml").exists()
         # The checkout is left as it was: nothing staged, no golden changed, created or removed.
         assert sh("git status --porcelain --untracked-files=all -- golden").stdout == ""
         assert sh("git diff --cached --quiet").returncode == 0

@@ -26,6 +26,8 @@ def project(tmp_path, monkeypatch):
         "model_b.py": "import toylib\n\ndef step(x):\n    return toylib.scale(x)\n",
         "registers.py": "import helper, model_b\nfrom pkg import model_a\n\nWIDTH = 3\n\n"
                         "def build():\n    return {'fn': model_b.step}\n",
+        "lazy_user.py": "def f(x):\n    import lazy\n    return lazy.g(x)\n",
+        "lazy.py": "def g(x):\n    return x\n",
         "vendor/toylib/__init__.py": "def scale(x):\n    return 2 * x\n",
         "vendor/toylib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: toylib\nVersion: 1.0\n",
         "vendor/toylib-1.0.dist-info/RECORD": "toylib/__init__.py,,\n",
@@ -35,7 +37,7 @@ def project(tmp_path, monkeypatch):
         (tmp_path / name).write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path / "vendor"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    for module in ("helper", "pkg", "pkg.model_a", "pkg.util", "model_b", "registers", "toylib"):
+    for module in ("helper", "pkg", "pkg.model_a", "pkg.util", "model_b", "registers", "toylib", "lazy_user", "lazy"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     from aotcheck.programs import closure
     for cached in (closure._install_dirs, closure._installed_module, closure._owner):
@@ -92,3 +94,14 @@ def test_an_editable_install_is_the_projects_code():
     # This repository is installed editable (README's quick start): its files count by content.
     assert closure["aotcheck.programs.closure"].startswith("sha256 "), closure["aotcheck.programs.closure"]
     assert module.__file__ and "site-packages" not in module.__file__
+
+
+def test_the_closure_does_not_depend_on_what_this_process_happened_to_import(project):
+    """A compile worker that lowered another case first has imported more (a lazy import ran): the
+    closure, read from files and specs, is the same either way."""
+    import lazy_user
+
+    before = code_closure(code_roots(lazy_user.f))
+    assert "lazy" not in sys.modules and before["lazy"].startswith("sha256 ")
+    lazy_user.f(1)  # Runs the lazy import.
+    assert "lazy" in sys.modules and code_closure(code_roots(lazy_user.f)) == before
