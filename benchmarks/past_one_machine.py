@@ -84,14 +84,18 @@ def plan(args: argparse.Namespace) -> None:
           f"matrix total {sum(seconds.values()) / 3600:.1f} CPU-hours")
     print(f"assumed: {args.cores} cores a runner (-n {args.cores}), {args.setup:.0f} s a job to start (checkout, "
           f"install, compile workers), {args.hit:.2f} s a case answered by its inputs (two reads of the store)\n")
-    touched = {c.id for c in cases if model_of[c.id] == 0}
-    print(f"the pull request touches model0: {len(touched)} cases, {sum(seconds[c] for c in touched):.0f} CPU s, "
-          f"its largest {max(seconds[c] for c in touched):.0f} s")
-    runs = {
-        "cold (empty store)": seconds,
-        f"warm PR, one model ({len(touched)} cases)": {k: v if k in touched else args.hit for k, v in seconds.items()},
-        "toolchain bump (all compile)": seconds,
-    }
+    per_model: dict[int, float] = {}
+    for case_id, model in model_of.items():
+        per_model[model] = per_model.get(model, 0.0) + seconds[case_id]
+    by_cost = sorted(per_model, key=lambda m: (per_model[m], m))
+    typical, heaviest = by_cost[len(by_cost) // 2], by_cost[-1]
+    runs = {"cold (empty store)": seconds}
+    for label, model in (("typical", typical), ("heaviest", heaviest)):
+        touched = {c.id for c in cases if model_of[c.id] == model}
+        print(f"a pull request touching the {label} model (model{model}): {len(touched)} cases, "
+              f"{per_model[model]:.0f} CPU s, its largest {max(seconds[c] for c in touched):.0f} s")
+        runs[f"warm PR, {label} model"] = {k: v if k in touched else args.hit for k, v in seconds.items()}
+    runs["toolchain bump (all compile)"] = seconds
     print(f"{'run':34} {'runners':>7} {'wall':>9} {'runner-h':>9} {'max/mean':>9} {'floor':>6}")
     for name, actual in runs.items():
         for runners in (64, 256) if not name.startswith("warm") else (8, 64, 256):

@@ -85,8 +85,10 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
     verdicts = [o.verdict.value for o in outcomes]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts), key=verdicts.index))
     cached = sum(1 for o in outcomes if o.measured is not None and o.measured.cached)
+    unlowered = sum(1 for o in outcomes if o.measured is not None and not o.measured.lowered)
     status = "❌ failed" if merged.failed else "✅ passed"
-    lines = [f"## {title}: {status}", "", f"{len(outcomes)} cases: {counts or 'none'}; {cached} from the figures cache.", ""]
+    lines = [f"## {title}: {status}", "", f"{len(outcomes)} cases: {counts or 'none'}; {cached} from the figures cache"
+             + (f" ({unlowered} of them not even lowered: their inputs unchanged)." if unlowered else "."), ""]
     for problem in merged.problems:
         lines.append(f"> **Report problem:** {problem}")
     for name, error in sorted(report.broken.items()):

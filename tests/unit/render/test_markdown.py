@@ -29,3 +29,11 @@ def test_annotations_point_at_the_golden_and_escape_the_message():
     assert line.startswith("::error file=ci/golden/llm/step[tokens=16]@v5e-16x1.json,title=aotcheck ")
     assert "\n" not in line and "%0A" in line and "+100.0%25" in line
     assert problem == "::error title=aotcheck report::shard 2 wrote no report"
+
+
+def test_the_counts_say_how_many_cases_the_cache_answered_without_lowering():
+    fresh, other = CASE, Case.of("llm", "step[tokens=32]", "v5e-16")
+    outcomes = [Outcome(c, Verdict.PASS, measured=Measurement(c, {"peak_bytes": 1}, {}, 0.0, cached=True, lowered=lowered))
+                for c, lowered in ((fresh, True), (other, False))]
+    text = markdown(Merged(Report(outcomes, golden_dir="golden"), []))
+    assert "2 cases: 2 pass; 2 from the figures cache (1 of them not even lowered: their inputs unchanged)." in text
