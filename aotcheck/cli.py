@@ -10,6 +10,7 @@ Examples::
     python -m aotcheck compile lm-tiny --topology v4-8 --method sample_decode --json
     python -m aotcheck fit lm-tiny --topology v5e-16 --program train_step
     python -m aotcheck report aot-report-*.json --format markdown --output summary.md
+    python -m aotcheck shards 1024 --json
     python -m aotcheck init --model nnx --topologies v5e-16
 
 Example:
@@ -40,7 +41,7 @@ from aotcheck.figures.fit import Fit, over_pools
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import merge_reports
-from aotcheck.gate.shard import MAX_JOBS, job_layout, parse_shard
+from aotcheck.gate.shard import MAX_JOBS, job_layout, job_spans, parse_shard
 from aotcheck.ini import find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
 from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
@@ -49,8 +50,9 @@ from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.explain import compile_table, explain
-from aotcheck.render.summary import case_line, header_lines, pooled_lines, session_summary, summary_table
-from aotcheck.render.tables import table
+from aotcheck.render.summary import (case_line, header_lines, layout_lines, pooled_lines, session_summary,
+                                     summary_table)
+from aotcheck.render.tables import table, topologies_table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import fit_lines, hbm_words, outcome_message, pools_lines
 from aotcheck.units import clip_runs
@@ -123,22 +125,9 @@ INTERRUPTED_STATUS = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}
 
 def cmd_topologies(args: argparse.Namespace) -> int:
     records = [t.listing() for t in topologies()]
-    rows = [[r["name"], r["libtpu_name"] or r["cuda_topology"], r["chip_config"] or r["device_kind"],
-             *(r.get(k, "-") for k in _TOPO_KEYS[3:])] for r in records]
-    if args.json:
-        print(json.dumps(records, indent=2))
-        return 0
-    print(table(["name", "compiler's topology", "chip config / GPU", "chips/host", "torus", "chips", "devices",
-                 "HBM/device", "bf16 FLOP/s/device", "HBM BW/device", "platform"], rows))
-    print("\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. GPU hosts: h100-8x2 (also h100-16) is two hosts of "
-          "8, joined by the network as slices are. cpu-N: N host CPU devices (no libtpu).")
-    tpu, gpu = topologies(TPU)[0].device.source, topologies(GPU)[0].device.source
-    print(f"Per-device figures: TPU: {tpu}. GPU: {gpu}.")
+    sources = (topologies(TPU)[0].device.source, topologies(GPU)[0].device.source)
+    print(json.dumps(records, indent=2) if args.json else topologies_table(records, sources=sources))
     return 0
-
-
-_TOPO_KEYS = ["name", "libtpu_name", "chip_config", "chips_per_host", "wraparound", "chips", "devices",
-              "hbm_per_device", "peak_bf16_flops_per_device", "hbm_bandwidth_per_device", "platform"]
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
@@ -317,18 +306,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_shards(args: argparse.Namespace) -> int:
-    """The CI matrix for ``args.shards`` shards: one job per shard up to GitHub's 256 jobs, past it
-    several consecutive shards a job (the action runs them side by side)."""
-    parse_shard(f"1/{args.shards}")  # A count --aot-shard would refuse is refused here, in its words.
-    layout = job_layout(args.shards, max_jobs=args.max_jobs)
-    spans = [f"{r.start}-{r.stop - 1}" if len(r) > 1 else str(r.start) for r in layout]
-    if args.json:  # For a workflow's `strategy: {matrix: ${{ fromJSON(...) }}}`.
-        print(json.dumps({"include": [{"shards": span} for span in spans]}, separators=(",", ":")))
-        return 0
-    print(f"{args.shards:,} shards over {len(layout):,} jobs, {len(layout[0])} a job"
-          + (f" (the last {len(layout[-1])})" if len(layout[-1]) != len(layout[0]) else "") + ":")
-    for job, span in enumerate(spans, start=1):
-        print(f"  job {job}: shard{'s' if '-' in span else ''} {span}")
+    """The CI matrix for N shards (refused past what ``--aot-shard`` takes), as ``--aot-shard`` deals them."""
+    layout = job_layout(parse_shard(f"1/{args.shards}")[1])
+    spans = job_spans(layout)  # `--json`: for a workflow's `strategy: {matrix: ${{ fromJSON(...) }}}`.
+    print(json.dumps({"include": [{"shards": s} for s in spans]}, separators=(",", ":")) if args.json
+          else "\n".join(layout_lines(args.shards, spans)))
     return 0
 
 
@@ -418,12 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topologies", default="v5e-16", help="topologies to gate (default v5e-16)")
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("shards", help="the CI matrix for N shards: past GitHub's 256 jobs, several shards a job",
-                       description="Lays N shards over CI jobs: one each up to --max-jobs, past it the same "
-                       "number of consecutive shards a job (the action's shard input takes such a span, e.g. 5-8).")
-    p.add_argument("shards", type=positive, help="how many shards the matrix is dealt into (--aot-shard=K/N's N)")
-    p.add_argument("--max-jobs", type=positive, default=MAX_JOBS, help=f"jobs a matrix may hold (default {MAX_JOBS})")
-    p.add_argument("--json", action="store_true", help="a matrix for fromJSON: {\"include\": [{\"shards\": \"1-4\"}, ...]}")
+    p = sub.add_parser("shards", help=f"the CI matrix for N shards: past {MAX_JOBS} jobs, several shards a job")
+    p.add_argument("shards", type=positive, help="how many shards (--aot-shard=K/N's N)")
+    p.add_argument("--json", action="store_true", help='for fromJSON: {"include": [{"shards": "1-4"}, ...]}')
     p.set_defaults(func=cmd_shards)
 
     p = sub.add_parser("report", help="render (and merge) JSON reports from --aot-report")

@@ -140,6 +140,16 @@ def job_layout(num_shards: int, *, max_jobs: int = MAX_JOBS) -> list[range]:
     return [range(first, min(first + per_job, num_shards + 1)) for first in range(1, num_shards + 1, per_job)]
 
 
+def job_spans(layout: list[range]) -> list[str]:
+    """Each job's shards as the action's ``shard`` input takes them: ``K``, or a span ``A-B``.
+
+    Example:
+        >>> job_spans(job_layout(5, max_jobs=2))
+        ['1-3', '4-5']
+    """
+    return [f"{r.start}-{r.stop - 1}" if len(r) > 1 else str(r.start) for r in layout]
+
+
 def job_loads(shard_of: Mapping[str, int], seconds: Mapping[str, float], layout: list[range]) -> list[float]:
     """Each job's expected seconds: the cases of the shards it runs (``shard_of``: case id -> shard)."""
     per_shard: dict[int, float] = {}

@@ -34,36 +34,56 @@ import jax
 
 from aotcheck.pipeline.cache import FIGURES_VERSION
 from aotcheck.pipeline.case import Case
-from aotcheck.programs.closure import code_closure, code_roots
+from aotcheck.figures.frames import short_source
+from aotcheck.programs.closure import CUT_SHORT, EDITED, code_closure, code_roots
 from aotcheck.programs.config import FunctionConfig
 from aotcheck.programs.fingerprint import fingerprint
 
-# What JAX, XLA and libtpu read from the environment when a program is traced and compiled; where logs go
-# (a compile process's own directory) changes no program.
+# Aotcheck's own code that turns a config into a lowered program: in every case's closure, so an edit
+# of an editable aotcheck (this repository's own gate) is one of the inputs too.
+LOWERING_MODULES = ("aotcheck.pipeline.stages", "aotcheck.programs.lowering", "aotcheck.programs.model")
+# Settings that say where or how a process runs, not what it lowers: the host's device count (grown per
+# run for cpu-N targets), its platforms, JAX's own compilation cache, logging.
+_NOT_INPUTS = ("NUM_CPU_DEVICES", "PLATFORMS", "COMPILATION_CACHE", "PERSISTENT_CACHE", "LOG")
+
+
+# What JAX, XLA and libtpu read from the environment when a program is traced and compiled (less
+# _NOT_INPUTS: where logs go, a compile process's own directory, changes no program).
 ENVIRONMENT_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_")
 
 
 def _compiles_with(name: str) -> bool:
-    return name.startswith(ENVIRONMENT_PREFIXES) and "LOG" not in name
+    return name.startswith(ENVIRONMENT_PREFIXES) and not any(word in name for word in _NOT_INPUTS)
 
 
 def inputs_key(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
-               registering: Iterable[str] = ()) -> str:
+               registering: Iterable[str] = ()) -> str | None:
     """The digest of a case's inputs (the module's docstring); ``config``: its program's function config,
     ``options``: the compiler options it compiles with, ``registering``: the modules that register configs
-    (:func:`~aotcheck.programs.closure.code_closure`)."""
-    return hashlib.sha256(json.dumps(inputs(case, config, options=options, registering=registering),
-                                     sort_keys=True).encode()).hexdigest()
+    (:func:`~aotcheck.programs.closure.code_closure`). None when they cannot be known whole: a project
+    file changed while this process ran, or a config too large to walk."""
+    record = inputs(case, config, options=options, registering=registering)
+    if CUT_SHORT in record["code"] or EDITED in record["code"].values():
+        return None
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
 def inputs(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
            registering: Iterable[str] = ()) -> dict[str, Any]:
-    """What :func:`inputs_key` digests, as a record (a test's or a curious user's view)."""
+    """What :func:`inputs_key` digests, as a record (a test's or a curious user's view). Project files
+    are named as a report's source lines name them (relative to the working directory), so a run from
+    another directory, whose details would name other paths, has other inputs."""
+    roots = dict(code_roots(config))
+    for module in LOWERING_MODULES:
+        roots.setdefault(module, frozenset())
+    files: dict[str, str] = {}
+    code = code_closure(roots, registering=registering, files=files)
     return {
         "case": case.id,
         "topology": case.topology.name, "slices": case.num_slices, "wraparound": list(case.topology.wraparound),
         "build": fingerprint(config).digest,
-        "code": code_closure(code_roots(config), registering=registering),
+        "code": code,
+        "paths": {module: short_source(path, 0) for module, path in sorted(files.items())},
         "options": dict(sorted(options.items())),
         "toolchain": dict(sorted(case.topology.platform.toolchain().items())),
         "environment": {k: v for k, v in sorted(os.environ.items()) if _compiles_with(k)},
@@ -74,9 +94,14 @@ def inputs(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
 
 
 def _jax_config() -> dict[str, str]:
-    """JAX's configuration as it stands (flags set in code, not only the environment), plain values only."""
-    plain = (str, int, float, bool, type(None), tuple, list)
-    return {k: repr(v) for k, v in sorted(getattr(jax.config, "values", {}).items()) if isinstance(v, plain)}
+    """JAX's configuration as it stands (flags set in code, not only the environment): values that
+    read the same in every process (no object's address), less where and how the process runs."""
+    out = {}
+    for name, value in sorted(getattr(jax.config, "values", {}).items()):
+        text = repr(value)
+        if " at 0x" not in text and not any(word.lower() in name for word in _NOT_INPUTS):
+            out[name] = text
+    return out
 
 
-__all__ = ["ENVIRONMENT_PREFIXES", "inputs", "inputs_key"]
+__all__ = ["ENVIRONMENT_PREFIXES", "LOWERING_MODULES", "inputs", "inputs_key"]

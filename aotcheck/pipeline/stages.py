@@ -97,6 +97,7 @@ class LoweredCase:
         # The answer's source lines: the entry's (or the fresh details') line -> the line as the code
         # stands (set by measure(); an index of the cache by inputs keeps it).
         self.lines: dict[str, str] = {}
+        self.entry_details: Any = None  # The details those lines were mapped from, as the cache entry holds them.
 
     @functools.cached_property
     def key(self) -> str:
@@ -133,7 +134,7 @@ class LoweredCase:
         lines = remap(entry.get("anchors", {}), self.source_sequence, needed=details.sources())
         if lines is None:
             return None
-        self.lines = lines
+        self.lines, self.entry_details = lines, entry.get("details")
         return Measurement.from_json(entry, case=self.case, compiler_options=self.options, cached=True,
                                      details=details.with_sources(lines).to_json())
 
@@ -177,6 +178,7 @@ class LoweredCase:
         with self.compile() as compiled:
             result = compiled.measure()
         self.lines = {line: line for line in result.details.sources()}
+        self.entry_details = result.view("details")["details"]
         # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
         # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
         if cache is not None and result.attribution_problem is None:

@@ -97,29 +97,43 @@ class SharedStore:
         return f"{self.url}/{name}"
 
     def get(self, name: str) -> bytes | None:
-        """The object's bytes; None when it is absent or the store is down."""
+        """The object's bytes; None when it is absent or the store is down. A read refused for lack of
+        permission is a miss too (S3 answers 403, not 404, for an absent object to a runner that may not
+        list the bucket), said once."""
         def read() -> bytes | None:
-            if self.local is not None:
-                try:
-                    return (self.local / name).read_bytes()
-                except FileNotFoundError:
-                    return None
             try:
+                if self.local is not None:
+                    return (self.local / name).read_bytes()
                 return self._filesystem().cat_file(self._path(name))
             except FileNotFoundError:
+                return None
+            except PermissionError as e:
+                self._once(f"aotcheck: reading the shared figures cache {self.url} was refused ({_reason(e)}); "
+                           "each such read is a miss. A runner needs to read objects (and, on S3, to list the bucket).")
                 return None
         return self._bounded(read, None)
 
     def put(self, name: str, data: bytes) -> None:
-        """Writes the object whole (one request; a renamed file in a directory); nothing when read-only."""
+        """Writes the object whole (one request; a renamed file in a directory); nothing when read-only.
+        A write refused for lack of permission stops this process's writes, not its reads."""
         if not self.write:
             return
 
         def write() -> None:
-            if self.local is not None:
-                return atomic_write_bytes(self.local / name, data)
-            return self._filesystem().pipe_file(self._path(name), data)
+            try:
+                if self.local is not None:
+                    return atomic_write_bytes(self.local / name, data)
+                return self._filesystem().pipe_file(self._path(name), data)
+            except PermissionError as e:
+                self.write = False
+                self._once(f"aotcheck: the shared figures cache {self.url} refuses this runner's writes "
+                           f"({_reason(e)}); it is read, and nothing more is written to it.")
+                return None
         self._bounded(write, None)
+
+    def _once(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _path(self, name: str) -> str:
         return f"{self.url.partition('://')[2]}/{name}"

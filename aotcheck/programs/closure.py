@@ -9,9 +9,12 @@ the globals their code names), its classes, the modules it names. A module of th
 that is not part of an installed distribution) counts by its bytes, and the modules it imports are
 walked too, as are the packages above it; a module of an installed distribution counts by that
 distribution's name and version (an editable install is the project's); the standard library by
-Python's version. A module that registers configs (a ``conftest.py``) counts by its bytes, but its
-imports are not walked: what a config uses from it is found through the config's own code, so an edit
-of one model re-lowers the configs that use it, not every config the conftest registers.
+Python's version. A module that registers configs (a ``conftest.py``) counts by its bytes, and of
+its imports only those bound to a name the config's code reads are walked (``from consts import
+SCALE``, read by a function the config holds), so an edit of one model re-lowers the configs that use
+it, not every config the conftest registers. A project file changed after the process started is
+not what it imported (:data:`EDITED`), and a walk cut short (:data:`CUT_SHORT`) is not the whole
+closure: a caller trusts neither.
 
 Example:
     >>> import json
@@ -31,60 +34,70 @@ import importlib.util
 import os
 import sys
 import sysconfig
+import time
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 _MAX_OBJECTS = 50_000
 
 
-def code_roots(obj: Any) -> set[str]:
-    """The modules whose code a built config (or anything) holds: where its functions and classes are
-    defined, the modules it or its functions' globals name, followed through fields, containers,
-    partials, closures and defaults.
+CUT_SHORT = "(walk cut short)"  # A pseudo-module: the walk met more objects than it reads; trust nothing.
+EDITED = "edited during this run"  # A project file changed after this process started: not what it imported.
+_STARTED_NS = time.time_ns()  # Imported with aotcheck, before any config module.
+
+
+def code_roots(obj: Any) -> dict[str, frozenset[str]]:
+    """The modules whose code a built config (or anything) holds, each with the global names its
+    reached functions read: where its functions and classes are defined, the modules it or its
+    functions' globals name, followed through fields, containers, partials, closures and defaults.
 
     Example:
         >>> import functools, json, textwrap
         >>> sorted(code_roots([functools.partial(json.dumps, indent=2), textwrap.TextWrapper]))
         ['json', 'textwrap']
     """
-    found: set[str] = set()
+    found: dict[str, set[str]] = {}
     seen: set[int] = set()
     stack: list[Any] = [obj]
     keep: list[Any] = []  # What was met stays alive, so an id is not reused within the walk.
-    while stack and len(seen) < _MAX_OBJECTS:
+    while stack:
         value = stack.pop()
         if id(value) in seen or value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
             continue
+        if len(seen) >= _MAX_OBJECTS:
+            found.setdefault(CUT_SHORT, set())
+            break
         seen.add(id(value))
         keep.append(value)
         stack.extend(_parts(value, found))
-    return {m for m in found if m and m != "builtins"}
+    return {m: frozenset(names) for m, names in found.items() if m and m != "builtins"}
 
 
-def _parts(value: Any, found: set[str]) -> list[Any]:
-    """What to walk next from ``value``; the modules it names added to ``found``. Code of an installed
-    package is not walked into (its version stands for all of it); the project's classes are, method by
-    method (a model's ``__call__`` names the helpers it uses)."""
+def _parts(value: Any, found: dict[str, set[str]]) -> list[Any]:
+    """What to walk next from ``value``; the modules it names added to ``found`` (with the globals a
+    function there reads). The globals of an installed package's code are not walked into (its version
+    stands for all of it), its closures and defaults are (they may hold the user's functions); the
+    project's classes are walked method by method (a model's ``__call__`` names the helpers it uses)."""
     if isinstance(value, types.ModuleType):
-        found.add(value.__name__)
+        found.setdefault(value.__name__, set())
         return []
     if isinstance(value, type):
-        found.add(value.__module__)
+        found.setdefault(value.__module__, set())
         return [member for klass in value.__mro__ if not _installed_module(klass.__module__)
                 for member in vars(klass).values()]
     if isinstance(value, types.FunctionType):
-        found.add(value.__module__ or "")
-        if _installed_module(value.__module__ or ""):
-            return []
+        module = value.__module__ or ""
+        names = _names(value.__code__)
+        found.setdefault(module, set()).update(names)
         cells = []
         for cell in value.__closure__ or ():
             try:
                 cells.append(cell.cell_contents)
             except ValueError:  # An empty cell.
                 pass
-        named = [value.__globals__[n] for n in _names(value.__code__) if n in value.__globals__]
+        named = [] if _installed_module(module) else [value.__globals__[n] for n in names if n in value.__globals__]
         return [*cells, *named, *(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values()]
     if isinstance(value, types.MethodType):
         return [value.__func__, value.__self__]
@@ -95,13 +108,13 @@ def _parts(value: Any, found: set[str]) -> list[Any]:
     if isinstance(value, property):
         return [value.fget, value.fset, value.fdel]
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-        found.add(getattr(value, "__module__", None) or "")
+        found.setdefault(getattr(value, "__module__", None) or "", set())
         return []
     if isinstance(value, dict):
         return [*value.keys(), *value.values()]
     if isinstance(value, (list, tuple, set, frozenset)):
         return list(value)
-    found.add(type(value).__module__)
+    found.setdefault(type(value).__module__, set())
     if dataclasses.is_dataclass(value):
         return [type(value), *(getattr(value, f.name, None) for f in dataclasses.fields(value))]
     wrapped = getattr(value, "__wrapped__", None)  # A jitted or decorated function.
@@ -126,17 +139,22 @@ def _names(code: types.CodeType) -> set[str]:
     return names
 
 
-def code_closure(roots: Iterable[str], *, registering: Iterable[str] = ()) -> dict[str, str]:
+def code_closure(roots: Iterable[str] | Mapping[str, Iterable[str]], *, registering: Iterable[str] = (),
+                 files: dict[str, str] | None = None) -> dict[str, str]:
     """Module name -> what it counts as: ``sha256 <digest>`` of a project file, ``<distribution>
     <version>`` of an installed one, ``python <version>`` of the standard library, ``builtin`` of a
-    module without a file, ``absent`` of one that is not imported here. ``registering``: modules that
-    register configs, counted by content without walking their imports (see the module's docstring).
+    module without a file, ``absent`` of a name no finder knows, :data:`EDITED` for a project file
+    changed since this process started. ``roots``: :func:`code_roots`'s modules (with the names their
+    functions read); ``registering``: modules that register configs, counted by content, of whose
+    imports only those bound to a name a reached function reads are walked (see the module's
+    docstring). ``files``: filled with each project module's file.
 
     Example:
         >>> code_closure(["sys"])
         {'sys': 'builtin'}
     """
     registering = set(registering)
+    read = {m: set(n) for m, n in roots.items()} if isinstance(roots, Mapping) else {}
     out: dict[str, str] = {}
     stack = sorted(set(roots), reverse=True)
     while stack:
@@ -155,10 +173,15 @@ def code_closure(roots: Iterable[str], *, registering: Iterable[str] = ()) -> di
         if installed is not None:
             out[name] = installed
             continue
-        digest, imports = _project_file(file, package=package, is_package=is_package)
-        out[name] = f"sha256 {digest}"
+        digest, imports, bindings, mtime = _project_file(file, package=package, is_package=is_package)
+        out[name] = EDITED if mtime > _STARTED_NS else f"sha256 {digest}"
+        if files is not None:
+            files[name] = file
         parents = [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]
-        follow = parents if name in registering else [*parents, *imports]
+        if name in registering:  # What the config's code reads of what this module imported.
+            follow = [*parents, *(m for bound in read.get(name, ()) for m in bindings.get(bound, ()))]
+        else:
+            follow = [*parents, *imports]
         stack.extend(m for m in follow if m not in out)
     return dict(sorted(out.items()))
 
@@ -171,8 +194,8 @@ def _locate(name: str) -> tuple[str | None, str, bool] | None:
     if module is not None:
         return getattr(module, "__file__", None), getattr(module, "__package__", None) or "", hasattr(module, "__path__")
     try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError, AttributeError):
+        spec = importlib.util.find_spec(name)  # Imports the parent package (already imported, as a rule).
+    except Exception:  # A parent whose import fails here: the name is not one the config can have run.
         return None
     if spec is None:
         return None
@@ -181,38 +204,49 @@ def _locate(name: str) -> tuple[str | None, str, bool] | None:
     return (spec.origin if spec.has_location else None), package, is_package
 
 
-def _project_file(file: str, *, package: str, is_package: bool) -> tuple[str, list[str]]:
-    """A project file's digest and the modules it imports (absolute names, submodules named by a
-    ``from`` import included), read once per process per version of the file."""
+def _project_file(file: str, *, package: str, is_package: bool
+                  ) -> tuple[str, list[str], dict[str, list[str]], int]:
+    """A project file's digest, the modules it imports (absolute names, a ``from`` import's names as
+    possible submodules), the names those imports bind (name -> modules), and its mtime; read once per
+    process per version of the file."""
     path = Path(file)
     if path.suffix in (".pyc", ".pyo"):
         path = Path(importlib.util.source_from_cache(file)) if "__pycache__" in path.parts else path
     try:
         stat = path.stat()
     except OSError:
-        return "unreadable", []
-    return _read_project_file(str(path), stat.st_mtime_ns, stat.st_size, package, is_package)
+        return "unreadable", [], {}, 0
+    digest, imports, bindings = _read_project_file(str(path), stat.st_mtime_ns, stat.st_size, package, is_package)
+    return digest, imports, bindings, stat.st_mtime_ns
 
 
 @functools.lru_cache(maxsize=4096)
-def _read_project_file(path: str, _mtime: int, _size: int, package: str, is_package: bool) -> tuple[str, list[str]]:
+def _read_project_file(path: str, _mtime: int, _size: int, package: str, is_package: bool
+                       ) -> tuple[str, list[str], dict[str, list[str]]]:
     data = Path(path).read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError):  # Not Python source (an extension module): its bytes say it all.
-        return digest, []
+        return digest, [], {}
     imports: list[str] = []
+    bindings: dict[str, list[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imports += [a.name for a in node.names]
+            for alias in node.names:
+                imports.append(alias.name)
+                bindings.setdefault(alias.asname or alias.name.split(".")[0], []).append(alias.name)
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(node.module, node.level, package)
             if base:
                 imports.append(base)
-                # `from pkg import x`: x may be a submodule (absent from the closure when it is not).
-                imports += [f"{base}.{a.name}" for a in node.names if a.name != "*"]
-    return digest, imports
+                for alias in node.names:
+                    if alias.name == "*":
+                        continue
+                    # `from pkg import x`: x may be a submodule (absent from the closure when it is not).
+                    imports.append(f"{base}.{alias.name}")
+                    bindings.setdefault(alias.asname or alias.name, []).extend([base, f"{base}.{alias.name}"])
+    return digest, imports, bindings
 
 
 def _absolute(module: str | None, level: int, package: str) -> str:
@@ -230,15 +264,12 @@ def _installed(file: str) -> str | None:
     """``<distribution> <version>`` if ``file`` belongs to an installed (not editable) distribution,
     ``python <version>`` if it is the standard library's, else None (the project's)."""
     real = os.path.realpath(file)
-    for directory, owner in _install_dirs():
+    for directory, owner in _install_dirs():  # Longest first: the innermost directory holding it decides.
         if real.startswith(directory):
-            rest = real[len(directory):].lstrip(os.sep)
-            top = rest.split(os.sep, 1)[0].removesuffix(".py")
             if owner is not None:
                 return owner
-            dist = _owner(directory, top.split(".")[0])
-            if dist is not None:
-                return dist
+            top = real[len(directory):].lstrip(os.sep).split(os.sep, 1)[0].removesuffix(".py")
+            return _owner(directory, top.split(".")[0])  # No owner: a file of the project's, by content.
     return None
 
 
@@ -297,4 +328,4 @@ def _editable(dist: importlib.metadata.Distribution) -> bool:
     return '"editable": true' in direct.replace("'", '"')
 
 
-__all__ = ["code_closure", "code_roots"]
+__all__ = ["CUT_SHORT", "EDITED", "code_closure", "code_roots"]

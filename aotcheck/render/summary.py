@@ -159,3 +159,16 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
                       + ", ".join(report.stale)
                       + ". Remove them, or run --update-golden over the whole matrix (no -k, no --aot-configs)."]
     return lines
+
+
+def layout_lines(num_shards: int, spans: list[str]) -> list[str]:
+    """``aotcheck shards N``'s words: how many jobs, how many shards each, then each job's.
+
+    Example:
+        >>> layout_lines(5, ["1-3", "4-5"])
+        ['5 shards over 2 jobs, 3 a job (the last 2):', '  job 1: shards 1-3', '  job 2: shards 4-5']
+    """
+    sizes = [int(b) - int(a) + 1 if "-" in span else 1 for span in spans for a, _, b in [span.partition("-")]]
+    last = f" (the last {sizes[-1]})" if sizes[-1] != sizes[0] else ""
+    return [f"{num_shards:,} shards over {len(spans):,} jobs, {sizes[0]} a job{last}:",
+            *(f"  job {job}: shard{'s' if '-' in span else ''} {span}" for job, span in enumerate(spans, start=1))]

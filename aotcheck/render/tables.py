@@ -94,3 +94,20 @@ def verdict_label(outcome: Outcome) -> str:
         return outcome.golden_action.value
     label = outcome.verdict.value
     return label + " (FAILED)" if outcome.failed and not outcome.verdict.fails() else label
+
+
+_TOPOLOGY_KEYS = ["chips_per_host", "wraparound", "chips", "devices", "hbm_per_device", "peak_bf16_flops_per_device",
+                  "hbm_bandwidth_per_device", "platform"]
+
+
+def topologies_table(records: list[dict], *, sources: tuple[str, str]) -> str:
+    """``aotcheck topologies``: the table of every topology's listing, and where its figures come from
+    (``sources``: the TPU table's, the GPU table's)."""
+    rows = [[r["name"], r["libtpu_name"] or r["cuda_topology"], r["chip_config"] or r["device_kind"],
+             *(r.get(k, "-") for k in _TOPOLOGY_KEYS)] for r in records]
+    return "\n".join([
+        table(["name", "compiler's topology", "chip config / GPU", "chips/host", "torus", "chips", "devices",
+               "HBM/device", "bf16 FLOP/s/device", "HBM BW/device", "platform"], rows),
+        "\nAliases: v5litepod-N = v5e-N, tpu7x-N = 7x-N. GPU hosts: h100-8x2 (also h100-16) is two hosts of "
+        "8, joined by the network as slices are. cpu-N: N host CPU devices (no libtpu).",
+        f"Per-device figures: TPU: {sources[0]}. GPU: {sources[1]}."])

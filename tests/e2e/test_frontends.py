@@ -209,7 +209,8 @@ if __name__ == "__main__":
     print(json.dumps({
         "json_round_trip": Measurement.from_json(json.loads(json.dumps(cold.to_json()))) == cold,
         "cold_cached": cold.cached, "warm_cached": warm.cached,
-        "warm_is_cold": dataclasses.replace(warm, cached=False, host_peak_bytes=cold.host_peak_bytes) == cold,
+        "warm_lowered": warm.lowered,  # The same process, the same inputs: answered without tracing.
+        "warm_is_cold": dataclasses.replace(warm, cached=False, lowered=True, host_peak_bytes=cold.host_peak_bytes) == cold,
         "golden_is_cold": (golden.figures, golden.compiler_options, golden.details)
                           == (cold.figures, cold.compiler_options, cold.details.to_json()),
         "peak": cold.figures["peak_bytes"],
@@ -220,7 +221,7 @@ if __name__ == "__main__":
 
 def test_one_measurement_record_through_the_worker_the_cache_and_the_golden(tmp_path):
     """A measurement is one record with one JSON form: the compile worker's reply rebuilds the same
-    object, a cache hit gives it back (but for being a hit and the process's memory), the golden holds
+    object, a cache hit gives it back (but for being a hit, not lowered, and the process's memory), the golden holds
     its figures, options and details unchanged; an out-of-memory compile crosses the worker as an
     OutOfMemory with what filled the memory. Real worker, real compiles."""
     (tmp_path / "shapes.py").write_text(textwrap.dedent(PACKAGE["myconfigs/shapes.py"]))
@@ -228,6 +229,6 @@ def test_one_measurement_record_through_the_worker_the_cache_and_the_golden(tmp_
     out = subprocess.run([sys.executable, "record.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.splitlines()[-1])
-    assert found["peak"] > 0 and (found["cold_cached"], found["warm_cached"]) == (False, True)
+    assert found["peak"] > 0 and (found["cold_cached"], found["warm_cached"], found["warm_lowered"]) == (False, True, False)
     assert found["json_round_trip"] and found["warm_is_cold"] and found["golden_is_cold"], found
     assert found["oom"] == ["OutOfMemory", True, True], found

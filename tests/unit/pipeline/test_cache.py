@@ -76,7 +76,7 @@ def test_an_edit_that_moves_lines_reuses_the_figures_and_names_the_lines_as_they
 
 # The shared tier (pipeline.store) behind the local directory: entries validated alike, kept locally.
 
-from aotcheck.pipeline.cache import FiguresCache, REQUIRED_FIGURES  # noqa: E402
+from aotcheck.pipeline.cache import FiguresCache, REQUIRED_FIGURES, details_digest  # noqa: E402
 from aotcheck.pipeline.store import SharedStore  # noqa: E402
 
 TOOLCHAIN = {"jax": "0.12.0.1"}
@@ -120,8 +120,26 @@ def test_a_read_only_runner_reads_the_shared_store_and_writes_only_locally(tmp_p
 
 def test_the_index_by_inputs_points_at_an_entry_with_its_lines(tmp_path):
     first, second = _runners(tmp_path)
-    first.remember("12" * 32, "ab" * 32, {"m.py:7": "m.py:8"})
-    assert second.key_for("12" * 32) == ("ab" * 32, {"m.py:7": "m.py:8"})
+    first.remember("12" * 32, "ab" * 32, {"m.py:7": "m.py:8"}, {"peak_buffers": []})
+    assert second.key_for("12" * 32) == ("ab" * 32, {"m.py:7": "m.py:8"}, details_digest({"peak_buffers": []}))
     assert second.key_for("34" * 32) is None
     reader = FiguresCache(tmp_path / "one", read=False)  # An update run takes no answer from a cache.
     assert reader.key_for("12" * 32) is None
+
+
+def test_an_index_whose_entry_was_rewritten_since_answers_nothing(tmp_path):
+    """The index maps the lines of the details it saw; an entry another run rewrote (other lines) is
+    not answered through it: the case is lowered, and its lines mapped afresh."""
+    from aotcheck.pipeline.case import Case
+    from aotcheck.pipeline.measure import by_inputs
+
+    cache = FiguresCache(tmp_path / "c")
+    case = Case.of("t", "step", "cpu-2")
+    toolchain = case.topology.platform.toolchain()
+    seen = {**ENTRY["details"], "peak_buffers": []}
+    cache.put("ab" * 32, {**ENTRY, "details": seen}, toolchain=toolchain)
+    cache.remember("12" * 32, "ab" * 32, {}, seen)
+    answered = by_inputs(cache, "12" * 32, case, {})
+    assert answered is not None and answered.cached and not answered.lowered
+    cache.put("ab" * 32, {**ENTRY, "details": {**seen, "peak_excess_bytes": 7}}, toolchain=toolchain)
+    assert by_inputs(cache, "12" * 32, case, {}) is None

@@ -23,6 +23,7 @@ CASE = Case.of("t", "step", "cpu-2")
 def test_equal_inputs_digest_alike_and_a_log_directory_changes_nothing(monkeypatch):
     key = inputs_key(CASE, _config(), options={})
     monkeypatch.setenv("TPU_LOG_DIR", "/tmp/another-process-logs")
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "16")  # A run that also selects cpu-16 lowers this case alike.
     assert inputs_key(CASE, _config(), options={}) == key
 
 
@@ -56,3 +57,15 @@ def test_the_record_names_the_code_it_digests():
     assert record["code"]["jax"].startswith("jax ")  # Installed: by version.
     assert record["code"][__name__].startswith("sha256 ")  # This file defines the config's function.
     assert record["toolchain"]["jax"] == jax.__version__
+
+
+def test_the_inputs_name_project_files_as_the_reports_lines_do(tmp_path, monkeypatch):
+    """Source lines are named relative to the working directory: a run from elsewhere names them
+    otherwise, so its inputs differ."""
+    here = inputs(CASE, _config(), options={})["paths"][__name__]
+    monkeypatch.chdir(tmp_path)
+    assert inputs(CASE, _config(), options={})["paths"][__name__] != here
+
+
+def test_aotchecks_own_lowering_code_is_an_input():
+    assert "aotcheck.pipeline.stages" in inputs(CASE, _config(), options={})["code"]

@@ -71,3 +71,26 @@ def test_a_store_that_never_answers_is_switched_off_at_the_timeout(monkeypatch):
         elapsed = time.perf_counter() - start
     assert store.down == "no answer within 1.5 s" and len(store.notes) == 1
     assert elapsed < 5, elapsed  # One timeout, not one per call.
+
+
+class _Refusing:
+    """FAKE: a filesystem that refuses every request for lack of permission, as S3 does with 403 to a
+    runner that may not list the bucket (an absent object) or may not write (pure logic of the store)."""
+
+    def cat_file(self, path):
+        raise PermissionError("Forbidden")
+
+    def pipe_file(self, path, data):
+        raise PermissionError("Access Denied")
+
+
+def test_a_refused_read_is_a_miss_and_a_refused_write_stops_writes_not_reads():
+    store = SharedStore("s3://bucket/cache")
+    store._fs = _Refusing()
+    assert store.get("ab/abc.json") is None and store.get("cd/cde.json") is None
+    assert store.down is None  # Still read: the next object may be readable.
+    store.put("ab/abc.json", b"{}")
+    assert store.write is False and store.down is None
+    assert len(store.notes) == 2, store.notes  # Each said once.
+    assert "reading the shared figures cache s3://bucket/cache was refused (PermissionError: Forbidden)" in store.notes[0]
+    assert "refuses this runner's writes (PermissionError: Access Denied)" in store.notes[1]

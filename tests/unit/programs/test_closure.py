@@ -11,7 +11,18 @@ import textwrap
 
 import pytest
 
-from aotcheck.programs.closure import code_closure, code_roots
+from aotcheck.programs.closure import EDITED, code_closure, code_roots
+
+
+def write_before_this_process(path, text):
+    """Writes a file dated an hour back: as a project's files are, older than the process reading them
+    (one changed while the process runs is :data:`EDITED`)."""
+    import os
+    import time
+
+    path.write_text(text)
+    past = time.time_ns() - 3600 * 10**9
+    os.utime(path, ns=(past, past))
 
 
 @pytest.fixture
@@ -24,20 +35,23 @@ def project(tmp_path, monkeypatch):
                           "        return helper.act(x) + util.ONE\n",
         "pkg/util.py": "ONE = 1\n",
         "model_b.py": "import toylib\n\ndef step(x):\n    return toylib.scale(x)\n",
-        "registers.py": "import helper, model_b\nfrom pkg import model_a\n\nWIDTH = 3\n\n"
-                        "def build():\n    return {'fn': model_b.step}\n",
+        "registers.py": "import helper, model_b\nfrom pkg import model_a\nfrom consts import SCALE\n\nWIDTH = 3\n\n"
+                        "def scaled(x):\n    return SCALE * x\n\n"
+                        "def build():\n    return {'fn': model_b.step, 'scale': scaled}\n",
+        "consts.py": "SCALE = 2\n",
         "lazy_user.py": "def f(x):\n    import lazy\n    return lazy.g(x)\n",
         "lazy.py": "def g(x):\n    return x\n",
-        "vendor/toylib/__init__.py": "def scale(x):\n    return 2 * x\n",
+        "vendor/toylib/__init__.py": "def scale(x):\n    return 2 * x\n\n\ndef wrap(f):\n    def g(x):\n        return f(x)\n    return g\n",
         "vendor/toylib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: toylib\nVersion: 1.0\n",
         "vendor/toylib-1.0.dist-info/RECORD": "toylib/__init__.py,,\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(textwrap.dedent(text))
+        write_before_this_process(tmp_path / name, textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path / "vendor"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    for module in ("helper", "pkg", "pkg.model_a", "pkg.util", "model_b", "registers", "toylib", "lazy_user", "lazy"):
+    for module in ("helper", "pkg", "pkg.model_a", "pkg.util", "model_b", "registers", "toylib", "lazy_user", "lazy",
+                   "consts"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     from aotcheck.programs import closure
     for cached in (closure._install_dirs, closure._installed_module, closure._owner):
@@ -65,15 +79,34 @@ def test_an_installed_distribution_counts_by_its_version_not_its_bytes(project):
     assert closure["model_b"].startswith("sha256 ")
 
 
-def test_a_registering_module_counts_by_content_without_its_imports(project):
+def test_a_registering_module_counts_by_content_and_only_the_imports_its_config_reads(project):
     import registers
 
     config = registers.build()
-    walked = code_closure(code_roots(config) | {"registers"}, registering=["registers"])
+    walked = code_closure(code_roots(config), registering=["registers"])
     assert walked["registers"].startswith("sha256 ") and "model_b" in walked  # Reached through the config.
+    assert "consts" in walked  # `from consts import SCALE`, SCALE read by a function the config holds.
     assert "pkg.model_a" not in walked and "helper" not in walked  # Imported there, but not this config's.
-    followed = code_closure(code_roots(config) | {"registers"})
+    followed = code_closure(code_roots(config))
     assert {"pkg.model_a", "helper"} <= set(followed)
+
+
+def test_an_installed_functions_closure_is_walked_for_the_users_code_it_holds(project):
+    import helper
+    import toylib
+
+    closure = code_closure(code_roots(toylib.wrap(helper.act)))
+    assert closure["toylib"] == "toylib 1.0" and closure["helper"].startswith("sha256 ")
+
+
+def test_a_file_edited_after_the_process_started_is_not_trusted(project):
+    import os
+
+    import helper
+
+    later = os.stat(project / "helper.py").st_mtime_ns + 3600 * 10**9
+    os.utime(project / "helper.py", ns=(later, later))
+    assert code_closure(code_roots(helper.act))["helper"] == EDITED
 
 
 def test_an_edit_changes_the_file_digest_and_only_its_importers(project):
@@ -81,7 +114,7 @@ def test_an_edit_changes_the_file_digest_and_only_its_importers(project):
     import model_b
 
     a, b = code_closure(code_roots(Model)), code_closure(code_roots(model_b.step))
-    (project / "helper.py").write_text((project / "helper.py").read_text() + "# edited\n")
+    write_before_this_process(project / "helper.py", (project / "helper.py").read_text() + "# edited\n")
     a2, b2 = code_closure(code_roots(Model)), code_closure(code_roots(model_b.step))
     assert a2["helper"] != a["helper"] and a2 != a
     assert b2 == b  # model_b does not import helper.
