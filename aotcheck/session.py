@@ -364,6 +364,8 @@ class GateSession:
         return RunHeader(
             targets=tuple(t.name for t in s.targets), golden_dir=str(self.store.root), update=s.update,
             cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
+            cache_url=self.cache.shared.url if self.cache and self.cache.shared else None,
+            cache_shares=bool(self.cache and self.cache.shared and self.cache.shared.write),
             shard_seconds=self.plan().shard_seconds(), toolchain=self.toolchain(),
             foreign=tuple(self.foreign_toolchain_goldens()),
             families=tuple(sorted({t.topology.family for t in s.targets})) if s.presets else None,

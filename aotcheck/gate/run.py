@@ -41,7 +41,8 @@ class RunHeader:
         golden_dir: Where its goldens are; ``golden_dir_missing``: that directory does not exist (and
             the run does not update), with the ``rootdir`` the path is relative to.
         update: Whether it writes goldens.
-        cache_dir: The figures cache (None: none).
+        cache_dir: The figures cache (None: none); ``cache_url``: the store the runners share behind it,
+            ``cache_shares``: whether this run writes to it.
         shard: ``(K, N)`` when sharded, with ``shard_seconds``: (this shard's expected compile seconds, the matrix's).
         toolchain: The versions behind its figures.
         foreign: Golden files made with another toolchain, each with the versions it names.
@@ -57,6 +58,8 @@ class RunHeader:
     golden_dir: str
     update: bool
     cache_dir: str | None
+    cache_url: str | None = None
+    cache_shares: bool = True
     shard: tuple[int, int] | None = None
     shard_seconds: tuple[float, float] | None = None
     toolchain: Mapping[str, str | None] = dataclasses.field(default_factory=dict)

@@ -43,7 +43,9 @@ def header_lines(header: RunHeader) -> list[str]:
     search, a golden directory that is not there; each line clipped (a flag of 100,000 digits by its ends)."""
     h = header
     flags = flag_names(h.front_end)
-    cache = (f"figures cache {h.cache_dir}{' (written, not read: goldens take figures from compiles only)' if h.update else ''}"
+    shared = (f", shared through {h.cache_url}{'' if h.cache_shares else ' (read only)'}" if h.cache_url else "")
+    cache = (f"figures cache {h.cache_dir}{shared}"
+             f"{' (written, not read: goldens take figures from compiles only)' if h.update else ''}"
              if h.cache_dir else "no figures cache")
     expected = (f" (expected {h.shard_seconds[0]:.1f} s of the matrix's {h.shard_seconds[1]:.1f} s of compile CPU)"
                 if h.shard and h.shard_seconds else "")

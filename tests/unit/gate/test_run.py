@@ -31,3 +31,12 @@ def test_a_header_says_each_thing_its_record_holds_in_the_front_ends_spelling():
     assert "LIBTPU_INIT_ARGS (--xla_y=2) is not used: --libtpu-init-args (or aot_libtpu_init_args)" in text
     quiet = header_lines(RunHeader(targets=("cpu-4x1",), golden_dir="g", update=True, cache_dir="c"))
     assert len(quiet) == 1 and "(updating)" in quiet[0] and "figures cache c (written, not read" in quiet[0]
+
+
+def test_a_header_names_the_shared_cache_and_whether_the_run_writes_to_it():
+    shared = header_lines(RunHeader(targets=("v5e-16x1",), golden_dir="g", update=False, cache_dir="c",
+                                    cache_url="s3://b/aot", cache_shares=False))[0]
+    assert "figures cache c, shared through s3://b/aot (read only);" in shared
+    writes = header_lines(RunHeader(targets=("v5e-16x1",), golden_dir="g", update=False, cache_dir="c",
+                                    cache_url="gs://b/aot"))[0]
+    assert "shared through gs://b/aot;" in writes
