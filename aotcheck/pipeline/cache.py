@@ -76,7 +76,7 @@ from aotcheck.pipeline.store import SharedStore
 #     smem_bytes, smem_limit_bytes; details.scoped); a server's buckets keep the weights they do not read.
 FIGURES_VERSION = 19
 
-__all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key", "details_digest", "entry_problem"]
+__all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key", "entry_digest", "entry_problem"]
 
 
 def cache_key(
@@ -106,14 +106,16 @@ def cache_key(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def details_digest(details: Any) -> str:
-    """A digest of an entry's details as stored (what the index's line mapping was made from).
+def entry_digest(entry: Mapping[str, Any]) -> str:
+    """A digest of what an entry's source lines are read from: its details and its anchors, as stored
+    (what the index's line mapping was made from; an entry changed since is not answered through it).
 
     Example:
-        >>> details_digest({"a": 1, "b": [2]}) == details_digest({"b": [2], "a": 1})
+        >>> entry_digest({"details": {"a": 1}, "anchors": {}}) == entry_digest({"anchors": {}, "details": {"a": 1}})
         True
     """
-    return hashlib.sha256(json.dumps(details, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([entry.get("details"), entry.get("anchors", {})], sort_keys=True).encode()
+                          ).hexdigest()
 
 
 def entry_problem(entry: Any, *, key: str, toolchain: Mapping[str, Any]) -> str | None:
@@ -233,8 +235,8 @@ class FiguresCache:
     def key_for(self, inputs: str) -> tuple[str, dict[str, str], str] | None:
         """What a run recorded for the case with these inputs: the entry key it lowered to, the source
         lines the entry's details name as those inputs name them (the entry's line -> theirs), and a
-        digest of the details those lines were mapped from (:func:`details_digest`: an entry rewritten
-        since, by another run, is not the one they map)."""
+        digest of the entry those lines were mapped from (:func:`entry_digest`: an entry rewritten
+        since, by another run or a hand, is not the one they map)."""
         def check(entry: Any) -> str | None:
             if (not isinstance(entry, dict) or entry.get("inputs") != inputs or not isinstance(entry.get("key"), str)
                     or not isinstance(entry.get("details"), str) or not isinstance(entry.get("lines"), dict)
@@ -244,10 +246,10 @@ class FiguresCache:
         found = self._load(self._name(inputs, "inputs/"), check)
         return (found["key"], dict(found["lines"]), found["details"]) if found is not None else None
 
-    def remember(self, inputs: str, key: str, lines: Mapping[str, str], details: Any) -> None:
-        """Records that the case with these inputs lowered to the entry ``key``, whose ``details`` (as the
-        entry holds them) name source lines that read as ``lines`` say for these inputs."""
-        entry = {"inputs": inputs, "key": key, "lines": dict(lines), "details": details_digest(details),
+    def remember(self, inputs: str, key: str, lines: Mapping[str, str], entry: Mapping[str, Any]) -> None:
+        """Records that the case with these inputs lowered to the entry ``key`` (``entry``: its details and
+        anchors as stored), whose source lines read as ``lines`` say for these inputs."""
+        entry = {"inputs": inputs, "key": key, "lines": dict(lines), "details": entry_digest(entry),
                  "figures_version": FIGURES_VERSION}
         self._store(self._name(inputs, "inputs/"), json.dumps(entry, sort_keys=True).encode())
 

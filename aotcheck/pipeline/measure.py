@@ -30,7 +30,7 @@ from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fit import Fit, Probe, search
 from aotcheck.figures.hbm import hbm_verdict, oom_bytes
 from aotcheck.figures.program import Details
-from aotcheck.pipeline.cache import FiguresCache, details_digest
+from aotcheck.pipeline.cache import FiguresCache, entry_digest
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.inputs import inputs_key
 from aotcheck.pipeline.measurement import Measurement
@@ -202,20 +202,20 @@ def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any]
     lowered = lower(case, config, options=options)
     result = lowered.measure(cache)
     if inputs is not None and result.attribution_problem is None:  # Only what the cache holds is indexed.
-        cache.remember(inputs, lowered.key, lowered.lines, lowered.entry_details)
+        cache.remember(inputs, lowered.key, lowered.lines, lowered.entry)
     return result
 
 
 def by_inputs(cache: FiguresCache, inputs: str, case: Case, options: dict[str, str]) -> Measurement | None:
     """The measurement the cache holds for a case whose inputs digest to ``inputs``, not lowered; None
-    when no run recorded them, or the entry they point to is gone, was rewritten since (its details are
-    not those the index's lines were mapped from), or names lines the index does not map."""
+    when no run recorded them, or the entry they point to is gone, was changed since (its details or
+    anchors are not those the index's lines were mapped from), or names lines the index does not map."""
     found = cache.key_for(inputs)
     if found is None:
         return None
     key, lines, mapped_from = found
     entry = cache.get(key, toolchain=case.topology.platform.toolchain())
-    if entry is None or details_digest(entry.get("details")) != mapped_from:  # Rewritten since: lower it.
+    if entry is None or entry_digest(entry) != mapped_from:  # Changed since: lower it.
         return None
     details = Details.from_json(entry.get("details"))
     if not set(details.sources()) <= set(lines):

@@ -97,7 +97,7 @@ class LoweredCase:
         # The answer's source lines: the entry's (or the fresh details') line -> the line as the code
         # stands (set by measure(); an index of the cache by inputs keeps it).
         self.lines: dict[str, str] = {}
-        self.entry_details: Any = None  # The details those lines were mapped from, as the cache entry holds them.
+        self.entry: dict[str, Any] = {}  # The details and anchors those lines were mapped from, as the entry holds them.
 
     @functools.cached_property
     def key(self) -> str:
@@ -134,7 +134,7 @@ class LoweredCase:
         lines = remap(entry.get("anchors", {}), self.source_sequence, needed=details.sources())
         if lines is None:
             return None
-        self.lines, self.entry_details = lines, entry.get("details")
+        self.lines, self.entry = lines, {"details": entry.get("details"), "anchors": entry.get("anchors", {})}
         return Measurement.from_json(entry, case=self.case, compiler_options=self.options, cached=True,
                                      details=details.with_sources(lines).to_json())
 
@@ -178,12 +178,13 @@ class LoweredCase:
         with self.compile() as compiled:
             result = compiled.measure()
         self.lines = {line: line for line in result.details.sources()}
-        self.entry_details = result.view("details")["details"]
+        self.entry = {"details": result.view("details")["details"], "anchors": {}}
         # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause
         # can be the host's, e.g. a dump that did not fit), and a cached answer must be a fresh one's.
         if cache is not None and result.attribution_problem is None:
+            self.entry["anchors"] = anchors(result.details.sources(), self.source_sequence)
             cache.put(self.key, result.view(*CACHED_FIELDS), toolchain=self.case.topology.platform.toolchain(),
-                      anchors=anchors(result.details.sources(), self.source_sequence))
+                      anchors=self.entry["anchors"])
         return result
 
     def unsharded(self, module: Mapping[str, Any], buffers: list[PeakBuffer], *, peak_bytes: int,

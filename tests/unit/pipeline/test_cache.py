@@ -65,7 +65,7 @@ def test_an_edit_that_moves_lines_reuses_the_figures_and_names_the_lines_as_they
 
     # An entry whose lines cannot be mapped onto the program as it is (here: anchors pointing at
     # instructions that name no line) is never served: the case is compiled afresh and the entry rewritten.
-    (entry,) = (tmp_path / "cache").rglob("??/*.json")
+    (entry,) = (tmp_path / "cache").glob("??/*.json")  # The figures entry (the index is under inputs/).
     data = json.loads(entry.read_text())
     data["anchors"] = {source: [0] for source in data["anchors"]}
     entry.write_text(json.dumps(data))
@@ -76,7 +76,7 @@ def test_an_edit_that_moves_lines_reuses_the_figures_and_names_the_lines_as_they
 
 # The shared tier (pipeline.store) behind the local directory: entries validated alike, kept locally.
 
-from aotcheck.pipeline.cache import FiguresCache, REQUIRED_FIGURES, details_digest  # noqa: E402
+from aotcheck.pipeline.cache import FiguresCache, REQUIRED_FIGURES, entry_digest  # noqa: E402
 from aotcheck.pipeline.store import SharedStore  # noqa: E402
 
 TOOLCHAIN = {"jax": "0.12.0.1"}
@@ -120,8 +120,9 @@ def test_a_read_only_runner_reads_the_shared_store_and_writes_only_locally(tmp_p
 
 def test_the_index_by_inputs_points_at_an_entry_with_its_lines(tmp_path):
     first, second = _runners(tmp_path)
-    first.remember("12" * 32, "ab" * 32, {"m.py:7": "m.py:8"}, {"peak_buffers": []})
-    assert second.key_for("12" * 32) == ("ab" * 32, {"m.py:7": "m.py:8"}, details_digest({"peak_buffers": []}))
+    stored = {"details": {"peak_buffers": []}, "anchors": {"m.py:7": [3]}}
+    first.remember("12" * 32, "ab" * 32, {"m.py:7": "m.py:8"}, stored)
+    assert second.key_for("12" * 32) == ("ab" * 32, {"m.py:7": "m.py:8"}, entry_digest(stored))
     assert second.key_for("34" * 32) is None
     reader = FiguresCache(tmp_path / "one", read=False)  # An update run takes no answer from a cache.
     assert reader.key_for("12" * 32) is None
@@ -138,7 +139,7 @@ def test_an_index_whose_entry_was_rewritten_since_answers_nothing(tmp_path):
     toolchain = case.topology.platform.toolchain()
     seen = {**ENTRY["details"], "peak_buffers": []}
     cache.put("ab" * 32, {**ENTRY, "details": seen}, toolchain=toolchain)
-    cache.remember("12" * 32, "ab" * 32, {}, seen)
+    cache.remember("12" * 32, "ab" * 32, {}, {"details": seen, "anchors": {}})
     answered = by_inputs(cache, "12" * 32, case, {})
     assert answered is not None and answered.cached and not answered.lowered
     cache.put("ab" * 32, {**ENTRY, "details": {**seen, "peak_excess_bytes": 7}}, toolchain=toolchain)
