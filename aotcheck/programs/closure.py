@@ -193,8 +193,15 @@ def _locate(name: str) -> tuple[str | None, str, bool] | None:
     module = sys.modules.get(name)
     if module is not None:
         return getattr(module, "__file__", None), getattr(module, "__package__", None) or "", hasattr(module, "__path__")
+    top = name.partition(".")[0]
+    if top != name and top not in sys.modules:
+        # A submodule of a package not imported here (a `from tensorflow import keras` under TYPE_CHECKING):
+        # an installed package's version stands for it, found without importing the package.
+        found = _locate(top)
+        if found is None or (found[0] and _installed(found[0]) is not None):
+            return found
     try:
-        spec = importlib.util.find_spec(name)  # Imports the parent package (already imported, as a rule).
+        spec = importlib.util.find_spec(name)  # Imports the parent package (a project's, imported as a rule).
     except Exception:  # A parent whose import fails here: the name is not one the config can have run.
         return None
     if spec is None:

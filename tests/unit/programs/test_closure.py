@@ -138,3 +138,16 @@ def test_the_closure_does_not_depend_on_what_this_process_happened_to_import(pro
     assert "lazy" not in sys.modules and before["lazy"].startswith("sha256 ")
     lazy_user.f(1)  # Runs the lazy import.
     assert "lazy" in sys.modules and code_closure(code_roots(lazy_user.f)) == before
+
+
+def test_a_submodule_of_an_installed_package_not_imported_is_not_imported_to_name_it(project, monkeypatch):
+    """`from toylib import sub` under TYPE_CHECKING, in a file whose config never imported toylib: its
+    version names it, and toylib stays unimported (such a package can be a heavy one)."""
+    write_before_this_process(project / "typed.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                    "    from toylib import sub\n\n\ndef f(x):\n    return x\n")
+    monkeypatch.delitem(sys.modules, "typed", raising=False)
+    monkeypatch.delitem(sys.modules, "toylib", raising=False)
+    import typed  # noqa: F401
+
+    closure = code_closure(["typed"])
+    assert closure["toylib.sub"] == "toylib 1.0" and "toylib" not in sys.modules
