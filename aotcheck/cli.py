@@ -308,9 +308,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_shards(args: argparse.Namespace) -> int:
     """The CI matrix for N shards (refused past what ``--aot-shard`` takes), as ``--aot-shard`` deals them."""
     layout = job_layout(parse_shard(f"1/{args.shards}")[1])
-    spans = job_spans(layout)  # `--json`: for a workflow's `strategy: {matrix: ${{ fromJSON(...) }}}`.
-    print(json.dumps({"include": [{"shards": s} for s in spans]}, separators=(",", ":")) if args.json
-          else "\n".join(layout_lines(args.shards, spans)))
+    matrix = {"include": [{"shards": s} for s in job_spans(layout)]}  # For `matrix: ${{ fromJSON(...) }}`.
+    print(json.dumps(matrix, separators=(",", ":")) if args.json else "\n".join(layout_lines(layout)))
     return 0
 
 

@@ -76,7 +76,7 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
 
     from aotcheck.pipeline.cache import FiguresCache
     from aotcheck.pipeline.case import Case
-    from aotcheck.pipeline.inputs import inputs_key
+    from aotcheck.pipeline.inputs import inputs_key, registering_modules
     from aotcheck.pipeline.measure import by_inputs
     from aotcheck.programs.registry import REGISTRY
     from aotcheck.targets.devices import get_devices_for_topology
@@ -91,7 +91,7 @@ def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
     out["building configs"] = time.perf_counter() - start
     # A warm run answers an unchanged case by its inputs (pipeline.inputs), as the worker does: the digest
     # (the code closure, the config's fingerprint), then the cache's index and entry; nothing is lowered.
-    registering = [module for module, _ in REGISTRY.sources()] + ["__main__", "__aotcheck_main__"]
+    registering = registering_modules(REGISTRY)
     cache, digesting, reading, missed = FiguresCache(cache_dir), 0.0, 0.0, 0
     for config, program, target, options in found:
         start = time.perf_counter()

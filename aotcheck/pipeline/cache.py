@@ -184,17 +184,17 @@ class FiguresCache:
         return f"{kind}{key[:2]}/{key}.json"
 
     def _load(self, name: str, check: Callable[[Any], str | None]) -> dict[str, Any] | None:
-        """The entry ``name``: the local file, else the shared store's (kept locally); None on a miss.
-        An entry ``check`` finds wrong is a miss, and named."""
+        """The entry ``name``: the local file, else (absent or wrong) the shared store's, kept locally;
+        None on a miss. An entry ``check`` finds wrong is a miss, and named."""
         if not self.enabled or not self.read:
             return None
         path = self.root / name
         try:
-            return self._checked(path.read_bytes(), check, where=str(path))
+            entry = self._checked(path.read_bytes(), check, where=str(path))
         except OSError:
-            pass
-        if self.shared is None:
-            return None
+            entry = None
+        if entry is not None or self.shared is None:
+            return entry
         data = self.shared.get(name)
         entry = self._checked(data, check, where=self.shared.where(name)) if data is not None else None
         if entry is not None:

@@ -38,6 +38,7 @@ from aotcheck.figures.frames import short_source
 from aotcheck.programs.closure import CUT_SHORT, EDITED, code_closure, code_roots
 from aotcheck.programs.config import FunctionConfig
 from aotcheck.programs.fingerprint import fingerprint
+from aotcheck.programs.registry import Registry
 
 # Aotcheck's own code that turns a config into a lowered program: in every case's closure, so an edit
 # of an editable aotcheck (this repository's own gate) is one of the inputs too.
@@ -54,6 +55,13 @@ ENVIRONMENT_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_")
 
 def _compiles_with(name: str) -> bool:
     return name.startswith(ENVIRONMENT_PREFIXES) and not any(word in name for word in _NOT_INPUTS)
+
+
+def registering_modules(registry: Registry) -> list[str]:
+    """The modules that register ``registry``'s configs, counted by content with only the imports a
+    config reads walked (:func:`~aotcheck.programs.closure.code_closure`): a script's too, under either
+    of its names (``__main__`` in the session, ``__aotcheck_main__`` in a worker)."""
+    return [module for module, _ in registry.sources()] + ["__main__", "__aotcheck_main__"]
 
 
 def inputs_key(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
@@ -104,4 +112,4 @@ def _jax_config() -> dict[str, str]:
     return out
 
 
-__all__ = ["ENVIRONMENT_PREFIXES", "LOWERING_MODULES", "inputs", "inputs_key"]
+__all__ = ["ENVIRONMENT_PREFIXES", "LOWERING_MODULES", "inputs", "inputs_key", "registering_modules"]

@@ -32,7 +32,7 @@ from aotcheck.figures.hbm import hbm_verdict, oom_bytes
 from aotcheck.figures.program import Details
 from aotcheck.pipeline.cache import FiguresCache, entry_digest
 from aotcheck.pipeline.case import Case
-from aotcheck.pipeline.inputs import inputs_key
+from aotcheck.pipeline.inputs import inputs_key, registering_modules
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.pipeline.stages import lower
 from aotcheck.programs.config import Config
@@ -126,9 +126,8 @@ def measure(
     knob = fit_knob(config, case, fit=fit, fit_default=fit_default)
     if knob:
         search_cap(config, case, knob)  # Before anything compiles.
-    # What registers configs is counted by content, its imports not followed (programs.closure).
-    registering = [module for module, _ in registry.sources()] + ["__main__", "__aotcheck_main__"]
-    at = dict(compiler_options=compiler_options, cache=cache, presets=presets, registering=registering)
+    at = dict(compiler_options=compiler_options, cache=cache, presets=presets,
+              registering=registering_modules(registry))
     try:
         result = _measured(case, config, **at)
     except OutOfMemory as e:

@@ -86,7 +86,8 @@ class Measurement:
         case = data["case"]
         return cls(case if isinstance(case, Case) else Case.parse(case), dict(data["figures"]),
                    dict(data["compiler_options"]), float(data["compile_seconds"]), cached=bool(data.get("cached")),
-                   lowered=bool(data.get("lowered", True)), host_peak_bytes=data.get("host_peak_bytes"), details=Details.from_json(data.get("details")),
+                   lowered=bool(data.get("lowered", True)), host_peak_bytes=data.get("host_peak_bytes"),
+                   details=Details.from_json(data.get("details")),
                    attribution_problem=data.get("attribution_problem"), hlo_text=data.get("hlo_text"))
 
     def with_fit(self, fit: Fit) -> "Measurement":

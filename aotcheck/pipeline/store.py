@@ -111,7 +111,7 @@ class SharedStore:
                 self._once(f"aotcheck: reading the shared figures cache {self.url} was refused ({_reason(e)}); "
                            "each such read is a miss. A runner needs to read objects (and, on S3, to list the bucket).")
                 return None
-        return self._bounded(read, None)
+        return self._bounded(read)
 
     def put(self, name: str, data: bytes) -> None:
         """Writes the object whole (one request; a renamed file in a directory); nothing when read-only.
@@ -129,7 +129,7 @@ class SharedStore:
                 self._once(f"aotcheck: the shared figures cache {self.url} refuses this runner's writes "
                            f"({_reason(e)}); it is read, and nothing more is written to it.")
                 return None
-        self._bounded(write, None)
+        self._bounded(write)
 
     def _once(self, note: str) -> None:
         if note not in self.notes:
@@ -148,11 +148,12 @@ class SharedStore:
             self._fs = fsspec.filesystem(scheme, skip_instance_cache=True, **_CLIENT_OPTIONS.get(scheme, {}))
         return self._fs
 
-    def _bounded(self, call: Callable[[], T], default: T) -> T:
+    def _bounded(self, call: Callable[[], T]) -> T | None:
         """``call()`` in a daemon thread, for at most :attr:`timeout` seconds; the first failure turns the
-        store off (a thread left hanging on a dead connection holds up nothing, not even the exit)."""
+        store off, and is None (a thread left hanging on a dead connection holds up nothing, not even the
+        exit)."""
         if self.down is not None:
-            return default
+            return None
         answer: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
 
         def run() -> None:
@@ -164,18 +165,17 @@ class SharedStore:
         try:
             ok, value = answer.get(timeout=self.timeout)
         except queue.Empty:
-            return self._off(f"no answer within {self.timeout:g} s", default)
+            return self._off(f"no answer within {self.timeout:g} s")
         if ok:
             return value
         if isinstance(value, (KeyboardInterrupt, SystemExit)):
             raise value
-        return self._off(_reason(value), default)
+        return self._off(_reason(value))
 
-    def _off(self, reason: str, default: T) -> T:
+    def _off(self, reason: str) -> None:
         self.down = reason
         self.notes.append(f"aotcheck: the shared figures cache {self.url} is unreachable ({reason}); "
                           "this run compiles what the local cache lacks, and shares nothing.")
-        return default
 
 
 def _reason(error: BaseException) -> str:

@@ -26,6 +26,7 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.pools import pooled_fits
 from aotcheck.gate.report import Report
 from aotcheck.gate.run import Interrupted, RunHeader
+from aotcheck.gate.shard import job_spans
 from aotcheck.gate.upgrade import find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.programs.options import format_libtpu_init_args, refusal_lines
@@ -163,14 +164,14 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
     return lines
 
 
-def layout_lines(num_shards: int, spans: list[str]) -> list[str]:
+def layout_lines(layout: list[range]) -> list[str]:
     """``aotcheck shards N``'s words: how many jobs, how many shards each, then each job's.
 
     Example:
-        >>> layout_lines(5, ["1-3", "4-5"])
+        >>> layout_lines([range(1, 4), range(4, 6)])
         ['5 shards over 2 jobs, 3 a job (the last 2):', '  job 1: shards 1-3', '  job 2: shards 4-5']
     """
-    sizes = [int(b) - int(a) + 1 if "-" in span else 1 for span in spans for a, _, b in [span.partition("-")]]
-    last = f" (the last {sizes[-1]})" if sizes[-1] != sizes[0] else ""
-    return [f"{num_shards:,} shards over {len(spans):,} jobs, {sizes[0]} a job{last}:",
-            *(f"  job {job}: shard{'s' if '-' in span else ''} {span}" for job, span in enumerate(spans, start=1))]
+    last = f" (the last {len(layout[-1])})" if len(layout[-1]) != len(layout[0]) else ""
+    return [f"{layout[-1].stop - 1:,} shards over {len(layout):,} jobs, {len(layout[0])} a job{last}:",
+            *(f"  job {job}: shard{'s' if len(shards) > 1 else ''} {span}"
+              for job, (shards, span) in enumerate(zip(layout, job_spans(layout)), start=1))]

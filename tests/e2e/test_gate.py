@@ -347,6 +347,14 @@ def test_the_action_and_the_workflow_that_uses_it_are_valid(tmp_path):
     assert any("lm-1b" in line for line in collected) and any("esm2-8m" in line for line in collected), out.stdout
 
 
+@pytest.mark.parametrize("shard", ["8-5", "two", "1-"])
+def test_the_action_refuses_a_shard_that_is_no_shard_or_span(tmp_path, shard):
+    out = run_step(action_step("Check this shard of the matrix"), {"shards": "8", "shard": shard}, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"::error title=aotcheck::shard '{shard}' is not K or a span A-B with A <= B (e.g. 5-8)" in out.stdout
+    assert not list(tmp_path.iterdir())  # Nothing ran, nothing written.
+
+
 def test_the_readmes_workflow_past_one_machine_is_valid(tmp_path):
     """README's workflow for a matrix past 256 jobs (a plan job's fromJSON matrix, a shared S3 cache)
     passes actionlint, and its plan job's command gives the matrix the action's spans expect."""

@@ -144,3 +144,15 @@ def test_an_index_whose_entry_was_rewritten_since_answers_nothing(tmp_path):
     assert answered is not None and answered.cached and not answered.lowered
     cache.put("ab" * 32, {**ENTRY, "details": {**seen, "peak_excess_bytes": 7}}, toolchain=toolchain)
     assert by_inputs(cache, "12" * 32, case, {}) is None
+
+
+def test_a_bad_local_entry_is_named_and_the_shared_stores_answer_taken_in_its_place(tmp_path):
+    first, second = _runners(tmp_path)
+    first.put("ab" * 32, ENTRY, toolchain=TOOLCHAIN)
+    assert second.get("ab" * 32, toolchain=TOOLCHAIN) is not None  # Now kept locally too.
+    local = tmp_path / "two" / "ab" / f"{'ab' * 32}.json"
+    local.write_text("{")  # A local copy broken (a hand, a full disk).
+    found = second.get("ab" * 32, toolchain=TOOLCHAIN)
+    assert found is not None and found["figures"] == ENTRY["figures"]
+    assert any(f"{local} is not usable (not whole JSON)" in n for n in second.notes)
+    assert json.loads(local.read_text())["key"] == "ab" * 32  # Rewritten whole from the store.
