@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from aotcheck.gate.boot import Boot, Usable, boot_budget, usable_memory
+from aotcheck.gate.boot import Boot, Start, Usable, boot_budget, usable_memory
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
 from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
@@ -61,7 +61,7 @@ class Bill:
             kept (each bucket's noisy seconds near its last) and wrote the measured seconds (:func:`accept_bills`).
         boot: Whether the server starts there, from its buckets' figures (:mod:`aotcheck.gate.boot`; None
             where a bucket lacks a figure it needs).
-        booted: Whether it started by its goldens' figures (None: not judged, or not known).
+        booted: How it started by its goldens' figures (None: not judged, or not known).
         usable: What a device may hold there and where that comes from, as this run found it (a GPU's
             memory fraction is its process's): a merge of shards judges their boot by it.
         load_order: The server's programs in the order it loads them (its config's), for a merge of shards.
@@ -77,15 +77,16 @@ class Bill:
     tolerance: Tolerance | None = None
     accepted: bool = False
     boot: Boot | None = None
-    booted: bool | None = None
+    booted: Start | None = None
     usable: Usable | None = None
     load_order: tuple[str, ...] = ()
     pages: int | None = None
 
     @property
     def boot_lost(self) -> bool:
-        """It started by its goldens' figures and no longer does: the run fails."""
-        return bool(self.booted) and self.boot is not None and not self.boot.boots
+        """It starts worse than by its goldens' figures (no longer at all, or now only by reloading
+        programs on every switch): the run fails."""
+        return self.booted is not None and self.boot is not None and self.boot.start.rank > self.booted.rank
 
     @property
     def grew(self) -> bool:
@@ -101,7 +102,7 @@ class Bill:
                 "complete": self.complete, "row": self.row.to_json() if self.row is not None else None,
                 "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
                 "accepted": self.accepted, "boot": self.boot.to_json() if self.boot is not None else None,
-                "booted": self.booted, "usable": self.usable.to_json() if self.usable is not None else None,
+                "booted": self.booted.value if self.booted is not None else None, "usable": self.usable.to_json() if self.usable is not None else None,
                 "load_order": list(self.load_order), "pages": self.pages}
 
     @classmethod
@@ -111,9 +112,18 @@ class Bill:
         return cls(str(data["config"]), str(data["target"]), int(data["buckets"]), float(data["seconds"]),
                    bool(data["complete"]), Row.from_json(row) if row else None,
                    Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)),
-                   Boot.from_json(boot) if boot else None, None if booted is None else bool(booted),
+                   Boot.from_json(boot) if boot else None, _start(booted),
                    Usable.from_json(usable) if usable else None, tuple(map(str, data.get("load_order") or ())),
                    None if data.get("pages") is None else int(data["pages"]))
+
+
+def _start(value: Any) -> Start | None:
+    """A bill's ``booted`` read back (reports before the chip's rules said only whether it started)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return Start.STARTS if value else Start.FAILS
+    return Start(value)
 
 
 def served(outcome: Outcome) -> bool:
@@ -154,7 +164,7 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
         boot = _boot(group, lambda o: o.figures, room, programs, configured) if whole else None
         was = _boot(group, lambda o: o.golden_figures, room, programs, configured) if judged else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
-                          booted=was.boots if was is not None else None, usable=room, load_order=programs,
+                          booted=was.start if was is not None else None, usable=room, load_order=programs,
                           pages=configured))
     return bills
 

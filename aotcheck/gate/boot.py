@@ -1,37 +1,56 @@
 """Will a server start: its boot budget on a target, from its buckets' figures.
 
-A serving engine loads its weights, allocates its KV pool, then loads every bucket's program before
-it takes traffic. Loading a TPU program reserves its HBM for as long as it stays loaded: its
-generated code *and* its temporaries, not only the code (OpenXLA's error E0101 is a load failing to
-"reserve" a program's memory, whose fix is fewer temporaries; tpu-inference frees programs'
-``bytes_reserved`` with ``jax.clear_caches()``; tpu-inference #3408: the programs of gemma-4 on
-tpu7x-8 "total ~6GiB+ at load", past what a pool at 0.95 of memory leaves). So the budget is
+A serving engine loads its weights, allocates its KV pool, then compiles and runs every bucket's
+program once before it takes traffic. What a TPU's runtime holds then was read on a v5e chip
+(``memory_stats()`` around every load and run; jax 0.10.2, libtpu 0.0.42.1, 2026-12-07):
 
-    weights + KV pool + the sum over every bucket of (generated code + temporaries)  <=  usable
+- compiling takes no HBM; a program's generated code enters memory at its first run;
+- temporaries are **one** reservation at the bottom of memory, sized to the program running (never
+  one per loaded program: eight programs of 2 GiB temporaries each ran beside an 11 GiB buffer);
+- the running program's own inputs and outputs are live beside the weights and the pool;
+- buffers win over programs, and when memory runs short idle programs' code is evicted, to be
+  loaded again at their next run.
 
-per device, where usable is what the compiler lets a device use. On a GPU, XLA's client takes a
-run's temporaries from its pool and gives them back, so the budget there holds every bucket's code and
-the largest bucket's temporaries, against the device's memory times the fraction the process runs
-with (``XLA_PYTHON_CLIENT_MEM_FRACTION``, JAX's default 0.75).
-What it cannot know: allocations outside XLA's programs (the runtime's own reserve, a framework's
-buffers, fragmentation), and each step's outputs, allocated per run.
+So on a TPU a server **starts** when, per device,
+
+    weights + KV pool + the sum of every bucket's code + the largest (temporaries + live I/O) of a bucket  <=  bytes_limit
+
+It **starts, but programs reload on every switch** where only evicting idle code makes room
+(weights + pool + one bucket's code + its temporaries + its I/O fit, for every bucket), and otherwise
+it **will not start**: the first bucket in load order whose run finds no room fails as libtpu's
+E0101 says ("Attempting to reserve <its temporaries> at the bottom of memory ... <free>"). The limit
+is the runtime's ``bytes_limit`` (:attr:`~aotcheck.targets.platform.DeviceSpec.runtime_bytes`:
+measured on v5e, 2 MiB below the compiler's; published or inferred elsewhere). On llm-256k at
+4,282 pages the chip started with 265 MB to spare; the largest pool that started was 4,434 pages
+(this rule: 4,394 with every program resident, 4,434 with idle code evicted).
+
+On a GPU, XLA's client takes a run's temporaries from its pool and every program's code stays, so
+the budget there holds every bucket's code and the largest bucket's temporaries, against the
+device's memory times the fraction the process runs with (``XLA_PYTHON_CLIENT_MEM_FRACTION``, JAX's
+default 0.75). What neither rule knows: allocations outside XLA's programs (a framework's buffers,
+fragmentation).
 
 Example (FAKE figures, as a server's buckets record them; nothing compiles):
     >>> from aotcheck.targets.topology import parse_topology
     >>> GiB = 2**30
-    >>> def bucket(tokens, code, temp):
+    >>> def bucket(tokens, code, temp, io=0):
     ...     return (f"step[tokens={tokens}]", {"peak_params_bytes": 10 * GiB, "peak_kv_cache_bytes": 4 * GiB,
-    ...                                        "generated_code_bytes": code, "temp_bytes": temp})
-    >>> boot = boot_budget([bucket(16, GiB // 4, GiB // 2), bucket(64, GiB // 4, 2 * GiB)], parse_topology("v5e-1"))
-    >>> boot.boots, boot.tips, boot.total_bytes / GiB, round(boot.usable_bytes / GiB, 2), boot.usable.fraction
-    (False, 'step[tokens=64]', 17.0, 15.75, None)
-    >>> round(boot.kv_max_bytes / GiB, 2), round(boot.kv_max_fraction, 3)  # The pool that boots: 2.75 GiB.
-    (2.75, 0.81)
+    ...                                        "generated_code_bytes": code, "temp_bytes": temp,
+    ...                                        "argument_bytes": 14 * GiB + io, "output_bytes": 0, "alias_bytes": 0})
+    >>> boot = boot_budget([bucket(16, GiB // 4, GiB // 2), bucket(64, GiB // 4, GiB, io=GiB // 4)], parse_topology("v5e-1"))
+    >>> boot.start.value, boot.running, boot.total_bytes / GiB  # 10 + 4 + 0.5 of code + 1 + 0.25 of I/O.
+    ('starts', 'step[tokens=64]', 15.75)
+    >>> round(boot.kv_max_bytes / GiB, 3), round(boot.kv_evict_max_bytes / GiB, 3)  # Resident code; evicted.
+    (3.998, 4.248)
+    >>> tight = boot_budget([bucket(16, GiB // 4, GiB // 2), bucket(64, GiB // 4, 2 * GiB)], parse_topology("v5e-1"))
+    >>> tight.start.value, tight.tips, tight.asked_bytes / GiB, round(tight.free_bytes / GiB, 3)
+    ('will not start', 'step[tokens=64]', 2.0, 1.498)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,7 +58,21 @@ from typing import Any
 from aotcheck.programs.names import parse_program_id
 from aotcheck.targets.topology import Topology
 
-FIGURES = ("peak_params_bytes", "peak_kv_cache_bytes", "generated_code_bytes", "temp_bytes")
+FIGURES = ("peak_params_bytes", "peak_kv_cache_bytes", "generated_code_bytes", "temp_bytes",
+           "argument_bytes", "output_bytes", "alias_bytes")
+
+
+class Start(enum.Enum):
+    """How a server starts: every program resident, only with idle programs' code evicted, or not."""
+
+    STARTS = "starts"
+    RELOADS = "starts, reloading programs"
+    FAILS = "will not start"
+
+    @property
+    def rank(self) -> int:
+        """Worse is higher: a server that newly crosses to a higher rank fails the gate."""
+        return list(Start).index(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +81,7 @@ class Usable:
 
     Attributes:
         bytes: The bytes.
-        fraction: The share of the device's memory the process runs with (None: the compiler's limit).
+        fraction: The share of the device's memory the process runs with (None: the runtime's limit).
         variable: The environment variable that sets the share in the served process (a GPU's
             ``XLA_PYTHON_CLIENT_MEM_FRACTION``).
         source: Where the share was given: the config (``"llm's memory_fraction"``), the ini
@@ -78,28 +111,40 @@ class Boot:
     Attributes:
         weights_bytes: Its parameters.
         kv_bytes: Its KV pool as configured.
-        code_bytes: Every bucket's generated code, summed (all are loaded at start-up).
-        temp_bytes: Every bucket's temporaries, summed where a loaded program keeps its reservation
-            (TPU), else the largest bucket's (GPU).
+        code_bytes: Every bucket's generated code, summed (each enters memory at its first run).
+        temp_bytes: The temporaries of the bucket whose run asks the most (``running``).
+        io_bytes: That bucket's live inputs and outputs beyond the weights and the pool (a TPU's; 0 on a
+            GPU, whose rule counts none).
         usable: What a device may hold, and where that comes from.
         programs: How many programs are loaded.
-        tips: What first crosses ``usable_bytes`` as the server starts (``"weights"``, ``"kv"``, or the
-            program id of the bucket whose loading does, in :func:`load_order`); None when it boots.
-        kv_max_bytes: The largest KV pool with which it boots (0: not even without one).
+        running: The bucket whose run asks the most: temporaries + I/O on a TPU, temporaries on a GPU.
+        tips: What first finds no room as the server starts (``"weights"``, ``"kv"``, or the program id
+            of the bucket whose run does, in :func:`load_order`); None when it starts.
+        kv_max_bytes: The largest KV pool with which it starts, every program resident (0: none).
+        kv_evict_max_bytes: The largest with which it starts once idle programs' code is evicted (a TPU's
+            runtime does; equal to ``kv_max_bytes`` where the runtime does not).
         memory_bytes: The memory an engine's utilization is a share of (:func:`engine_base`).
         bytes_per_page: The KV pool's bytes per page, where its configured pages are known.
+        asked_bytes: What the bucket that tips it asks of the runtime (its temporaries: E0101's
+            "Attempting to reserve"); None when it starts or weights or pool tip it.
+        free_bytes: What is free when it asks, idle code evicted (E0101's "free"); None as ``asked_bytes``.
     """
 
     weights_bytes: int
     kv_bytes: int
     code_bytes: int
     temp_bytes: int
+    io_bytes: int
     usable: Usable
     programs: int
+    running: str | None
     tips: str | None
     kv_max_bytes: int
+    kv_evict_max_bytes: int
     memory_bytes: int
     bytes_per_page: float | None = None
+    asked_bytes: int | None = None
+    free_bytes: int | None = None
 
     @property
     def usable_bytes(self) -> int:
@@ -107,11 +152,19 @@ class Boot:
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.code_bytes + self.temp_bytes
+        """Everything resident at the run that asks the most, every program's code loaded."""
+        return self.weights_bytes + self.kv_bytes + self.code_bytes + self.temp_bytes + self.io_bytes
+
+    @property
+    def start(self) -> Start:
+        if self.total_bytes <= self.usable_bytes:
+            return Start.STARTS
+        return Start.RELOADS if self.tips is None else Start.FAILS
 
     @property
     def boots(self) -> bool:
-        return self.total_bytes <= self.usable_bytes
+        """It starts (reloading programs or not)."""
+        return self.start is not Start.FAILS
 
     @property
     def kv_max_fraction(self) -> float:
@@ -123,10 +176,15 @@ class Boot:
     def kv_max_pages(self) -> int | None:
         return int(self.kv_max_bytes // self.bytes_per_page) if self.bytes_per_page else None
 
+    @property
+    def kv_evict_max_pages(self) -> int | None:
+        return int(self.kv_evict_max_bytes // self.bytes_per_page) if self.bytes_per_page else None
+
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "usable": self.usable.to_json(), "usable_bytes": self.usable_bytes,
-                "boots": self.boots, "total_bytes": self.total_bytes, "kv_max_fraction": self.kv_max_fraction,
-                "kv_max_pages": self.kv_max_pages}
+                "boots": self.boots, "start": self.start.value, "total_bytes": self.total_bytes,
+                "kv_max_fraction": self.kv_max_fraction, "kv_max_pages": self.kv_max_pages,
+                "kv_evict_max_pages": self.kv_evict_max_pages}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Boot":
@@ -152,8 +210,8 @@ def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None, 
     device, platform = topology.device, topology.platform
     if not device.memory_limit_bytes:
         return None
-    if platform.memory_fraction is None:  # The compiler's limit: no share of it is the process's to set.
-        return Usable(int(device.memory_limit_bytes))
+    if platform.memory_fraction is None:  # The runtime's limit: no share of it is the process's to set.
+        return Usable(int(device.runtime_bytes or 0))
     default, variable = platform.memory_fraction
     share, source = fraction if fraction is not None else (None, None)
     if share is None:
@@ -171,11 +229,12 @@ def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None, 
 def engine_base(topology: Topology) -> int:
     """The memory a serving engine's ``gpu_memory_utilization`` is a share of, per device: on a TPU the
     runtime's ``bytes_limit`` (tpu-inference's ``determine_available_memory`` caps the pool at
-    utilization x the sum of ``device.memory_stats()["bytes_limit"]``: the compiler's limit, 94.75 GiB
-    on a 7x device, the "94.7 GiB" of tpu-inference #3408), on a GPU its whole memory (vLLM's)."""
+    utilization x the sum of ``device.memory_stats()["bytes_limit"]``: 16,909,336,064 on a v5e chip,
+    about 94.75 GiB on a 7x device, the "94.7 GiB" of tpu-inference #3408), on a GPU its whole memory
+    (vLLM's)."""
     device = topology.device
     if topology.platform.memory_fraction is None:
-        return int(device.memory_limit_bytes or device.memory_bytes or 0)
+        return int(device.runtime_bytes or device.memory_bytes or 0)
     return int(device.memory_bytes or 0)
 
 
@@ -196,11 +255,24 @@ def load_order(program_ids: Sequence[str], programs: Sequence[str] = ()) -> list
     return sorted(program_ids, key=key)
 
 
+def bucket_io(figures: Mapping[str, float]) -> int:
+    """A bucket's live inputs and outputs beyond the weights and the pool (those the server holds
+    anyway): its arguments and outputs, less what aliases, less its weights and pool.
+
+    Example (llm-256k's structured_decode[seqs=512]: logits in, bitmask, logits out):
+        >>> bucket_io({"argument_bytes": 5_395_782_144, "output_bytes": 262_144_000, "alias_bytes": 0,
+        ...            "peak_params_bytes": 5_117_202_432, "peak_kv_cache_bytes": 0})
+        540723712
+    """
+    held = figures["argument_bytes"] + figures["output_bytes"] - figures["alias_bytes"]
+    return max(0, int(held - figures["peak_params_bytes"] - figures["peak_kv_cache_bytes"]))
+
+
 def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
                 pages: int | None = None, environ: Mapping[str, str] | None = None,
                 usable: Usable | None = None, programs: Sequence[str] = ()) -> Boot | None:
-    """The boot budget of a server whose buckets (program id, figures) run on ``topology``, loaded in
-    :func:`load_order` of its ``programs`` (what tips it is the first whose loading crosses the limit);
+    """The boot budget of a server whose buckets (program id, figures) run on ``topology``, each run
+    once in :func:`load_order` of its ``programs`` (what tips it is the first whose run finds no room);
     None when a bucket lacks a figure the budget needs. ``pages``: the configured pages of the KV pool,
     to say the largest pool in pages too; ``usable``: what a device may hold, as the gate's run found it
     (:func:`usable_memory` by default)."""
@@ -212,24 +284,35 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
     room = usable if usable is not None else usable_memory(topology, environ)
     if room is None:
         return None
-    keep = topology.platform.programs_keep_temporaries
-    # Each load as it adds to what is held (on a GPU a bucket's temporaries count only above the largest so far).
-    loads, largest = [], 0
+    tpu = topology.platform.runtime_reserves_temporaries
     by_id = dict(buckets)
-    for program in load_order(list(by_id), programs):
-        f = by_id[program]
-        temp_now = int(f["temp_bytes"]) if keep else max(0, int(f["temp_bytes"]) - largest)
-        largest = max(largest, int(f["temp_bytes"]))
-        loads.append((program, int(f["generated_code_bytes"]) + temp_now))
-    tips, held = None, 0
-    for part, size in (("weights", weights), ("kv", kv), *loads):
-        held += size
-        if held > room.bytes:
-            tips = part
-            break
-    code = sum(int(f["generated_code_bytes"]) for _, f in buckets)
-    temps = [int(f["temp_bytes"]) for _, f in buckets]
-    temp = sum(temps) if keep else max(temps)
-    kv_max = max(0, room.bytes - weights - code - temp)
-    return Boot(weights, kv, code, temp, room, len(buckets), tips, kv_max,
-                engine_base(topology), kv / pages if pages and kv else None)
+    order = load_order(list(by_id), programs)
+    code = {p: int(by_id[p]["generated_code_bytes"]) for p in order}
+    temp = {p: int(by_id[p]["temp_bytes"]) for p in order}
+    io = {p: bucket_io(by_id[p]) if tpu else 0 for p in order}
+    # What a bucket's run asks beyond weights, pool and code: on a TPU its own temporaries and I/O (one
+    # reservation, re-made for the program running); on a GPU the pool's high-water mark so far.
+    ask, largest = {}, 0
+    for p in order:
+        largest = max(largest, temp[p])
+        ask[p] = temp[p] + io[p] if tpu else largest
+    running = max(order, key=lambda p: ask[p])
+    # Each run in load order: resident so far, else (a TPU) with idle programs' code evicted.
+    tips, asked, free, loaded = None, None, None, 0
+    if weights > room.bytes:
+        tips = "weights"
+    elif weights + kv > room.bytes:
+        tips = "kv"
+    else:
+        for p in order:
+            loaded += code[p]
+            resident = code[p] if tpu else loaded
+            if weights + kv + resident + ask[p] > room.bytes:
+                tips, asked = p, temp[p]
+                free = max(0, room.bytes - weights - kv - resident - (ask[p] - temp[p]))
+                break
+    total_code = sum(code.values())
+    kv_max = max(0, room.bytes - weights - total_code - ask[running])
+    kv_evict = max(0, room.bytes - weights - max(code[p] + ask[p] for p in order)) if tpu else kv_max
+    return Boot(weights, kv, total_code, temp[running], io[running], room, len(buckets), running, tips, kv_max,
+                kv_evict, engine_base(topology), kv / pages if pages and kv else None, asked, free)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from aotcheck.figures.table import fit_max
 from aotcheck.gate.bill import Bill, served
-from aotcheck.gate.boot import Usable
+from aotcheck.gate.boot import Boot, Start, Usable
 from aotcheck.gate.compare import Change
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
@@ -90,30 +90,54 @@ def bill_line(bill: Bill, *, accept: str | None = None) -> str:
 def usable_words(usable: Usable) -> str:
     """Where what a device may hold comes from."""
     if usable.fraction is None:
-        return "the compiler's limit"
+        return "the runtime's bytes_limit"
     if usable.source is not None:
         return f"{usable.fraction:g} of memory ({usable.source})"
     return f"{usable.fraction:g} of memory (JAX's default; {usable.variable} sets another)"
 
 
+def _pool(boot: Boot, size: int, pages: int | None) -> str:
+    return f"{fmt_bytes(size)}{f' ({pages:,} pages)' if pages is not None else ''}"
+
+
 def boot_line(bill: Bill) -> str | None:
-    """Whether the server starts on the target: what its boot budget holds against what a device may
-    hold, what tips it, and the largest KV pool with which it starts (None: not known)."""
+    """Whether the server starts on the target (from the runtime's rules, :mod:`aotcheck.gate.boot`):
+    what it holds at its most demanding run against what a device may hold, the bucket that asks the
+    most, what tips it, and the largest KV pool with which it starts (None: not known)."""
     boot = bill.boot
     if boot is None:
         return None
-    parts = (f"weights {fmt_bytes(boot.weights_bytes)} + KV pool {fmt_bytes(boot.kv_bytes)} + {boot.programs} "
-             f"programs loaded (code {fmt_bytes(boot.code_bytes)}, temporaries {fmt_bytes(boot.temp_bytes)}) = "
+    io = f" + its I/O {fmt_bytes(boot.io_bytes)}" if boot.io_bytes else ""
+    parts = (f"weights {fmt_bytes(boot.weights_bytes)} + KV pool {fmt_bytes(boot.kv_bytes)} + code of {boot.programs} "
+             f"programs {fmt_bytes(boot.code_bytes)} + {boot.running}'s temporaries {fmt_bytes(boot.temp_bytes)}{io} = "
              f"{fmt_bytes(boot.total_bytes)} of the {fmt_bytes(boot.usable_bytes)} a device may hold ({usable_words(boot.usable)})")
-    pages = f" ({boot.kv_max_pages:,} pages)" if boot.kv_max_pages is not None else ""
-    largest = (f"the largest KV pool that starts: {fmt_bytes(boot.kv_max_bytes)}{pages}, "
-               f"{boot.kv_max_fraction:.3f} of memory as an engine's utilization" if boot.kv_max_bytes else
-               "no KV pool starts: weights and programs alone do not fit")
-    if boot.boots:
-        return (f"  boots: {parts}; {fmt_bytes(boot.usable_bytes - boot.total_bytes)} to spare; {largest}")
-    tips = {"weights": "the weights alone do not fit", "kv": "the KV pool tips it"}.get(
-        boot.tips or "", f"loading {boot.tips} tips it (programs load in the order the server warms them up)")
-    lost = "REGRESSION: it started by its goldens' figures and " if bill.boot_lost else ""
+    if boot.kv_max_bytes:
+        largest = (f"the largest KV pool that starts: {_pool(boot, boot.kv_max_bytes, boot.kv_max_pages)}, "
+                   f"{boot.kv_max_fraction:.3f} of memory as an engine's utilization")
+        if boot.kv_evict_max_bytes > boot.kv_max_bytes:
+            largest += (f"; up to {_pool(boot, boot.kv_evict_max_bytes, boot.kv_evict_max_pages)} with programs "
+                        f"reloading on every switch")
+    elif boot.kv_evict_max_bytes:
+        largest = (f"no KV pool starts with every program resident; up to "
+                   f"{_pool(boot, boot.kv_evict_max_bytes, boot.kv_evict_max_pages)} with programs reloading on every switch")
+    else:
+        largest = "no KV pool starts: weights and programs alone do not fit"
+    lost = "REGRESSION: it started better by its goldens' figures and " if bill.boot_lost else ""
+    if boot.start is Start.STARTS:
+        return f"  boots: {parts}; {fmt_bytes(boot.usable_bytes - boot.total_bytes)} to spare; {largest}"
+    if boot.start is Start.RELOADS:
+        return (f"  {lost}starts, but programs reload on every switch: {parts}; it starts only because the runtime "
+                f"evicts idle programs' code to run each; {largest}")
+    if boot.tips == "weights":
+        tips = "the weights alone do not fit"
+    elif boot.tips == "kv":
+        tips = "the KV pool tips it"
+    else:
+        tips = (f"running {boot.tips} asks {fmt_bytes(boot.asked_bytes)} of temporaries with "
+                f"{fmt_bytes(boot.free_bytes)} free, idle programs' code evicted (libtpu's E0101: \"Error loading "
+                f"program\"; programs run in the order the server warms them up)"
+                if boot.io_bytes or boot.usable.fraction is None else
+                f"running {boot.tips} tips it (programs run in the order the server warms them up)")
     return f"  {lost}WILL NOT START: {parts}; {tips}; {largest}"
 
 

@@ -36,6 +36,12 @@ class DeviceSpec:
         peak_flops: Peak bf16 FLOP/s (dense).
         bandwidth: HBM bytes/s.
         source: Where the figures come from.
+        runtime_limit_bytes: What the runtime lets a process hold on the device, its buffers and programs
+            together (a TPU's ``memory_stats()["bytes_limit"]``, 2 MiB below the compiler's limit on v5e);
+            None: the compiler's limit.
+        runtime_limit_evidence: How that was found: ``"measured"`` (read on a chip), ``"published"``
+            (public logs and tools agree with it), ``"inferred"`` (the measured chip's rule applied).
+        runtime_limit_source: Where, in words.
     """
 
     memory_bytes: int | None = None
@@ -43,6 +49,14 @@ class DeviceSpec:
     peak_flops: float | None = None
     bandwidth: float | None = None
     source: str = ""
+    runtime_limit_bytes: int | None = None
+    runtime_limit_evidence: str = ""
+    runtime_limit_source: str = ""
+
+    @property
+    def runtime_bytes(self) -> int | None:
+        """What a process may hold on the device at run time (the runtime's limit, else the compiler's)."""
+        return self.runtime_limit_bytes if self.runtime_limit_bytes is not None else self.memory_limit_bytes
 
 
 HOST_DEVICE = DeviceSpec(source="this host's CPU devices: no HBM to fit, no peak rate to bound a step")
@@ -81,9 +95,10 @@ class Platform:
         memory_fraction: The share of a device's memory a process gets where none is set, and the
             environment variable that sets it (JAX on GPUs: 0.75, ``XLA_PYTHON_CLIENT_MEM_FRACTION``); None:
             the compiler's limit is what a process may use (TPU).
-        programs_keep_temporaries: Whether a loaded program keeps its temporaries reserved while it stays
-            loaded (libtpu: a server's every bucket holds its own), or takes them per run from a pool
-            (XLA's GPU client: the largest bucket's at a time).
+        runtime_reserves_temporaries: Whether its runtime holds temporaries as one reservation sized to the
+            program running, beside that program's live inputs and outputs, and evicts idle programs' code
+            when memory runs short (libtpu, measured on a v5e chip with libtpu 0.0.42.1); else a pool the
+            largest program's temporaries come from, every program's code resident (XLA's GPU client).
     """
 
     name: str
@@ -104,7 +119,7 @@ class Platform:
     spellings: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=_empty)
     toolchain_last: bool = False
     memory_fraction: tuple[float, str] | None = None
-    programs_keep_temporaries: bool = False
+    runtime_reserves_temporaries: bool = False
 
     @property
     def option_presets(self) -> bool:
@@ -183,7 +198,7 @@ TPU = Platform(
     # is a few seconds against 7x compiles of tens of seconds.
     fresh_worker_families=frozenset({"7x"}),
     logs_warnings=True,
-    programs_keep_temporaries=True,
+    runtime_reserves_temporaries=True,
 )
 GPU = Platform("gpu", compiler="the CUDA plugin's XLA", upgrade="jax and its CUDA plugin",
                compiler_package=_runtime.CUDA_COMPILER, foreign_flag_prefix="xla_tpu_", extra="cuda",

@@ -50,6 +50,11 @@ class Chip:
             ``xla_tpu_scoped_vmem_limit_kib`` unset), read from its overflow message with libtpu 0.0.50
             ("Scoped allocation with size ... and limit 16.00M"); v4 says none and stops at its VMEM.
         source: Where the datasheet figures come from.
+        runtime_limit_bytes: What the runtime lets a process hold on one device, buffers and programs
+            together (``memory_stats()["bytes_limit"]``): the start-up budget's limit.
+        runtime_limit_evidence: ``"measured"``, ``"published"`` or ``"inferred"`` (see
+            :class:`~aotcheck.targets.platform.DeviceSpec`).
+        runtime_limit_source: Where that comes from, in words.
     """
 
     family: str
@@ -63,11 +68,20 @@ class Chip:
     hbm_bandwidth: float
     scoped_vmem_bytes: int = 16 << 20
     source: str = _DATASHEETS
+    runtime_limit_bytes: int | None = None
+    runtime_limit_evidence: str = "inferred"
+    runtime_limit_source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.runtime_limit_bytes is None:  # The measured chip's gap: the runtime keeps 2 MiB of the compiler's.
+            object.__setattr__(self, "runtime_limit_bytes", self.hbm_limit_bytes - _RUNTIME_KEEPS)
+            object.__setattr__(self, "runtime_limit_source", self.runtime_limit_source or _INFERRED)
 
     @property
     def device(self) -> DeviceSpec:
         """One device's capacity and peak rates."""
-        return DeviceSpec(self.hbm_bytes, self.hbm_limit_bytes, self.peak_bf16_flops, self.hbm_bandwidth, self.source)
+        return DeviceSpec(self.hbm_bytes, self.hbm_limit_bytes, self.peak_bf16_flops, self.hbm_bandwidth, self.source,
+                          self.runtime_limit_bytes, self.runtime_limit_evidence, self.runtime_limit_source)
 
     @property
     def vmem_bytes(self) -> int | None:
@@ -93,16 +107,33 @@ class Chip:
             return None
 
 
+# The runtime's limit (``bytes_limit``) against the compiler's, measured on one v5e chip (libtpu 0.0.42.1,
+# 2026-12-07): 16,909,336,064 against int(15.75 GiB) = 16,911,433,728, 2,097,664 B (2 MiB + 512 B) less.
+# Unmeasured chips take the same off their compiler's limit, and say whether public figures agree.
+_RUNTIME_KEEPS = 2_097_664
+_INFERRED = ("inferred: the compiler's limit less the 2 MiB the runtime kept on a measured v5e chip; "
+             "no public bytes_limit for this chip")
+V5E_BYTES_LIMIT = 16_909_336_064
+
 CHIPS: dict[str, Chip] = {
     c.family: c
     for c in (
         Chip("v4", "v4", "megacore", 1, 2, 32 * GiB, int(30.75 * GiB), 275e12, 1200e9),
         # The datasheet says 95 GB, yet the compiler lets a device use 95.74 GiB: 96 GiB.
         Chip("v5p", "v5", "megacore", 1, 2, 96 * GiB, int(95.74 * GiB), 459e12, 2765e9),
-        Chip("v5e", "v5e", "default", 1, 1, 16 * GiB, int(15.75 * GiB), 197e12, 819e9),
-        Chip("v6e", "v6e", "default", 1, 1, 32 * GiB, int(31.25 * GiB), 918e12, 1640e9, scoped_vmem_bytes=32 << 20),
+        Chip("v5e", "v5e", "default", 1, 1, 16 * GiB, int(15.75 * GiB), 197e12, 819e9,
+             runtime_limit_bytes=V5E_BYTES_LIMIT, runtime_limit_evidence="measured",
+             runtime_limit_source="measured: memory_stats()['bytes_limit'] on one v5e chip, jax 0.10.2, "
+                                  "libtpu 0.0.42.1 (2026-12-07); tpu-inference logs 15.75 GiB on v5e-1"),
+        Chip("v6e", "v6e", "default", 1, 1, 32 * GiB, int(31.25 * GiB), 918e12, 1640e9, scoped_vmem_bytes=32 << 20,
+             runtime_limit_evidence="published",
+             runtime_limit_source="published: tpu-inference logs 31.24 GiB on v6e-1 and tpu-info shows 31.25 GiB, "
+                                  "as the compiler's limit less 2 MiB reads; not measured here"),
         # Ironwood: 192 GiB, 4614 TFLOP/s (bf16: 2307) and 7.37 TB/s per chip, 2 devices.
-        Chip("7x", "tpu7x", "default", 2, 2, 96 * GiB, int(94.75 * GiB), 1153.5e12, 3690e9, scoped_vmem_bytes=32 << 20),
+        Chip("7x", "tpu7x", "default", 2, 2, 96 * GiB, int(94.75 * GiB), 1153.5e12, 3690e9, scoped_vmem_bytes=32 << 20,
+             runtime_limit_evidence="published",
+             runtime_limit_source="published: tpu-inference #903 (a 7x device's limit is 96 GB, not 192), a vLLM "
+                                  "calibration on 94.75 GiB and #3408's 94.7 GiB; the 2 MiB less is v5e's, not measured"),
     )
 }
 
