@@ -72,7 +72,7 @@ class LMConfig:
     decode_batch: int = 32
     scan_layers: bool = True
     remat: bool = True
-    mesh: MeshSpec = MeshSpec(("data", "model"), (-1, 1))
+    mesh: MeshSpec = MeshSpec(("data", "model"), (-1, 1), adapt=True)
     attention: str = "xla"
     experts: int = 0
     top_k: int = 2
@@ -394,13 +394,13 @@ def inference_config(cfg: LMConfig, **overrides: Any) -> InferenceConfig:
 TINY = LMConfig(
     vocab=1024, d_model=128, n_layers=2, n_heads=4, d_ff=512,
     seq_len=128, batch=32, prompt_len=32, decode_len=16, decode_batch=32,
-    mesh=MeshSpec(("data", "model"), (-1, 2)),
+    mesh=MeshSpec(("data", "model"), (-1, 2), adapt=True),  # Adapted: one chip takes (1, 1).
 )
 ONE_B = LMConfig(
     vocab=32_000, d_model=2048, n_layers=18, n_heads=16, d_ff=8192,
     seq_len=1024, batch=64, prompt_len=128, decode_len=128, decode_batch=32,
     # Pure FSDP by default; tensor parallel on the 16-GiB v5e chips.
-    mesh=MeshSpec(("data", "model"), (-1, 1), overrides={"v5e-*": (-1, 2)}),
+    mesh=MeshSpec(("data", "model"), (-1, 1), overrides={"v5e-*": (-1, 2)}, adapt=True),
 )
 
 
@@ -411,13 +411,13 @@ ONE_B = LMConfig(
 FLASH = LMConfig(
     vocab=1024, d_model=256, n_layers=2, n_heads=2, d_ff=512,
     seq_len=256, batch=16, prompt_len=128, decode_len=16, decode_batch=16,
-    mesh=MeshSpec(("data", "model"), (-1, 2)), attention="flash", remat=False,
+    mesh=MeshSpec(("data", "model"), (-1, 2), adapt=True), attention="flash", remat=False,
 )
 SPLASH = dataclasses.replace(FLASH, attention="splash")
 MOE = LMConfig(
     vocab=1024, d_model=128, n_layers=2, n_heads=4, d_ff=256,
     seq_len=128, batch=32, prompt_len=32, decode_len=16, decode_batch=32,
-    mesh=MeshSpec(("data", "model"), (-1, 1)), experts=8, top_k=2, remat=False,
+    mesh=MeshSpec(("data", "model"), (-1, 1), adapt=True), experts=8, top_k=2, remat=False,
 )
 
 

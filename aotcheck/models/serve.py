@@ -68,7 +68,7 @@ class ServeConfig:
     limits: Limits = Limits(max_num_seqs=16, max_num_batched_tokens=64, max_model_len=256)
     min_tokens: int = 16
     min_seqs: int = 8
-    mesh: MeshSpec = MeshSpec(("data", "model"), (-1, 8), overrides={"v4-8": (-1, 4)})
+    mesh: MeshSpec = MeshSpec(("data", "model"), (-1, 8), overrides={"v4-8": (-1, 4)}, adapt=True)
     num_kv_pages_per_block: int | None = None
     num_queries_per_block: int | None = None
     vmem_limit_bytes: int | None = None

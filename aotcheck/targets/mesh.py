@@ -45,11 +45,16 @@ class MeshSpec:
             on the first axis.
         overrides: Shapes by topology glob, e.g. ``{"v5e-*": (-1, 4)}``; the first
             matching pattern wins.
+        adapt: Where the shape's fixed sizes do not fit a slice's devices, shrink each (innermost
+            first) to the largest divisor of the devices left, so one chip takes ``(-1, 2)`` as
+            ``(1, 1)``; a shape that fits is never changed. Off: such a shape is an error, as
+            MaxText's fixed ``ici_*_parallelism`` is.
     """
 
     axis_names: tuple[str, ...] = ("data",)
     shape: tuple[int, ...] | None = None
     overrides: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    adapt: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "axis_names", tuple(self.axis_names))
@@ -71,6 +76,31 @@ class MeshSpec:
         if self.shape is not None:
             return tuple(self.shape)
         return (-1,) + (1,) * (len(self.axis_names) - 1)
+
+
+def adapt_mesh_shape(shape: Sequence[int], *, num_devices: int, num_slices: int = 1) -> tuple[int, ...]:
+    """``shape`` with its fixed sizes shrunk, innermost first, to what a slice's devices divide into,
+    where they do not fit them (:attr:`MeshSpec.adapt`); unchanged where they do.
+
+    Example:
+        >>> adapt_mesh_shape((-1, 2), num_devices=1), adapt_mesh_shape((-1, 8), num_devices=4)
+        ((-1, 1), (-1, 4))
+        >>> adapt_mesh_shape((-1, 2), num_devices=16), adapt_mesh_shape((2, 4), num_devices=2)
+        ((-1, 2), (1, 2))
+    """
+    shape = tuple(int(s) for s in shape)
+    per_slice = max(1, num_devices // max(1, num_slices))
+    fixed = math.prod(s for s in shape if s > 0)
+    if per_slice % fixed == 0 or any(s == 0 or s < -1 for s in shape):
+        return shape
+    left, out = per_slice, list(shape)
+    for i in reversed(range(len(shape))):
+        if shape[i] > 0:
+            out[i] = math.gcd(shape[i], left)
+            left //= out[i]
+    if -1 not in shape:  # No axis to take the rest: the outermost does, as data parallelism would.
+        out[0] *= left
+    return tuple(out)
 
 
 def resolve_mesh_shape(shape: Sequence[int], *, num_devices: int, num_slices: int = 1) -> tuple[int, ...]:
@@ -125,7 +155,10 @@ def build_mesh(
     from jax.sharding import Mesh
 
     topo = parse_topology(topology)
-    shape = resolve_mesh_shape(spec.shape_for(topo), num_devices=len(devices), num_slices=num_slices)
+    wanted = spec.shape_for(topo)
+    if spec.adapt:
+        wanted = adapt_mesh_shape(wanted, num_devices=len(devices), num_slices=num_slices)
+    shape = resolve_mesh_shape(wanted, num_devices=len(devices), num_slices=num_slices)
     ici, dcn = split_ici_dcn(shape, num_slices)
     if topo.platform is not TPU:
         # Host devices have no physical layout to follow, nor do a host's GPUs (NVLink joins each to

@@ -83,3 +83,24 @@ def test_mesh_that_does_not_fit_the_topology():
     devices, _ = get_devices_for_topology("v4-8")
     with pytest.raises(MeshError, match=r"\(3, -1\).*4"):
         build_mesh(MeshSpec(("data", "model"), (3, -1)), "v4-8", devices)
+
+
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3),
+       st.sampled_from([1, 2]))
+def test_an_adapted_mesh_always_fits_and_a_shape_that_fits_is_never_changed(devices, fixed, slices):
+    from aotcheck.targets.mesh import adapt_mesh_shape
+
+    shape = (-1, *fixed)
+    adapted = adapt_mesh_shape(shape, num_devices=devices * slices, num_slices=slices)
+    resolved = resolve_mesh_shape(adapted, num_devices=devices * slices, num_slices=slices)  # Never raises.
+    assert all(a <= f and f % a == 0 for a, f in zip(adapted[1:], fixed))
+    if devices % math.prod(fixed) == 0:
+        assert adapted == shape and resolved == resolve_mesh_shape(shape, num_devices=devices * slices, num_slices=slices)
+
+
+def test_a_reference_configs_mesh_adapts_to_one_chip_and_a_users_does_not():
+    from aotcheck.models import lm
+
+    assert MeshSpec(("data", "model"), (-1, 2), adapt=True).adapt and lm.TINY.mesh.adapt and lm.ONE_B.mesh.adapt
+    with pytest.raises(MeshError, match=r"Mesh shape \(-1, 2\) does not fit 1 devices"):
+        resolve_mesh_shape(MeshSpec(("data", "model"), (-1, 2)).shape_for("v5e-1"), num_devices=1)
