@@ -56,6 +56,7 @@ from aotcheck.render.tables import table, topologies_table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import fit_lines, hbm_words, outcome_message, pools_lines
 from aotcheck.units import clip_runs
+from aotcheck.calibrate import add_command as calibrate_command
 from aotcheck.session import GateSession, Interruption, exit_status
 from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings, repeated_options
 from aotcheck.cmdline import Parser, count, ini_values, positive, read_target, read_targets
@@ -398,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "then Equinox, else plain JAX), nnx, linen, equinox or jax")
     p.add_argument("--topologies", default="v5e-16", help="topologies to gate (default v5e-16)")
     p.set_defaults(func=cmd_init)
+
+    calibrate_command(sub, _load)
 
     p = sub.add_parser("shards", help=f"the CI matrix for N shards: past {MAX_JOBS} jobs, several shards a job")
     p.add_argument("shards", type=positive, help="how many shards (--aot-shard=K/N's N)")

@@ -27,6 +27,46 @@ class TopologyDevices(NamedTuple):
     devices_per_slice: int
 
 
+class NoChip(TopologyError):
+    """This host has no TPU for what asks for one (``aotcheck calibrate``)."""
+
+
+# jax's device_kind of each TPU family's chips (as libtpu's deviceless devices say them too).
+DEVICE_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p", "TPU v6 lite": "v6e",
+                "TPU7x": "7x"}
+_ON_THIS_HOST: list[bool] = []
+
+
+def local_tpu_topology() -> Topology:
+    """The topology of this host's own TPU chips (``v5e-1`` on one v5e chip), or :class:`NoChip`
+    saying what jax sees instead. Starts jax's TPU backend: the process then holds the chips."""
+    import jax  # noqa: PLC0415
+
+    try:
+        devices = jax.devices("tpu")
+    except RuntimeError as e:
+        seen = ", ".join(sorted({d.platform for d in jax.devices()})) or "no devices"
+        raise NoChip(f"this host has no TPU: jax sees {seen} ({str(e).splitlines()[0]})") from None
+    kind = devices[0].device_kind
+    family = DEVICE_KINDS.get(kind)
+    if family is None:
+        raise NoChip(f"this host's TPU is a {kind!r}, which aotcheck's table does not name")
+    units = {"v4": 2, "v5p": 2}.get(family, 1)  # v4-8 and v5p-8 count TensorCores: 2 per chip.
+    return parse_topology(f"{family}-{len(devices) * units}")
+
+
+@contextlib.contextmanager
+def on_this_host() -> Iterator[None]:
+    """While inside, a TPU target's devices are this host's own chips where they are that target
+    (``aotcheck calibrate`` compiles and runs a case on the chip it is held against), not libtpu's
+    deviceless ones."""
+    _ON_THIS_HOST.append(True)
+    try:
+        yield
+    finally:
+        _ON_THIS_HOST.pop()
+
+
 def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> TopologyDevices:
     """Returns compile-only devices for ``num_slices`` slices of ``topology``.
 
@@ -53,6 +93,10 @@ def get_devices_for_topology(topology: str | Topology, num_slices: int = 1) -> T
         return TopologyDevices(_cpu_devices(topo.num_devices * num_slices), topo.num_devices)
     if topo.platform is GPU:
         return TopologyDevices(_gpu_devices(topo, num_slices), topo.num_devices)
+    if _ON_THIS_HOST and num_slices == 1 and local_tpu_topology().name == topo.name:
+        import jax  # noqa: PLC0415
+
+        return TopologyDevices(list(jax.devices("tpu")), topo.num_devices)
     if not _runtime.libtpu_available():
         raise TopologyError(
             f"Compiling for {topo.name} needs XLA's TPU compiler, which comes with the "
