@@ -25,7 +25,7 @@ LAYERS = [
     ("aotcheck.render",),
     ("aotcheck.settings", "aotcheck.readers", "aotcheck.ini", "aotcheck.scaffold"),
     ("aotcheck.plan",),
-    ("aotcheck.session",),
+    ("aotcheck.session", "aotcheck.calibrate"),
     ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]

@@ -37,11 +37,11 @@ Example (FAKE figures, as a server's buckets record them; nothing compiles):
     ...     return (f"step[tokens={tokens}]", {"peak_params_bytes": 10 * GiB, "peak_kv_cache_bytes": 4 * GiB,
     ...                                        "generated_code_bytes": code, "temp_bytes": temp,
     ...                                        "argument_bytes": 14 * GiB + io, "output_bytes": 0, "alias_bytes": 0})
-    >>> boot = boot_budget([bucket(16, GiB // 4, GiB // 2), bucket(64, GiB // 4, GiB, io=GiB // 4)], parse_topology("v5e-1"))
-    >>> boot.start.value, boot.running, boot.total_bytes / GiB  # 10 + 4 + 0.5 of code + 1 + 0.25 of I/O.
-    ('starts', 'step[tokens=64]', 15.75)
+    >>> boot = boot_budget([bucket(16, GiB // 8, GiB // 2), bucket(64, GiB // 8, GiB, io=GiB // 4)], parse_topology("v5e-1"))
+    >>> boot.start.value, boot.running, boot.total_bytes / GiB  # 10 + 4 + 0.25 of code + 1 + 0.25 of I/O.
+    ('starts', 'step[tokens=64]', 15.5)
     >>> round(boot.kv_max_bytes / GiB, 3), round(boot.kv_evict_max_bytes / GiB, 3)  # Resident code; evicted.
-    (3.998, 4.248)
+    (4.248, 4.373)
     >>> tight = boot_budget([bucket(16, GiB // 4, GiB // 2), bucket(64, GiB // 4, 2 * GiB)], parse_topology("v5e-1"))
     >>> tight.start.value, tight.tips, tight.asked_bytes / GiB, round(tight.free_bytes / GiB, 3)
     ('will not start', 'step[tokens=64]', 2.0, 1.498)

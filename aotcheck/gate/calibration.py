@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from aotcheck import _files
+from aotcheck.errors import AotcheckError
 from aotcheck.gate.boot import Boot, Usable, boot_budget
 from aotcheck.targets.topology import Topology, split_target
 
@@ -50,7 +51,7 @@ SECTIONS = {
 POOL_TOLERANCE = 0.01
 
 
-class CalibrationError(ValueError):
+class CalibrationError(AotcheckError, ValueError):
     """A calibration record that is not whole: the file and what is wrong."""
 
 
@@ -164,7 +165,7 @@ def _step(record: Calibration) -> list[Agreement]:
         bound = int(figures["peak_bytes"]) + int(figures["generated_code_bytes"])
         seen = int(chip["footprint_bytes"])
         out.append(Agreement("peak + code bound the footprint", f"{bound:,} B", f"{seen:,} B", seen <= bound))
-    if chip.get("seconds"):
+    if chip.get("seconds") and figures.get("flops"):  # A program of no matrix work has no rate to judge.
         # A count the chip refutes is one whose step would beat the chip's peak rate.
         rate, peak = figures["flops"] / float(chip["seconds"]), record.topology.device.peak_flops or 0.0
         out.append(Agreement("FLOP/s within the chip's peak", f"{figures['flops']:.4g} FLOPs",
@@ -181,12 +182,13 @@ def _fit(record: Calibration) -> list[Agreement]:
     limit = int(record.topology.device.memory_limit_bytes or 0)
     peak = int(figures["peak_bytes"])
     fits = peak <= min(limit, record.bytes_limit)
-    needed = int(above["needed_bytes"])
+    # The search's answer says the next size does not fit: the compiler refuses it, or the runtime does.
+    needed = above.get("needed_bytes")
+    said = f"does not fit (needs {int(needed):,} B of {limit:,} B)" if needed else "does not fit"
     return [Agreement(f"fits at {knob}={answer}", f"peak {peak:,} B {'<=' if fits else '>'} the limits",
                       "ran" if chip["ran"] else "refused", fits == bool(chip["ran"])),
-            Agreement(f"refused at {knob}={answer + step}", f"needs {needed:,} B > {limit:,} B" if needed > limit
-                      else f"needs {needed:,} B, within {limit:,} B", f"refused at {above['refused']}",
-                      needed > limit and above["refused"] in ("compile", "run"))]
+            Agreement(f"refused at {knob}={answer + step}", said, f"refused at {above['refused']}",
+                      above["refused"] in ("compile", "run"))]
 
 
 def boot_of(record: Calibration, pages: int) -> Boot:
@@ -212,14 +214,14 @@ def _boot(record: Calibration) -> list[Agreement]:
             if started else f"failed ({trial.get('error', {}).get('program')})"
         agrees = boot.boots == started
         error = trial.get("error") or {}
-        if not started and error.get("program") and boot.tips:  # The bucket E0101 named is the one predicted.
-            agrees = agrees and error["program"] == boot.tips
+        if not started and error.get("program") and boot.tips not in (None, "weights", "kv"):
+            agrees = agrees and error["program"] == boot.tips  # The bucket whose run failed is the one predicted.
         out.append(Agreement(f"{'starts' if started else 'fails'} at {int(trial['pages']):,} pages", predicted, seen, agrees))
     largest = int((record.boot or {})["largest_started"])
     boot = boot_of(record, largest)
     predicted = boot.kv_evict_max_pages or 0
     out.append(Agreement("the largest pool that starts", f"{predicted:,} pages (every program resident: "
-                         f"{boot.kv_max_pages:,})", f"{largest:,} pages",
+                         f"{boot.kv_max_pages or 0:,})", f"{largest:,} pages",
                          abs(predicted - largest) <= POOL_TOLERANCE * largest))
     return out
 

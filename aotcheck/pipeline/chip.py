@@ -10,7 +10,7 @@ Three procedures, each a record's section (:mod:`aotcheck.gate.calibration`):
   what the run held and the step's seconds;
 - :func:`try_size`: whether a size compiles and runs, and where it was refused (``compile`` or ``run``);
 - :func:`start_server`: a server's weights and KV pool allocated, then each bucket run once in load
-  order beside them (each bucket's outputs kept until the next run returns): whether it started, or
+  order beside them: whether it started, or
   libtpu's E0101 parsed (:func:`parse_e0101`: the program, the bytes it asked, the bytes free).
 
 Example (libtpu's E0101, as the chip printed it):
@@ -28,6 +28,9 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
+
+from aotcheck.errors import AotcheckError
+from aotcheck.targets.platform import TPU
 
 _E0101 = re.compile(r"Error loading program '(?P<program>[^']+)'(?:.*?reserve (?P<asked>[\d.]+[KMGT]?i?B?) at the bottom"
                     r".*?There are (?P<free>[\d.]+[KMGT]?i?B?) free)?", re.S)
@@ -74,7 +77,7 @@ class Runtime(Protocol):
     def release(self) -> None: ...
 
 
-class RuntimeRefused(RuntimeError):
+class RuntimeRefused(AotcheckError, RuntimeError):
     """The runtime refused to compile or run a program: where, and its message."""
 
     def __init__(self, where: str, message: str) -> None:
@@ -106,7 +109,7 @@ def run_step(runtime: Runtime, lowered: Any, *, repeat: int = 3) -> StepRun:
     times timed (arguments it donated made again, untimed)."""
     base = runtime.memory()
     program = _compile(runtime, lowered)
-    args = runtime.zeros(program)
+    args = _zeros(runtime, program)
     ready = runtime.memory()
     outputs = _run(runtime, program, args)
     after = runtime.memory()
@@ -116,7 +119,7 @@ def run_step(runtime: Runtime, lowered: Any, *, repeat: int = 3) -> StepRun:
     for _ in range(repeat):
         del outputs
         if runtime.freed(args):
-            args = runtime.zeros(program)
+            args = _zeros(runtime, program)
         start = time.perf_counter()
         outputs = _run(runtime, program, args)
         seconds.append(time.perf_counter() - start)
@@ -136,7 +139,7 @@ def try_size(runtime: Runtime, lower: Callable[[], Any]) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001  (whatever refused it: its message is the record)
             raise RuntimeRefused("compile", str(e)) from None
         program = _compile(runtime, lowered)
-        outputs = _run(runtime, program, runtime.zeros(program))
+        outputs = _run(runtime, program, _zeros(runtime, program))
         after = runtime.memory()
         del outputs
         return {"ran": True, "footprint_bytes": after.in_use + after.reserved - base.in_use}
@@ -154,32 +157,36 @@ def start_server(runtime: Runtime, buckets: Sequence[tuple[str, Any, Sequence[st
     """A server started on the chip: each bucket ``(program id, lowered, its arguments' kinds)`` compiled
     and run once in the order given, its weights and KV pool (:data:`HELD_KINDS`) made at the first
     bucket that reads them and held by every later one (a pool the step donates, taken back from its
-    outputs), each bucket's outputs kept until the next returns. ``{"started": True, "spare_bytes": N}``,
-    or ``{"started": False, "at": program id, "refused": where, "error": {program, asked_bytes,
-    free_bytes, message}}``."""
+    outputs), each bucket's other outputs dropped before the next runs (the boot budget counts one
+    bucket's I/O at a time). ``{"started": True, "spare_bytes": N}``,
+    or ``{"started": False, "at": program id, "refused": where, "error": {program (the bucket's id), jit
+    (the runtime's name for it), asked_bytes, free_bytes, message}}``."""
     held: dict[str, Any] = {}
-    kept: Any = None
+    loaded: list[Any] = []  # Every executable stays loaded, as a server's do: its code stays in memory.
     try:
         for program_id, lowered, kinds in buckets:
             try:
                 program = _compile(runtime, lowered)
+                loaded.append(program)
                 keep = {i: held[k] for i, k in enumerate(kinds) if k in held}
-                args = runtime.zeros(program, keep)
+                args = _zeros(runtime, program, keep)
                 held.update({k: args[i] for i, k in enumerate(kinds) if k in HELD_KINDS and k not in held})
                 outputs = _run(runtime, program, args)
             except RuntimeRefused as e:
                 error = parse_e0101(e.message) or {"program": None, "asked_bytes": None, "free_bytes": None}
+                # The bucket by its id; jax's name for its program (``jit_step``) as the runtime said it.
                 return {"started": False, "at": program_id, "refused": e.where,
-                        "error": {**error, "message": e.message.strip().splitlines()[0][:400]}}
+                        "error": {**error, "program": program_id, "jit": error["program"],
+                                  "message": e.message.strip().splitlines()[0][:400]}}
             for kind in HELD_KINDS:  # A donated pool lives on in the output that aliases it.
                 if kind in held and runtime.freed(held[kind]):
                     held[kind] = next(o for o in outputs if runtime.nbytes(o) == runtime.freed(held[kind]))
-            kept = outputs
+            del args, outputs
         after = runtime.memory()
         return {"started": True, "spare_bytes": after.limit - after.in_use - after.reserved}
     finally:
-        del kept
         held.clear()
+        loaded.clear()
         runtime.release()
 
 
@@ -190,6 +197,13 @@ def _compile(runtime: Runtime, lowered: Any) -> Any:
         raise
     except Exception as e:  # XLA's refusal on the chip: its message is the record.
         raise RuntimeRefused("compile", str(e)) from None
+
+
+def _zeros(runtime: Runtime, program: Any, keep: Mapping[int, Any] | None = None) -> tuple[Any, ...]:
+    try:
+        return runtime.zeros(program, keep or {})
+    except Exception as e:  # An argument the chip has no room for: refused at run time, by the allocator.
+        raise RuntimeRefused("run", str(e)) from None
 
 
 def _run(runtime: Runtime, program: Any, args: Sequence[Any]) -> list[Any]:
@@ -208,7 +222,7 @@ class JaxChip:
         import jax  # noqa: PLC0415
 
         self._jax = jax
-        self.device = jax.devices("tpu")[0]
+        self.device = jax.devices(TPU.name)[0]
 
     def memory(self) -> Memory:
         stats: Mapping[str, int] = self.device.memory_stats() or {}

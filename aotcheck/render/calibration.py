@@ -47,7 +47,7 @@ def calibration_rows(records: Sequence[Calibration]) -> list[list[str]]:
                 bound = figures["peak_bytes"] + figures["generated_code_bytes"]
                 rows.append([case, target, f"peak + code at {at}", fmt_bytes(bound), f"{fmt_bytes(r.step['footprint_bytes'])} held",
                              _ratio(r.step["footprint_bytes"], bound)])
-            if r.step.get("seconds"):
+            if r.step.get("seconds") and figures.get("flops"):
                 rate = figures["flops"] / float(r.step["seconds"])
                 peak = r.topology.device.peak_flops or 0.0
                 rows.append([case, target, f"FLOP/s at {at}", f"{figures['flops']:.4g} FLOPs",
