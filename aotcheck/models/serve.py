@@ -289,7 +289,9 @@ def engine_pages(*, weights_bytes: int, page_bytes: int, limit_bytes: int, utili
 # 2.56B parameters as bf16) on one v5e chip at --max-num-seqs 512 --max-num-batched-tokens 1024, sampling
 # with temperature and top-p, structured decoding precompiled as tpu-inference always does. Its pool is
 # what an engine allocates at vLLM's long-standing default utilization, 0.90: (0.9 x 15.75 GiB - 4.77 GiB
-# of weights) over 2.25 MiB a page (18 layers x 16 tokens x 32 heads' keys and values x 128 x 2 bytes).
+# of weights) over 2.25 MiB a page (18 layers x 16 tokens x 32 heads' keys and values x 128 x 2 bytes):
+# 4,282 pages (on the runtime's bytes_limit, 16,909,336,064, it is 4,281; the config keeps the pool a
+# v5e chip was held at). Under the chip's start-up rules it starts: #3360's failure is not reproduced.
 # The kernel's blocks are set: its own table's for v5e (32 queries) need 16.38M of the chip's 16M of scoped
 # VMEM at 16 heads of 128 (CompileTimeScopedVmemOom, as tpu-inference #3194's kernel did).
 LLM_256K = ServeConfig(

@@ -78,11 +78,18 @@ class Runtime(Protocol):
 
 
 class RuntimeRefused(AotcheckError, RuntimeError):
-    """The runtime refused to compile or run a program: where, and its message."""
+    """The runtime refused to compile or run a program: its message, and where (``compile``, ``run``)."""
 
-    def __init__(self, where: str, message: str) -> None:
+    def __init__(self, message: str, *, where: str = "run") -> None:
         super().__init__(message)
         self.where, self.message = where, message
+
+    def fields(self) -> dict[str, Any]:
+        return {"where": self.where}
+
+    @classmethod
+    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "RuntimeRefused":
+        return cls(message, where=str(fields.get("where") or "run"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +144,7 @@ def try_size(runtime: Runtime, lower: Callable[[], Any]) -> dict[str, Any]:
         try:
             lowered = lower()
         except Exception as e:  # noqa: BLE001  (whatever refused it: its message is the record)
-            raise RuntimeRefused("compile", str(e)) from None
+            raise RuntimeRefused(str(e), where="compile") from None
         program = _compile(runtime, lowered)
         outputs = _run(runtime, program, _zeros(runtime, program))
         after = runtime.memory()
@@ -196,14 +203,14 @@ def _compile(runtime: Runtime, lowered: Any) -> Any:
     except RuntimeRefused:
         raise
     except Exception as e:  # XLA's refusal on the chip: its message is the record.
-        raise RuntimeRefused("compile", str(e)) from None
+        raise RuntimeRefused(str(e), where="compile") from None
 
 
 def _zeros(runtime: Runtime, program: Any, keep: Mapping[int, Any] | None = None) -> tuple[Any, ...]:
     try:
         return runtime.zeros(program, keep or {})
     except Exception as e:  # An argument the chip has no room for: refused at run time, by the allocator.
-        raise RuntimeRefused("run", str(e)) from None
+        raise RuntimeRefused(str(e), where="run") from None
 
 
 def _run(runtime: Runtime, program: Any, args: Sequence[Any]) -> list[Any]:
@@ -212,7 +219,7 @@ def _run(runtime: Runtime, program: Any, args: Sequence[Any]) -> list[Any]:
     except RuntimeRefused:
         raise
     except Exception as e:  # The runtime's refusal (E0101, RESOURCE_EXHAUSTED): its message is the record.
-        raise RuntimeRefused("run", str(e)) from None
+        raise RuntimeRefused(str(e), where="run") from None
 
 
 class JaxChip:
