@@ -90,7 +90,7 @@ def bill_line(bill: Bill, *, accept: str | None = None) -> str:
 def usable_words(usable: Usable) -> str:
     """Where what a device may hold comes from."""
     if usable.fraction is None:
-        return "the runtime's bytes_limit"
+        return f"the runtime's bytes_limit, {usable.bytes:,} B"
     if usable.source is not None:
         return f"{usable.fraction:g} of memory ({usable.source})"
     return f"{usable.fraction:g} of memory (JAX's default; {usable.variable} sets another)"

@@ -84,7 +84,7 @@ def test_a_gpu_process_gets_its_memory_fraction_said_with_where_it_comes_from():
     assert usable_words(given) == "0.9 of memory (XLA_PYTHON_CLIENT_MEM_FRACTION)"
     # Not a share (junk, 0, more than the memory): JAX's default, said as such.
     assert all(usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": v}) == default for v in ("lots", "0", "1.5"))
-    assert usable_words(usable_memory(parse_topology("v5e-1"), {})) == "the runtime's bytes_limit"
+    assert usable_words(usable_memory(parse_topology("v5e-1"), {})) == "the runtime's bytes_limit, 16,909,336,064 B"
     assert usable_memory(parse_topology("cpu-4"), {}) is None  # A host's CPU: no budget of its own.
 
 
