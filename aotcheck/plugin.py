@@ -234,7 +234,10 @@ class AotPlugin:
         items.extend(new)
         # Report them as collected, so "collected N items" and deselection counts include them.
         self.config.hook.pytest_collectreport(report=pytest.CollectReport(parent.nodeid, "passed", None, new))
-        others = self.plan.other_shards([i.nodeid for i in items if _users_aotcheck_test(i)])
+        if self.session.settings.cases:  # --aot-case (an accept command) runs the cases it names, nothing else.
+            others = {i.nodeid for i in items if not isinstance(i, (AotItem, AotBuildErrorItem))}
+        else:
+            others = self.plan.other_shards([i.nodeid for i in items if _users_aotcheck_test(i)])
         if others:  # Your own aotcheck-marked tests are sharded too: each runs in one shard.
             self.config.hook.pytest_deselected(items=[i for i in items if i.nodeid in others])
             items[:] = [i for i in items if i.nodeid not in others]
@@ -268,10 +271,15 @@ class AotPlugin:
             self.report = self.session.finish()
             if any(bill.failed for bill in self.report.bills):  # No item holds a bill: the run fails itself.
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            elif self._empty_shard() and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+                session.exitstatus = pytest.ExitCode.OK  # Fewer cases than shards: this one has nothing to check.
+
+    def _empty_shard(self) -> bool:
+        return bool(self.plan.shard) and not self.plan.cases and bool(self.plan.matrix)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.report is not None and (self.report.outcomes or self.report.stale or self.report.removed
-                                        or self.report.notes):
+                                        or self.report.notes or self._empty_shard()):
             terminalreporter.write_sep("=", "aotcheck summary")
             terminalreporter.write_line("\n".join(session_summary(self.report, update=self.session.settings.update,
                                                                    accept_args=self.session.accept_args())))

@@ -47,8 +47,37 @@ class StoreError(AotcheckError, ValueError):
     """A cache URL aotcheck cannot use: an unknown scheme, or its fsspec package not installed."""
 
 
+# Where each store's SDK takes its credentials from: never a URL (it would be printed, reported and logged).
+CREDENTIALS = {
+    "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or the runner's role)",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS (or the runner's service account)",
+    "az": "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY",
+}
+_SECRET_PARAMS = ("key", "secret", "token", "sig", "password", "credential", "signature")
+
+
+def redacted(url: str) -> str:
+    """``url`` with what may be a secret replaced by ``***``: credentials before the bucket, and the
+    value of a query parameter that names a key, secret, token or signature.
+
+    Example:
+        >>> redacted("s3://AKIA123:s3cr3t@bucket/aot"), redacted("az://c/p?sig=abc&sv=2024")
+        ('s3://***@bucket/aot', 'az://c/p?sig=***&sv=2024')
+    """
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    path, question, query = path.partition("?")
+    if question:
+        query = "&".join(f"{name}=***" if any(s in name.lower() for s in _SECRET_PARAMS) else f"{name}{eq}{value}"
+                         for name, eq, value in (part.partition("=") for part in query.split("&")))
+    return f"{scheme}{sep}{authority}{slash}{path}{question}{query}"
+
+
 def check_url(url: str) -> str:
-    """``url`` if aotcheck can reach a store there, else a StoreError naming the fix.
+    """``url`` if aotcheck can reach a store there, else a StoreError naming the fix. A URL that holds
+    credentials is refused, and never repeated: they come from the SDK's own environment.
 
     Example:
         >>> check_url("file:///srv/aot-cache")
@@ -59,6 +88,11 @@ def check_url(url: str) -> str:
         aotcheck.pipeline.store.StoreError: 'ftp://host/cache' is not a store aotcheck reads: give gs://BUCKET/PATH, s3://BUCKET/PATH, az://CONTAINER/PATH or file:///DIRECTORY.
     """
     scheme, sep, rest = url.partition("://")
+    if redacted(url) != url:
+        where = CREDENTIALS.get({"gcs": "gs", "abfs": "az"}.get(scheme, scheme))
+        raise StoreError(f"{redacted(url)!r} holds credentials, and aotcheck takes none from a URL (it would print "
+                         f"them in the header, the notes and the report): give the URL without them"
+                         + (f", and set {where}" if where else "") + ".")
     if not sep or scheme not in SCHEMES or not rest.strip("/"):
         raise StoreError(f"{url!r} is not a store aotcheck reads: give gs://BUCKET/PATH, s3://BUCKET/PATH, "
                          "az://CONTAINER/PATH or file:///DIRECTORY.")

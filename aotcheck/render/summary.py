@@ -131,9 +131,22 @@ def pooled_lines(outcomes: Sequence[Outcome]) -> list[str]:
     return [line for program, pools in pooled_fits(outcomes) for line in ("", *pools_lines(program, pools))]
 
 
+def empty_shard_line(shard: tuple[int, int]) -> str:
+    """What a shard that holds no case says: it passes (a project with fewer cases than shards).
+
+    Example:
+        >>> print(empty_shard_line((3, 4)))
+        aotcheck: shard 3/4 holds no case of the matrix: nothing to check here, passed (the other shards check them)
+    """
+    k, n = shard
+    return f"aotcheck: shard {k}/{n} holds no case of the matrix: nothing to check here, passed (the other shards check them)"
+
+
 def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] = ()) -> list[str]:
     """The end-of-session lines: the table, notes on improvements, what an update did, stale goldens."""
     lines = [summary_table(report.outcomes)] if report.outcomes else []
+    if report.shard and not report.outcomes and not report.broken:
+        lines.append(empty_shard_line(report.shard))
     served = serving_lines(report, accept_args=accept_args)
     lines += ["", *served] if served else []
     lines += pooled_lines(report.outcomes)

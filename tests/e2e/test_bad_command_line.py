@@ -65,6 +65,8 @@ USAGE = [
     (["--aot-topologies=v4-8", "--aot-cache-url=s3://b/aot", "--aot-cache-dir="], "",
      "--aot-cache-url: a shared cache sits behind the local one, and --aot-cache-dir is empty"),
     (["--aot-topologies=v4-8", "--aot-cache-url=s3://b/aot", "--aot-cache-mode=write"], "", "--aot-cache-mode"),
+    (["--aot-topologies=v4-8", "--aot-cache-url=s3://AKIAX:topsecret@b/aot"], "",  # Never echoed (tested below too).
+     "--aot-cache-url: 's3://***@b/aot' holds credentials, and aotcheck takes none from a URL"),
     (["--aot-topologies=v4-8"], "aot_hbm_headroom = 2", "aot_hbm_headroom: '2' must be a number in (0, 1]"),
     (["--aot-topologies=v4-8"], "aot_hbm_headroom = lots", "aot_hbm_headroom: 'lots' must be a number in (0, 1]"),
     (["--aot-topologies=v4-8"], "aot_hbm_headroom = 0", "aot_hbm_headroom: '0' must be a number"),
@@ -129,6 +131,15 @@ def test_usage_errors_name_the_input(usage_project, args, ini, words):
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
     assert words in result.stderr.str(), result.stderr.str()[-2000:]
     no_aotcheck_traceback(result.stderr.str() + result.stdout.str())
+
+
+def test_credentials_in_a_cache_url_are_refused_and_never_printed(usage_project):
+    usage_project.makeini(INI + "aot_cache_url = s3://AKIAX:topsecret@bucket/aot\n")
+    result = run(usage_project, "--aot-topologies=v4-8", "--aot-report=r.json", "--junitxml=j.xml")
+    said = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "AWS_SECRET_ACCESS_KEY" in said
+    assert "topsecret" not in said and "AKIAX" not in said
+    assert not any("topsecret" in p.read_text() for p in usage_project.path.rglob("*.xml"))
 
 
 BIG = "9" * 100_000

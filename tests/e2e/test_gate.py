@@ -197,6 +197,24 @@ def test_users_own_aotcheck_tests_are_sharded_with_the_cases(project):
     only_cases.assert_outcomes(passed=1)  # toy/step@v4-8x1: none of the user's tests.
 
 
+def test_a_shard_with_no_case_passes_and_says_so(project):
+    """Fewer cases than shards (README's `shards 1024` for a small project): the empty shard passes."""
+    result = run(project, "--aot-topologies=v4-8", "-m", "aotcheck_case", "--aot-shard=3/4")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["aotcheck: shard 3/4 holds no case of the matrix: nothing to check here, passed*"])
+    cli = subprocess.run([sys.executable, "-m", "aotcheck", "check", "--topologies=v4-8", "--shard=3/4"],
+                         cwd=project.path, capture_output=True, text=True)
+    assert cli.returncode == 0 and "aotcheck: shard 3/4 holds no case of the matrix" in cli.stdout, cli.stdout
+
+
+def test_an_accept_command_runs_the_cases_it_names_and_nothing_else(project):
+    """The printed accept command (`--aot-case=ID`) once ran every other collected test too: a user's suite."""
+    project.makepyfile(test_mine="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = run(project, "--aot-topologies=v4-8", "--aot-case=toy/step@v4-8x1", "--update-golden")
+    result.assert_outcomes(passed=1, deselected=3)  # test_plain, test_a, test_b.
+    assert "test_mine.py" not in result.stdout.str()
+
+
 @pytest.mark.heavy
 def test_cache_hits_are_shown_and_no_cache_bypasses(toy):
     run(toy, "--aot-topologies=v4-8", "--update-golden")

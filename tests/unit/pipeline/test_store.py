@@ -37,6 +37,22 @@ def test_a_url_aotcheck_cannot_use_names_the_fix(url, says):
         check_url(url)
 
 
+@pytest.mark.parametrize("url, variables", [
+    ("s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/aot", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+    ("gs://oauth2:ya29.s3cr3t@bucket/aot", "GOOGLE_APPLICATION_CREDENTIALS"),
+    ("az://container/aot?sv=2024&sig=s3cr3tsig", "AZURE_STORAGE_CONNECTION_STRING"),
+    ("abfs://user:s3cr3t@container/aot", "AZURE_STORAGE_ACCOUNT_KEY"),
+    ("ftp://user:s3cr3t@host/aot", None),  # Not a store either: still not repeated.
+])
+def test_a_url_with_credentials_is_refused_naming_the_variables_and_never_repeated(url, variables):
+    with pytest.raises(StoreError) as refused:
+        check_url(url)
+    said = str(refused.value)
+    assert "holds credentials" in said and "***" in said
+    assert not any(secret in said for secret in ("wJalrXUtnFEMI", "ya29", "s3cr3t", "AKIAEXAMPLE"))
+    assert variables is None or variables in said
+
+
 def _s3_at(monkeypatch, port: int, timeout: float) -> SharedStore:
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
