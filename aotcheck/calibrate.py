@@ -12,14 +12,14 @@ For each case of the plan on the local chip's target (``v5e-1x1`` on one v5e chi
 
 Each becomes one :class:`~aotcheck.gate.calibration.Calibration` under ``calibration/``, judged by the
 model at once and by CI ever after. The chip is whatever :class:`~aotcheck.pipeline.chip.Runtime` is
-given: :class:`~aotcheck.pipeline.chip.JaxChip` on a TPU host; tests give a stand-in with the chip's rules.
+given: :class:`~aotcheck.pipeline.chip.JaxChip` on a TPU host; tests give a stand-in with the chip's rules
+(and ``on_chip=contextlib.nullcontext``: the target's deviceless devices stand for the chip's).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ContextManager
 
@@ -29,7 +29,7 @@ from aotcheck.gate.boot import Usable, boot_budget, load_order
 from aotcheck.gate.calibration import Calibration, write_record
 from aotcheck.gate.golden import GoldenStore
 from aotcheck.pipeline.case import Case
-from aotcheck.pipeline.chip import Runtime, run_step, start_server, try_size
+from aotcheck.pipeline.chip import Runtime, compile_on, run_step, start_server, try_size
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.pipeline.stages import lower
 from aotcheck.plan import make_plan
@@ -79,10 +79,12 @@ def calibrate(settings: GateSettings, registry: Registry, *, runtime: Runtime, o
         if case.bucket:
             servers.setdefault(case.config, []).append((case, config, measured))
         with on_chip():
-            lowered = lower(case, config)
-            equal = _figures_equal(lowered, measured)
-            step = run_step(runtime, lowered.lowered)
-        label = _label(case, planned.knob, config, measured)
+            program = compile_on(runtime, lower(case, config).lowered)  # One compile: its figures, then its runs.
+            chip = runtime.figures(program)
+            equal = all(chip.get(k) == measured.figures.get(k) for k in MEMORY)
+            step = run_step(runtime, program)
+            del program
+        label = _label(case, measured)
         figures = {label: _kept(measured.figures)}
         record = Calibration(case.id, toolchain, SOURCE, runtime.memory().limit, figures, figures_equal=equal,
                              step={"at": label, "code_bytes": step.code_bytes, "reserved_bytes": step.reserved_bytes,
@@ -100,23 +102,14 @@ def calibrate(settings: GateSettings, registry: Registry, *, runtime: Runtime, o
     return records
 
 
-def _label(case: Case, knob: str | None, config: Any, measured: Measurement) -> str:
-    """The figures' key: the program id with its size where it has one (``prefill[batch=32]``)."""
-    size = getattr(config, "batch_size", None)
+def _label(case: Case, measured: Measurement) -> str:
+    """The figures' key: the program id, with its searched size where it has one (``prefill[batch=32]``)."""
     fit = measured.details.fit if measured.details is not None else None
-    configured = fit.configured if fit is not None else size
-    return f"{case.program_id}[{fit.knob}={configured}]" if fit is not None and not case.bucket else case.program_id
+    return f"{case.program_id}[{fit.knob}={fit.configured}]" if fit is not None and not case.bucket else case.program_id
 
 
 def _kept(figures: Mapping[str, Any]) -> dict[str, Any]:
     return {k: figures[k] for k in KEEP if k in figures}
-
-
-def _figures_equal(lowered: Any, measured: Measurement) -> bool:
-    from aotcheck.figures.program import program_figures  # noqa: PLC0415
-
-    chip = program_figures(lowered.lowered.compile())
-    return all(chip.get(k) == measured.figures.get(k) for k in MEMORY)
 
 
 def _with_fit(record: Calibration, runtime: Runtime, case: Case, config: Any, fit: Any,
@@ -174,12 +167,6 @@ def _server(name: str, group: Sequence[tuple[Case, Any, Measurement]], runtime: 
     section = {"page_bytes": page_bytes, "programs": programs, "trials": trials,
                "largest_started": max((t["pages"] for t in trials if t["started"]), default=0)}
     return Calibration(f"{name}/*@{target}", dict(toolchain), SOURCE, limit, figures, boot=section, figures_equal=None)
-
-
-@contextlib.contextmanager
-def nothing() -> Iterator[None]:
-    """No placement change: the stand-in's runs are of the target's own devices."""
-    yield
 
 
 def no_chip_message(error: NoChip | None = None) -> str:

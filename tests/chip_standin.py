@@ -41,6 +41,7 @@ class Program:
         self.out_tree = jax.tree_util.tree_structure(compiled.out_info)
         self.donated = [bool(i.donated) for i in _leaves(compiled.args_info)]
         self.args_info = compiled.args_info
+        self.compiled = compiled
 
 
 def _leaves(tree: Any) -> list[Any]:
@@ -70,6 +71,11 @@ class StandInChip:
         program = Program(lowered.as_text().split("module @", 1)[-1].split(" ", 1)[0], lowered.compile())
         self.programs.append(program)
         return program
+
+    def figures(self, program: Program) -> dict[str, Any]:
+        from aotcheck.figures.program import program_figures
+
+        return program_figures(program.compiled)
 
     def _alloc(self, nbytes: int) -> Array:
         # Buffers win over programs: an allocation drops the reservation, then idle code if it must.

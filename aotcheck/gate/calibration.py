@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +242,3 @@ def write_record(directory: Path, record: Calibration) -> Path:
     path = Path(directory) / record.file_name
     _files.atomic_write_text(path, json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
     return path
-
-
-def by_case(records: Sequence[Calibration]) -> dict[str, Calibration]:
-    return {r.case: r for r in records}

@@ -5,7 +5,7 @@
 ``bytes_reserved``, ``bytes_limit``), or a stand-in with the chip's rules where none is lent (the tests').
 Three procedures, each a record's section (:mod:`aotcheck.gate.calibration`):
 
-- :func:`run_step`: the code the runtime loads at a program's first run (the ``bytes_in_use`` step less
+- :func:`run_step`: a program compiled there (:func:`compile_on`), run: the code the runtime loads at a program's first run (the ``bytes_in_use`` step less
   the outputs it made and the donated inputs it freed), the temporaries it reserves (``bytes_reserved``),
   what the run held and the step's seconds;
 - :func:`try_size`: whether a size compiles and runs, and where it was refused (``compile`` or ``run``);
@@ -70,6 +70,7 @@ class Runtime(Protocol):
 
     def memory(self) -> Memory: ...
     def compile(self, lowered: Any) -> Any: ...
+    def figures(self, program: Any) -> dict[str, Any]: ...
     def zeros(self, program: Any, keep: Mapping[int, Any] = ...) -> tuple[Any, ...]: ...
     def run(self, program: Any, args: Sequence[Any]) -> tuple[Any, ...]: ...
     def nbytes(self, tree: Any) -> int: ...
@@ -111,11 +112,15 @@ class StepRun:
     seconds: float
 
 
-def run_step(runtime: Runtime, lowered: Any, *, repeat: int = 3) -> StepRun:
-    """``lowered`` compiled on the chip and run on zeros of its arguments: once to load it, ``repeat``
-    times timed (arguments it donated made again, untimed)."""
+def compile_on(runtime: Runtime, lowered: Any) -> Any:
+    """``lowered`` compiled on the chip (its figures: ``runtime.figures``); a refusal is RuntimeRefused."""
+    return _compile(runtime, lowered)
+
+
+def run_step(runtime: Runtime, program: Any, *, repeat: int = 3) -> StepRun:
+    """A program compiled on the chip (:func:`compile_on`), run on zeros of its arguments: once to load
+    it, ``repeat`` times timed (arguments it donated made again, untimed)."""
     base = runtime.memory()
-    program = _compile(runtime, lowered)
     args = _zeros(runtime, program)
     ready = runtime.memory()
     outputs = _run(runtime, program, args)
@@ -130,7 +135,7 @@ def run_step(runtime: Runtime, lowered: Any, *, repeat: int = 3) -> StepRun:
         start = time.perf_counter()
         outputs = _run(runtime, program, args)
         seconds.append(time.perf_counter() - start)
-    del outputs, args, program
+    del outputs, args
     runtime.release()
     return StepRun(code, after.reserved, footprint, statistics.median(seconds) if seconds else 0.0)
 
@@ -238,6 +243,11 @@ class JaxChip:
 
     def compile(self, lowered: Any) -> Any:
         return lowered.compile()
+
+    def figures(self, program: Any) -> dict[str, Any]:
+        from aotcheck.figures.program import program_figures  # noqa: PLC0415
+
+        return program_figures(program)
 
     def zeros(self, program: Any, keep: Mapping[int, Any] = {}) -> tuple[Any, ...]:  # noqa: B006  (read only)
         jax = self._jax

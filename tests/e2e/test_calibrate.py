@@ -2,6 +2,7 @@
 stand-in runtime (tests/chip_standin.py: a FAKE chip with a v5e's rules) over real deviceless v5e-1
 compiles: every record written, whole, and agreeing with the model."""
 
+import contextlib
 import dataclasses
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from aotcheck import FunctionConfig, Registry
-from aotcheck.calibrate import calibrate, nothing
+from aotcheck.calibrate import calibrate
 from aotcheck.gate.calibration import agreements, read_records
 from aotcheck.models import serve
 from aotcheck.pipeline.measure import measure
@@ -48,7 +49,7 @@ def test_calibrate_holds_each_case_and_a_server_against_the_chip_and_the_model_a
     registry.register("srv", lambda: serve.serving_config(small))
     settings = GateSettings.parse(rootdir=tmp_path, topologies="v5e-1", slices="1", cache_dir=None, front_end="cli")
     chip = StandInChip(limit=GiB)
-    records = calibrate(settings, registry, runtime=chip, out=tmp_path / "calibration", on_chip=nothing,
+    records = calibrate(settings, registry, runtime=chip, out=tmp_path / "calibration", on_chip=contextlib.nullcontext,
                         measure=lambda case: measure(case, registry=registry))
     assert sorted(read_records(tmp_path / "calibration"), key=lambda r: r.case) == sorted(records, key=lambda r: r.case)
     by_case = {r.case: r for r in records}
@@ -56,6 +57,7 @@ def test_calibrate_holds_each_case_and_a_server_against_the_chip_and_the_model_a
                             "srv/sample[tokens=16,seqs=8]@v5e-1x1", "srv/*@v5e-1x1"}
     for record in records:
         assert record.source == "aotcheck calibrate" and record.bytes_limit == GiB
+        assert record.figures_equal is (None if record.boot else True)  # One compile, on the "chip", as deviceless.
         assert all(a.agrees for a in agreements(record)), (record.case, agreements(record))
     step = by_case["wide/square@v5e-1x1"].step
     assert step["code_bytes"] > 0 and step["reserved_bytes"] >= 0 and step["footprint_bytes"] >= 2 * 64 * 4 * 2**20

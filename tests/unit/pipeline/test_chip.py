@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from aotcheck.pipeline.chip import parse_e0101, run_step, start_server, try_size
+from aotcheck.pipeline.chip import compile_on, parse_e0101, run_step, start_server, try_size
 from aotcheck.targets.devices import get_devices_for_topology
 from chip_standin import StandInChip
 
@@ -31,7 +31,7 @@ def test_a_step_run_reads_its_code_its_reservation_and_what_it_held():
     chip = StandInChip()
     program = lowered(8192)  # 256 MiB of temporaries: past the core's VMEM, in HBM.
     m = program.compile().memory_analysis()
-    run = run_step(chip, program, repeat=2)
+    run = run_step(chip, compile_on(chip, program), repeat=2)
     # The code is the bytes_in_use step beyond the outputs; the temporaries, bytes_reserved.
     # (The chip reserves a few KiB less than the temporaries: the stand-in its peak beside its I/O.)
     assert run.code_bytes == m.generated_code_size_in_bytes and 0 <= m.temp_size_in_bytes - run.reserved_bytes < 64 << 10
