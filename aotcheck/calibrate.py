@@ -26,10 +26,10 @@ from typing import Any, ContextManager
 from aotcheck import _runtime
 from aotcheck.figures.hbm import oom_bytes
 from aotcheck.gate.boot import Usable, boot_budget, load_order
-from aotcheck.gate.calibration import Calibration, write_record
+from aotcheck.gate.calibration import CALIBRATED, Calibration, write_record
 from aotcheck.gate.golden import GoldenStore
 from aotcheck.pipeline.case import Case
-from aotcheck.pipeline.chip import Runtime, compile_on, run_step, start_server, try_size
+from aotcheck.pipeline.chip import Fill, Runtime, RuntimeRefused, compile_on, run_step, start_server, try_size
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.pipeline.stages import lower
 from aotcheck.plan import make_plan
@@ -42,7 +42,6 @@ from aotcheck.targets.devices import NoChip, on_this_host
 # The memory figures the chip's compile must give as the deviceless one did.
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes")
 KEEP = (*MEMORY, "peak_params_bytes", "peak_kv_cache_bytes", "flops", "flops_xla")
-SOURCE = "aotcheck calibrate"
 # How far above the predicted largest pool the second start-up tries (it must fail).
 ABOVE = 0.01
 
@@ -78,15 +77,21 @@ def calibrate(settings: GateSettings, registry: Registry, *, runtime: Runtime, o
         measured = measure(case)
         if case.bucket:
             servers.setdefault(case.config, []).append((case, config, measured))
-        with on_chip():
-            program = compile_on(runtime, lower(case, config).lowered)  # One compile: its figures, then its runs.
-            chip = runtime.figures(program)
-            equal = all(chip.get(k) == measured.figures.get(k) for k in MEMORY)
-            step = run_step(runtime, program)
-            del program
         label = _label(case, measured)
         figures = {label: _kept(measured.figures)}
-        record = Calibration(case.id, toolchain, SOURCE, runtime.memory().limit, figures, figures_equal=equal,
+        try:
+            with on_chip():
+                program = compile_on(runtime, lower(case, config).lowered)  # One compile: figures, then runs.
+                chip = runtime.figures(program)
+                equal = all(chip.get(k) == measured.figures.get(k) for k in MEMORY)
+                step = run_step(runtime, program, fill=run_inputs(config))
+                del program
+        except RuntimeRefused as e:  # A program the chip would not compile or run: recorded, and judged so.
+            records.append(Calibration(case.id, toolchain, CALIBRATED, runtime.memory().limit, figures, step={
+                "at": label, "refused": e.where, "message": e.message.strip().splitlines()[0][:400]}))
+            say(f"{case.id}: refused at {e.where}")
+            continue
+        record = Calibration(case.id, toolchain, CALIBRATED, runtime.memory().limit, figures, figures_equal=equal,
                              step={"at": label, "code_bytes": step.code_bytes, "reserved_bytes": step.reserved_bytes,
                                    "footprint_bytes": step.footprint_bytes, "seconds": step.seconds})
         fit = measured.details.fit if measured.details is not None else None
@@ -100,6 +105,11 @@ def calibrate(settings: GateSettings, registry: Registry, *, runtime: Runtime, o
     for record in records:
         write_record(out, record)
     return records
+
+
+def run_inputs(config: Any) -> Fill | None:
+    """The config's ``run_inputs`` (a trainer's or an inference config's: none, zeros are valid)."""
+    return getattr(config, "run_inputs", None)
 
 
 def _label(case: Case, measured: Measurement) -> str:
@@ -122,7 +132,8 @@ def _with_fit(record: Calibration, runtime: Runtime, case: Case, config: Any, fi
         return lambda: lower(case, knob.rebuild(size)).lowered
 
     with on_chip():
-        at, over = try_size(runtime, lowered_at(answer)), try_size(runtime, lowered_at(above))
+        fill = run_inputs(config)
+        at, over = try_size(runtime, lowered_at(answer), fill=fill), try_size(runtime, lowered_at(above), fill=fill)
     label = f"{case.program_id}[{fit.knob}={answer}]"
     figures = {**record.figures, label: {"peak_bytes": fit.peak_at_max}}
     section = {"at": label, "knob": fit.knob, "answer": answer, "step": fit.step, "ran": at["ran"],
@@ -162,11 +173,11 @@ def _server(name: str, group: Sequence[tuple[Case, Any, Measurement]], runtime: 
                 lowered = lower(case, config)
                 leaves = argument_kinds(lowered.config, lowered.lowered.args_info[0])
                 kinds = [k[0] if len(set(k)) == 1 else "batch" for k in leaves]
-                buckets.append((pid, lowered.lowered, kinds))
+                buckets.append((pid, lowered.lowered, kinds, run_inputs(config)))
             trials.append({"pages": n, **start_server(runtime, buckets)})
     section = {"page_bytes": page_bytes, "programs": programs, "trials": trials,
                "largest_started": max((t["pages"] for t in trials if t["started"]), default=0)}
-    return Calibration(f"{name}/*@{target}", dict(toolchain), SOURCE, limit, figures, boot=section, figures_equal=None)
+    return Calibration(f"{name}/*@{target}", dict(toolchain), CALIBRATED, limit, figures, boot=section, figures_equal=None)
 
 
 def no_chip_message(error: NoChip | None = None) -> str:

@@ -88,7 +88,8 @@ class StandInChip:
         self.arrays.add(array)
         return array
 
-    def zeros(self, program: Program, keep: Mapping[int, Any] = {}) -> tuple[Any, ...]:  # noqa: B006
+    def zeros(self, program: Program, keep: Mapping[int, Any] = {}, fill: Any = None) -> tuple[Any, ...]:  # noqa: B006
+        """Fake arrays of each argument's bytes (``fill`` changes values, not sizes: nothing to fake)."""
         import jax
 
         args, _ = program.args_info

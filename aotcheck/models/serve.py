@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from aotcheck.models.lm import LMConfig, Params, init_params
@@ -217,6 +218,21 @@ def _step_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.Sh
             "page_indices": i32(seqs, cfg.pages_per_seq), "cu_q_lens": i32(seqs + 1), "num_seqs": i32(1)}
 
 
+def _step_run_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """One sequence of the bucket's tokens, its keys in its own pages: metadata the paged attention kernel
+    can run on (on zeros, no sequence, it leaves a DMA semaphore set and halts the chip: E0200)."""
+    tokens, seqs, per_seq = point["tokens"], cfg.limits.max_num_seqs, cfg.pages_per_seq
+    at = np.arange(tokens, dtype=np.int32)
+    page_indices = np.zeros((seqs, per_seq), np.int32)
+    page_indices[0] = np.arange(per_seq, dtype=np.int32)
+    cu_q_lens = np.full((seqs + 1,), tokens, np.int32)
+    cu_q_lens[0] = 0
+    kv_lens = np.zeros((seqs,), np.int32)
+    kv_lens[0] = tokens
+    return {"positions": at, "slots": at, "kv_lens": kv_lens, "page_indices": page_indices, "cu_q_lens": cu_q_lens,
+            "num_seqs": np.ones((1,), np.int32)}
+
+
 def _sample_inputs(cfg: ServeConfig, point: Mapping[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
     seqs = point["seqs"]
     inputs = {"hidden": jax.ShapeDtypeStruct((point["tokens"], cfg.model.d_model), jnp.bfloat16),
@@ -248,7 +264,8 @@ def serving_config(cfg: ServeConfig, **overrides: Any) -> ServingConfig:
         bucketed={
             "step": Bucketed(fn=lambda params, kv, batch: step(cfg, params, kv, batch),
                              inputs=lambda point: _step_inputs(cfg, point), axes={"tokens": tokens},
-                             covers={"tokens": "max_num_batched_tokens"}),
+                             covers={"tokens": "max_num_batched_tokens"},
+                             run_inputs=lambda point: _step_run_inputs(cfg, point)),
             "sample": Bucketed(fn=sample if cfg.sampler == "greedy" else sample_top_p, inputs=lambda point: _sample_inputs(cfg, point), uses_kv=False,
                                axes={"tokens": tokens, "seqs": doubling(cfg.min_seqs, limits.max_num_seqs)},
                                covers={"tokens": "max_num_batched_tokens", "seqs": "max_num_seqs"},

@@ -65,13 +65,17 @@ class Memory:
     limit: int
 
 
+# A config's ``run_inputs``: the arguments as host zeros -> those to run on.
+Fill = Callable[[tuple[Any, ...]], Sequence[Any]]
+
+
 class Runtime(Protocol):
     """What calibrating asks of a chip: its memory, a program compiled and run on arrays it makes."""
 
     def memory(self) -> Memory: ...
     def compile(self, lowered: Any) -> Any: ...
     def figures(self, program: Any) -> dict[str, Any]: ...
-    def zeros(self, program: Any, keep: Mapping[int, Any] = ...) -> tuple[Any, ...]: ...
+    def zeros(self, program: Any, keep: Mapping[int, Any] = ..., fill: Fill | None = None) -> tuple[Any, ...]: ...
     def run(self, program: Any, args: Sequence[Any]) -> tuple[Any, ...]: ...
     def nbytes(self, tree: Any) -> int: ...
     def freed(self, tree: Any) -> int: ...
@@ -117,30 +121,35 @@ def compile_on(runtime: Runtime, lowered: Any) -> Any:
     return _compile(runtime, lowered)
 
 
-def run_step(runtime: Runtime, program: Any, *, repeat: int = 3) -> StepRun:
-    """A program compiled on the chip (:func:`compile_on`), run on zeros of its arguments: once to load
-    it, ``repeat`` times timed (arguments it donated made again, untimed)."""
+def run_step(runtime: Runtime, program: Any, *, fill: Fill | None = None, repeat: int = 3) -> StepRun:
+    """A program compiled on the chip (:func:`compile_on`), run on zeros of its arguments (``fill``: the
+    config's ``run_inputs``, which makes valid what a kernel must not see as zeros): once to load it,
+    ``repeat`` times timed (arguments it donated made again, untimed). Its code is what stays in use
+    once its arguments and outputs are gone (to the byte, on a v5e chip: outputs' allocations are
+    padded, so ``nbytes`` would miss a few hundred bytes)."""
     base = runtime.memory()
-    args = _zeros(runtime, program)
-    ready = runtime.memory()
+    args = _zeros(runtime, program, fill=fill)
     outputs = _run(runtime, program, args)
     after = runtime.memory()
-    code = after.in_use - ready.in_use - runtime.nbytes(outputs) + runtime.freed(args)
     footprint = after.in_use + after.reserved - base.in_use
+    del outputs, args
+    code = runtime.memory().in_use - base.in_use
     seconds = []
+    args = _zeros(runtime, program, fill=fill)
     for _ in range(repeat):
-        del outputs
         if runtime.freed(args):
-            args = _zeros(runtime, program)
+            args = None  # Gone before they are made again: a server's weights twice would not fit the chip.
+            args = _zeros(runtime, program, fill=fill)
         start = time.perf_counter()
         outputs = _run(runtime, program, args)
         seconds.append(time.perf_counter() - start)
-    del outputs, args
+        del outputs
+    del args
     runtime.release()
     return StepRun(code, after.reserved, footprint, statistics.median(seconds) if seconds else 0.0)
 
 
-def try_size(runtime: Runtime, lower: Callable[[], Any]) -> dict[str, Any]:
+def try_size(runtime: Runtime, lower: Callable[[], Any], *, fill: Fill | None = None) -> dict[str, Any]:
     """Whether a size compiles and runs on the chip: ``{"ran": True, "footprint_bytes": N}``, or
     ``{"ran": False, "refused": "compile" | "run", "message": ...}``. ``lower``: the size's program
     lowered (its own refusal, the deviceless compiler's kind, is ``"compile"``)."""
@@ -151,7 +160,7 @@ def try_size(runtime: Runtime, lower: Callable[[], Any]) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001  (whatever refused it: its message is the record)
             raise RuntimeRefused(str(e), where="compile") from None
         program = _compile(runtime, lowered)
-        outputs = _run(runtime, program, _zeros(runtime, program))
+        outputs = _run(runtime, program, _zeros(runtime, program, fill=fill))
         after = runtime.memory()
         del outputs
         return {"ran": True, "footprint_bytes": after.in_use + after.reserved - base.in_use}
@@ -165,8 +174,8 @@ def try_size(runtime: Runtime, lower: Callable[[], Any]) -> dict[str, Any]:
 HELD_KINDS = ("params", "kv_cache")
 
 
-def start_server(runtime: Runtime, buckets: Sequence[tuple[str, Any, Sequence[str]]]) -> dict[str, Any]:
-    """A server started on the chip: each bucket ``(program id, lowered, its arguments' kinds)`` compiled
+def start_server(runtime: Runtime, buckets: Sequence[tuple[str, Any, Sequence[str], Fill | None]]) -> dict[str, Any]:
+    """A server started on the chip: each bucket ``(program id, lowered, its arguments' kinds, its fill)`` compiled
     and run once in the order given, its weights and KV pool (:data:`HELD_KINDS`) made at the first
     bucket that reads them and held by every later one (a pool the step donates, taken back from its
     outputs), each bucket's other outputs dropped before the next runs (the boot budget counts one
@@ -176,12 +185,12 @@ def start_server(runtime: Runtime, buckets: Sequence[tuple[str, Any, Sequence[st
     held: dict[str, Any] = {}
     loaded: list[Any] = []  # Every executable stays loaded, as a server's do: its code stays in memory.
     try:
-        for program_id, lowered, kinds in buckets:
+        for program_id, lowered, kinds, fill in buckets:
             try:
                 program = _compile(runtime, lowered)
                 loaded.append(program)
                 keep = {i: held[k] for i, k in enumerate(kinds) if k in held}
-                args = _zeros(runtime, program, keep)
+                args = _zeros(runtime, program, keep, fill=fill)
                 held.update({k: args[i] for i, k in enumerate(kinds) if k in HELD_KINDS and k not in held})
                 outputs = _run(runtime, program, args)
             except RuntimeRefused as e:
@@ -211,9 +220,10 @@ def _compile(runtime: Runtime, lowered: Any) -> Any:
         raise RuntimeRefused(str(e), where="compile") from None
 
 
-def _zeros(runtime: Runtime, program: Any, keep: Mapping[int, Any] | None = None) -> tuple[Any, ...]:
+def _zeros(runtime: Runtime, program: Any, keep: Mapping[int, Any] | None = None, *,
+           fill: Fill | None = None) -> tuple[Any, ...]:
     try:
-        return runtime.zeros(program, keep or {})
+        return runtime.zeros(program, keep or {}, fill)
     except Exception as e:  # An argument the chip has no room for: refused at run time, by the allocator.
         raise RuntimeRefused(str(e), where="run") from None
 
@@ -249,15 +259,23 @@ class JaxChip:
 
         return program_figures(program)
 
-    def zeros(self, program: Any, keep: Mapping[int, Any] = {}) -> tuple[Any, ...]:  # noqa: B006  (read only)
+    def zeros(self, program: Any, keep: Mapping[int, Any] = {}, fill: Fill | None = None) -> tuple[Any, ...]:  # noqa: B006
+        """Zeros of each argument not in ``keep`` (held arrays passed as they are), made on the chip in
+        their shardings (a pool of GiBs never crosses from the host); ``fill`` then replaces what must not
+        be zeros, and what it gives as host arrays is put on the chip."""
         jax = self._jax
         (infos, _), (shardings, _) = program.args_info, program.input_shardings
 
         def made(info: Any, sharding: Any) -> Any:
             return jax.jit(lambda: jax.numpy.zeros(info.shape, info.dtype), out_shardings=sharding)()
 
-        return tuple(keep[i] if i in keep else jax.tree_util.tree_map(made, info, sharding)
+        args = tuple(keep[i] if i in keep else jax.tree_util.tree_map(made, info, sharding)
                      for i, (info, sharding) in enumerate(zip(infos, shardings)))
+        if fill is None:
+            return args
+        return tuple(a if i in keep else jax.tree_util.tree_map(
+            lambda v, s: v if isinstance(v, jax.Array) else jax.device_put(v, s), a, shardings[i])
+            for i, a in enumerate(fill(args)))
 
     def run(self, program: Any, args: Sequence[Any]) -> tuple[Any, ...]:
         out = program(*args)

@@ -328,6 +328,10 @@ class FunctionConfig(_Searchable):
             ``opt_state/...``). None: ``args[0]``, ``args[1]``, ...
         bucket: The serving bucket the program is compiled at (``{"tokens": 64}``), a value its case
             carries and its id shows (``step[tokens=64]``); empty for a program that is not a bucket.
+        run_inputs: For a run on a chip (``aotcheck calibrate``): ``zeros -> args``, given the arguments
+            as zeros (arrays on the chip, in ``make_args``'s structure), the arguments to run on, with
+            any a kernel must not see as zeros replaced by valid ones (numpy arrays or jax arrays) (a paged attention's sequence metadata: on
+            zeros, jax's ragged paged attention kernel halts the chip). None: zeros. Never compiled.
 
     Example (a step made per target; the number of devices sizes its batch):
         >>> from jax.sharding import NamedSharding, PartitionSpec as P
@@ -357,6 +361,7 @@ class FunctionConfig(_Searchable):
     arg_kinds: Sequence[Any] | None = None
     arg_names: tuple[str, ...] | None = None
     bucket: Mapping[str, int] = dataclasses.field(default_factory=Bucket)
+    run_inputs: Callable[[tuple[Any, ...]], Sequence[Any]] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -136,6 +136,9 @@ class Bucketed:
         uses_kv: Whether ``fn`` reads and writes the KV pool.
         when: ``point -> bool``: the points of the product that are compiled (e.g. no more requests
             than tokens); None: all.
+        run_inputs: ``point -> {name: array}``: for a run on a chip (``aotcheck calibrate``), the
+            inputs a kernel must not see as zeros (a paged attention's sequence lengths and page
+            table), made valid; every other input is zeros. None: all zeros.
     """
 
     fn: Callable[..., Any]
@@ -145,6 +148,7 @@ class Bucketed:
     partition: Mapping[str, PartitionSpec] = dataclasses.field(default_factory=dict)
     uses_kv: bool = True
     when: Callable[[Point], bool] | None = None
+    run_inputs: Callable[[Point], Mapping[str, Any]] | None = None
 
     def points(self) -> list[dict[str, int]]:
         """Every bucket compiled, smallest first (the product of the axes, as ``when`` keeps it)."""
@@ -248,7 +252,9 @@ class ServingConfig(_Bounded):
             **common, fn=jax.jit(program.fn, donate_argnums=(1,) if program.uses_kv else (), keep_unused=True),
             make_args=lambda mesh: self._args(program, point, pages, mesh), program=name, bucket=Bucket(point),
             arg_kinds=kinds, knobs=knobs, fit=KV_KNOB if search else None,
-            fit_upper=self.fit_upper, fit_targets=self.fit_targets)
+            fit_upper=self.fit_upper, fit_targets=self.fit_targets,
+            run_inputs=None if program.run_inputs is None else
+            lambda zeros: (*zeros[:-1], {**zeros[-1], **program.run_inputs(point)}))
 
     def _args(self, program: Bucketed, point: Point, pages: int, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
         params = abstract_params(self)  # As a model config's: its init traced, its rules matched.

@@ -8,11 +8,12 @@ committed records, kept equal to :func:`calibration_markdown` by a test.
 Example (FAKE figures):
     >>> from aotcheck.gate.calibration import Calibration
     >>> record = Calibration("lm/prefill@v5e-1x1", {"libtpu": "0.0.42.1"}, "a doctest", 16909336064,
-    ...                      {"prefill[batch=4]": {"peak_bytes": 2**30, "generated_code_bytes": 0, "flops": 1e12}},
+    ...                      {"prefill[batch=4]": {"peak_bytes": 2**30, "generated_code_bytes": 0, "flops": 1e12,
+    ...                       "argument_bytes": 2**29, "output_bytes": 2**29, "alias_bytes": 0, "temp_bytes": 0}},
     ...                      step={"at": "prefill[batch=4]", "code_bytes": None, "reserved_bytes": None,
     ...                            "footprint_bytes": 2**29, "seconds": 0.01})
     >>> for row in calibration_rows([record]): print(row)
-    ['lm/prefill', 'v5e-1x1', 'peak + code at prefill[batch=4]', '1.00 GiB', '512.00 MiB held', '0.500']
+    ['lm/prefill', 'v5e-1x1', 'I/O + temporaries + code at prefill[batch=4]', '1.00 GiB', '512.00 MiB held', '0.500']
     ['lm/prefill', 'v5e-1x1', 'FLOP/s at prefill[batch=4]', '1e+12 FLOPs', '100.0 TFLOP/s (0.51 of peak)', '-']
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aotcheck.gate.calibration import Calibration, agreements, boot_of
+from aotcheck.gate.calibration import Calibration, agreements, boot_of, held_bound
 from aotcheck.units import fmt_bytes
 
 HEADERS = ["case", "target", "figure", "compiled", "chip", "ratio"]
@@ -43,10 +44,13 @@ def calibration_rows(records: Sequence[Calibration]) -> list[list[str]]:
             if r.step.get("reserved_bytes") is not None:
                 rows.append([case, target, f"temporaries at {at}", f"{int(figures['temp_bytes']):,} B",
                              f"{int(r.step['reserved_bytes']):,} B reserved", _ratio(r.step["reserved_bytes"], figures["temp_bytes"])])
+            if "refused" in r.step:
+                rows.append([case, target, f"run at {at}", fmt_bytes(figures["peak_bytes"]) + " peak",
+                             f"refused at {r.step['refused']}", "-"])
             if r.step.get("footprint_bytes") is not None:
-                bound = figures["peak_bytes"] + figures["generated_code_bytes"]
-                rows.append([case, target, f"peak + code at {at}", fmt_bytes(bound), f"{fmt_bytes(r.step['footprint_bytes'])} held",
-                             _ratio(r.step["footprint_bytes"], bound)])
+                bound = held_bound(figures)
+                rows.append([case, target, f"I/O + temporaries + code at {at}", fmt_bytes(bound),
+                             f"{fmt_bytes(r.step['footprint_bytes'])} held", _ratio(r.step["footprint_bytes"], bound)])
             if r.step.get("seconds") and figures.get("flops"):
                 rate = figures["flops"] / float(r.step["seconds"])
                 peak = r.topology.device.peak_flops or 0.0

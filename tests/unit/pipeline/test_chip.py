@@ -32,12 +32,24 @@ def test_a_step_run_reads_its_code_its_reservation_and_what_it_held():
     program = lowered(8192)  # 256 MiB of temporaries: past the core's VMEM, in HBM.
     m = program.compile().memory_analysis()
     run = run_step(chip, compile_on(chip, program), repeat=2)
-    # The code is the bytes_in_use step beyond the outputs; the temporaries, bytes_reserved.
+    # The code is what stays in use once its arguments and outputs are gone; the temporaries, bytes_reserved.
     # (The chip reserves a few KiB less than the temporaries: the stand-in its peak beside its I/O.)
     assert run.code_bytes == m.generated_code_size_in_bytes and 0 <= m.temp_size_in_bytes - run.reserved_bytes < 64 << 10
     held = m.argument_size_in_bytes + m.output_size_in_bytes + m.generated_code_size_in_bytes + run.reserved_bytes
     assert run.footprint_bytes == held and run.seconds >= 0
     assert chip.memory().in_use == 0  # Released after.
+
+
+def test_a_step_that_donates_beside_held_weights_runs_again_on_a_chip_that_holds_them_once():
+    """The chip showed it (llm-256k's step, 14.2 GiB of weights and pool on 15.75): the runs after the first
+    make the donated arguments again only once the old ones are gone, never both at once."""
+    (device,) = get_devices_for_topology("v5e-1").devices
+    sharding = NamedSharding(Mesh(np.array([device]), ("d",)), P())
+    arg = jax.ShapeDtypeStruct((16 * MiB,), jnp.float32, sharding=sharding)  # 64 MiB each.
+    program = jax.jit(lambda w, x: x * 2 + w[0], donate_argnums=1).lower(arg, arg)
+    chip = StandInChip(limit=180 * MiB)  # Weights and pool once (128 MiB), not twice (192).
+    run = run_step(chip, compile_on(chip, program), repeat=3)
+    assert run.footprint_bytes >= 128 * MiB and chip.runs == ["jit__lambda"] * 4
 
 
 def test_a_size_runs_or_is_refused_where_the_chip_refuses_it():
@@ -52,7 +64,7 @@ def test_a_size_runs_or_is_refused_where_the_chip_refuses_it():
 
 
 def test_a_server_holds_its_weights_across_buckets_and_fails_where_a_run_finds_no_room():
-    buckets = [(f"step[tokens={n}]", lowered(n, params=True), ["params", "batch"]) for n in (1024, 8192)]
+    buckets = [(f"step[tokens={n}]", lowered(n, params=True), ["params", "batch"], None) for n in (1024, 8192)]
     roomy = StandInChip()
     started = start_server(roomy, buckets)
     assert started["started"] and started["spare_bytes"] > 0

@@ -18,7 +18,10 @@ def test_the_table_has_the_rows_the_issue_asks_for():
     rows = calibration_rows(read_records(ROOT / "calibration"))
     assert all(len(row) == len(HEADERS) for row in rows)
     figures = {(row[0], row[2]): row for row in rows}
-    assert figures[("lm-tiny/train_step", "peak + code at train_step[batch=32]")][5] == "0.374"
+    assert figures[("lm-tiny/train_step", "temporaries at train_step[batch=32]")][5] == "0.510"
+    assert figures[("lm-tiny/train_step", "code at train_step[batch=32]")][3:] == ["6,694,400 B", "6,694,400 B", "1.000"]
     assert figures[("lm-1b/prefill", "fit_max_batch")][3:] == ["224", "224 ran, 225 refused at compile", "1.000"]
     assert figures[("llm-256k/*", "largest pool that starts")][3:] == ["4,434 pages", "4,434 pages", "1.000"]
     assert figures[("llm-256k/*", "start-up at 4,435 pages")][4] == "failed: E0101 at structured_decode[seqs=512]"
+    assert figures[("llm-256k/*", "start-up at 4,479 pages")][3:] == [
+        "will not start", "failed: E0101 at structured_decode[seqs=512]", "agrees"]
