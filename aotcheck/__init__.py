@@ -47,6 +47,12 @@ from aotcheck.targets.partition import PartitionError, fsdp, replicate
 from aotcheck.targets.devices import get_devices_for_topology
 from aotcheck.targets.topology import TopologyError, parse_topology
 
+from aotcheck.programs import reads as _reads
+
+# From here on, what a project's code reads besides its code (variables, data files) is recorded: the
+# inputs index answers a case only where none of it changed (aotcheck.programs.reads).
+_reads.install()
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -181,8 +181,10 @@ INI_KEYS: frozenset[str] = frozenset(s.ini for s in SETTINGS if s.ini)
 
 
 def check_ini_keys(keys: Collection[str], *, where: object) -> None:
-    """A SettingsError for an ``aot_*`` key aotcheck does not read (a typo would switch its check off
-    without a word), naming the nearest key it does read.
+    """A SettingsError for an ini key aotcheck does not read that is spelled near one it does (a typo would
+    switch its check off without a word): an ``aot_*`` key it does not know, a known key with hyphens, in
+    capitals or without its underscore (``aot-hbm-headroom``, ``aothbm_headroom``), and a flag that has no
+    ini key (``aot_shard``: per run, on the command line), each naming what to write instead.
 
     Example:
         >>> check_ini_keys(["aot_topologies", "addopts"], where="pytest.ini")
@@ -190,15 +192,43 @@ def check_ini_keys(keys: Collection[str], *, where: object) -> None:
         Traceback (most recent call last):
         ...
         aotcheck.readers.SettingsError: pytest.ini: aot_hbm_headrom is not an aotcheck setting, so nothing reads it; did you mean aot_hbm_headroom? (every key: aotcheck check --help, pytest --help)
+        >>> check_ini_keys(["aot-hbm-headroom"], where="pytest.ini")
+        Traceback (most recent call last):
+        ...
+        aotcheck.readers.SettingsError: pytest.ini: aot-hbm-headroom is not an aotcheck setting, so nothing reads it; write it aot_hbm_headroom (every key: aotcheck check --help, pytest --help)
+        >>> check_ini_keys(["aot_shard"], where="pytest.ini")
+        Traceback (most recent call last):
+        ...
+        aotcheck.readers.SettingsError: pytest.ini: aot_shard is not an aotcheck setting, so nothing reads it; the shard is given per run, on the command line: --aot-shard (pytest), --shard (aotcheck check) (every key: aotcheck check --help, pytest --help)
     """
     for key in sorted(keys):
-        if key.lower().startswith("aot_") and key not in INI_KEYS:
-            near = difflib.get_close_matches(key.lower(), sorted(INI_KEYS), n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]}?" if near else f"; aotcheck reads {', '.join(sorted(INI_KEYS))}."
-            raise SettingsError(f"{where}: {key} is not an aotcheck setting, so nothing reads it{hint} "
+        hint = _ini_key_hint(key)
+        if hint is not None:
+            raise SettingsError(f"{where}: {key} is not an aotcheck setting, so nothing reads it; {hint} "
                                 "(every key: aotcheck check --help, pytest --help)")
 
 
+def _ini_key_hint(key: str) -> str | None:
+    """What to write for ``key``, an ini key spelled near aotcheck's; None for a key aotcheck reads, or one
+    that is no near spelling of its keys (another plugin's)."""
+    if key in INI_KEYS:
+        return None
+    norm = key.strip().lower().replace("-", "_")
+    if not norm.startswith("aot"):
+        return None
+    norm = norm if norm.startswith("aot_") else "aot_" + norm[3:].lstrip("_")
+    flag_only = {f"aot_{s.name}": s for s in SETTINGS if not s.ini and (s.pytest or s.cli)}
+    flag_only.update({f"aot_{s.pytest.lstrip('-').replace('-', '_')}": s for s in flag_only.copy().values() if s.pytest})
+    if norm in flag_only:
+        s = flag_only[norm]
+        flags = ", ".join(f"{flag} ({front})" for flag, front in ((s.pytest, "pytest"), (s.cli, "aotcheck check")) if flag)
+        return f"the {s.name.replace('_', ' ')} is given per run, on the command line: {flags}"
+    if norm in INI_KEYS:
+        return f"write it {norm}"
+    near = difflib.get_close_matches(norm, sorted(INI_KEYS), n=1, cutoff=0.6)
+    if near:
+        return f"did you mean {near[0]}?"
+    return f"aotcheck reads {', '.join(sorted(INI_KEYS))}." if key.lower().startswith("aot_") else None
 
 
 def repeated_options(args: Sequence[str], *, front_end: str) -> list[str]:

@@ -42,6 +42,7 @@ from aotcheck.figures.program import REQUIRED_FIGURES, details_problem, figures_
 from aotcheck.figures.sources import anchors_problem
 from aotcheck._files import atomic_write_bytes, probe_writable
 from aotcheck.pipeline.store import SharedStore
+from aotcheck.programs import reads
 
 # Bump when the figures computed from the same executable change meaning or
 # gain names (e.g. a new loop-aware figure): old entries then miss.
@@ -116,6 +117,37 @@ def entry_digest(entry: Mapping[str, Any]) -> str:
     """
     return hashlib.sha256(json.dumps([entry.get("details"), entry.get("anchors", {})], sort_keys=True).encode()
                           ).hexdigest()
+
+
+def _seal(entry: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps({k: v for k, v in entry.items() if k != "seal"}, sort_keys=True).encode()
+                          ).hexdigest()
+
+
+def sealed(entry: Mapping[str, Any]) -> bytes:
+    """An entry's bytes as stored: its JSON with ``seal``, a digest over everything else it holds (key,
+    figures, details), so that an entry edited by hand, here or in a shared store, is named and
+    compiled afresh rather than answered (issue 52, V12).
+
+    Example:
+        >>> data = sealed({"key": "k", "figures": {"flops": 1.0}})
+        >>> seal_problem(json.loads(data)) is None
+        True
+        >>> seal_problem(json.loads(data.replace(b"1.0", b"0.5")))
+        'its seal does not match what it holds (edited since it was written)'
+    """
+    return json.dumps({**entry, "seal": _seal(entry)}, sort_keys=True).encode()
+
+
+def seal_problem(entry: Any) -> str | None:
+    """Why ``entry`` (read back) is not as :func:`sealed` wrote it; None when it is."""
+    if not isinstance(entry, dict):
+        return None  # The entry's own check says what it is not.
+    if "seal" not in entry:
+        return "unsealed"  # An older aotcheck's: a miss, not news.
+    if entry["seal"] != _seal(entry):
+        return "its seal does not match what it holds (edited since it was written)"
+    return None
 
 
 def entry_problem(entry: Any, *, key: str, toolchain: Mapping[str, Any]) -> str | None:
@@ -210,11 +242,11 @@ class FiguresCache:
         except ValueError:
             entry, problem = None, "not whole JSON"
         else:
-            problem = check(entry)
+            problem = seal_problem(entry) or check(entry)
         if problem is None:
-            return entry
+            return {k: v for k, v in entry.items() if k != "seal"}
         # Another version's or toolchain's entries are expected after an upgrade: a miss, not news.
-        if not problem.startswith(("figures version", "another toolchain", "index version")):
+        if not problem.startswith(("figures version", "another toolchain", "index version", "unsealed")):
             self._notes.append(f"aotcheck: the cache entry {where} is not usable ({problem}); compiled afresh.")
         return None
 
@@ -230,28 +262,35 @@ class FiguresCache:
         says what a fresh compile would. The shared store gets the same bytes."""
         entry = {**measured, "key": key, "figures_version": FIGURES_VERSION, "toolchain": dict(toolchain),
                  "anchors": dict(anchors or {})}
-        self._store(self._name(key), json.dumps(entry, sort_keys=True).encode())
+        self._store(self._name(key), sealed(entry))
 
-    def key_for(self, inputs: str) -> tuple[str, dict[str, str], str] | None:
+    def key_for(self, inputs: str) -> tuple[str, dict[str, str], str, dict[str, Any]] | None:
         """What a run recorded for the case with these inputs: the entry key it lowered to, the source
-        lines the entry's details name as those inputs name them (the entry's line -> theirs), and a
-        digest of the entry those lines were mapped from (:func:`entry_digest`: an entry rewritten
-        since, by another run or a hand, is not the one they map)."""
+        lines the entry's details name as those inputs name them (the entry's line -> theirs), a digest of
+        the entry those lines were mapped from (:func:`entry_digest`: an entry rewritten since, by another
+        run or a hand, is not the one they map), and what the project's code read besides its code
+        (:mod:`aotcheck.programs.reads`: changed since, the index does not answer)."""
         def check(entry: Any) -> str | None:
             if (not isinstance(entry, dict) or entry.get("inputs") != inputs or not isinstance(entry.get("key"), str)
                     or not isinstance(entry.get("details"), str) or not isinstance(entry.get("lines"), dict)
                     or not all(isinstance(v, str) for v in entry["lines"].values())):
                 return "not an index entry for these inputs"
-            return None if entry.get("figures_version") == FIGURES_VERSION else "index version"
+            if entry.get("figures_version") != FIGURES_VERSION or not reads.well_formed(entry.get("reads")):
+                return "index version"  # Older entries did not record what the project read: not vouched for.
+            return None
         found = self._load(self._name(inputs, "inputs/"), check)
-        return (found["key"], dict(found["lines"]), found["details"]) if found is not None else None
+        if found is None:
+            return None
+        return found["key"], dict(found["lines"]), found["details"], found["reads"]
 
-    def remember(self, inputs: str, key: str, lines: Mapping[str, str], entry: Mapping[str, Any]) -> None:
+    def remember(self, inputs: str, key: str, lines: Mapping[str, str], entry: Mapping[str, Any],
+                 read: Mapping[str, Any]) -> None:
         """Records that the case with these inputs lowered to the entry ``key`` (``entry``: its details and
-        anchors as stored), whose source lines read as ``lines`` say for these inputs."""
+        anchors as stored), whose source lines read as ``lines`` say for these inputs; ``read``: what the
+        project's code had read (:func:`aotcheck.programs.reads.recorded`)."""
         entry = {"inputs": inputs, "key": key, "lines": dict(lines), "details": entry_digest(entry),
-                 "figures_version": FIGURES_VERSION}
-        self._store(self._name(inputs, "inputs/"), json.dumps(entry, sort_keys=True).encode())
+                 "reads": dict(read), "figures_version": FIGURES_VERSION}
+        self._store(self._name(inputs, "inputs/"), sealed(entry))
 
     def _store(self, name: str, data: bytes) -> None:
         if not self.enabled:

@@ -38,6 +38,7 @@ from aotcheck.pipeline.stages import lower
 from aotcheck.programs.config import Config
 from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.model import function_for
+from aotcheck.programs import reads
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
 
@@ -200,19 +201,23 @@ def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any]
             return answered
     lowered = lower(case, config, options=options)
     result = lowered.measure(cache)
-    if inputs is not None and result.attribution_problem is None:  # Only what the cache holds is indexed.
-        cache.remember(inputs, lowered.key, lowered.lines, lowered.entry)
+    read = reads.recorded()  # What the project's code read, lowering this case included.
+    if inputs is not None and result.attribution_problem is None and read is not None:  # What the cache holds.
+        cache.remember(inputs, lowered.key, lowered.lines, lowered.entry, read)
     return result
 
 
 def by_inputs(cache: FiguresCache, inputs: str, case: Case, options: dict[str, str]) -> Measurement | None:
     """The measurement the cache holds for a case whose inputs digest to ``inputs``, not lowered; None
-    when no run recorded them, or the entry they point to is gone, was changed since (its details or
+    when no run recorded them, what the project's code read then reads otherwise now, or the entry they
+    point to is gone, was changed since (its details or
     anchors are not those the index's lines were mapped from), or names lines the index does not map."""
     found = cache.key_for(inputs)
     if found is None:
         return None
-    key, lines, mapped_from = found
+    key, lines, mapped_from, read = found
+    if reads.changed(read) is not None:  # A variable or a file the project's code read: lower it again.
+        return None
     entry = cache.get(key, toolchain=case.topology.platform.toolchain())
     if entry is None or entry_digest(entry) != mapped_from:  # Changed since: lower it.
         return None

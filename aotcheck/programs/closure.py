@@ -171,7 +171,10 @@ def code_closure(roots: Iterable[str] | Mapping[str, Iterable[str]], *, register
             continue
         installed = _installed(file)
         if installed is not None:
-            out[name] = installed
+            # A distribution's module by its version and, where it is source, its bytes: a package edited
+            # in place (a model in site-packages patched by hand) is another input, on every runner alike.
+            source = _source_digest(file) if not installed.startswith("python ") else ""
+            out[name] = f"{installed} {source}" if source else installed
             continue
         digest, imports, bindings, mtime = _project_file(file, package=package, is_package=is_package)
         out[name] = EDITED if mtime > _STARTED_NS else f"sha256 {digest}"
@@ -265,6 +268,27 @@ def _absolute(module: str | None, level: int, package: str) -> str:
         return ""
     base = ".".join(parts[: len(parts) - (level - 1)])
     return f"{base}.{module}" if module and base else (module or base)
+
+
+def installed_file(file: str) -> bool:
+    """Whether ``file`` is the standard library's or an installed (not editable) distribution's.
+
+    Example:
+        >>> installed_file(ast.__file__), installed_file("/nowhere/conftest.py")
+        (True, False)
+    """
+    return _installed(file) is not None
+
+
+def _source_digest(file: str) -> str:
+    """The first 16 hex digits of a ``.py`` file's sha256 (read once per version of it); "" for any other."""
+    if not file.endswith(".py"):
+        return ""
+    try:
+        stat = os.stat(file)
+    except OSError:
+        return ""
+    return _read_project_file(file, stat.st_mtime_ns, stat.st_size, "", False)[0][:16]
 
 
 def _installed(file: str) -> str | None:

@@ -112,6 +112,18 @@ USAGE = [
     (["--aot-topologies=v4-8"], "addopts = --aot-libtpu-init-args", "--aot-libtpu-init-args needs its value after '='"),
     (["--aot-topologies=v4-8", "--aot-slices=\u00b2"], "", "--aot-slices: '\u00b2' is not a slice count"),  # isdigit()'s.
     (["--aot-topologies=v4-8"], "aot_zzzz = 1", "aot_zzzz is not an aotcheck setting, so nothing reads it; aotcheck reads "),
+    # Hardening round 5 (V67, V68, V71): hyphens, a missing underscore or capitals switched the check off;
+    # a flag given as an ini key was "did you mean aot_strict?".
+    (["--aot-topologies=v4-8"], "aot-hbm-headroom = 0.000001",
+     "aot-hbm-headroom is not an aotcheck setting, so nothing reads it; write it aot_hbm_headroom"),
+    (["--aot-topologies=v4-8"], "aothbm_headroom = 0.000001",
+     "aothbm_headroom is not an aotcheck setting, so nothing reads it; write it aot_hbm_headroom"),
+    (["--aot-topologies=v4-8"], "AOT_HBM_HEADROOM = 0.000001", "AOT_HBM_HEADROOM is not an aotcheck setting, so "
+     "nothing reads it; write it aot_hbm_headroom"),
+    (["--aot-topologies=v4-8"], "aot_shard = 1/2", "aot_shard is not an aotcheck setting, so nothing reads it; the "
+     "shard is given per run, on the command line: --aot-shard (pytest), --shard (aotcheck check)"),
+    (["--aot-topologies=v4-8"], "aot_update_golden = true", "aot_update_golden is not an aotcheck setting, so nothing "
+     "reads it; the update is given per run, on the command line: --update-golden (pytest)"),
 ]
 
 

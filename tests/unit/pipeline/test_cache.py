@@ -118,11 +118,29 @@ def test_a_read_only_runner_reads_the_shared_store_and_writes_only_locally(tmp_p
     assert (tmp_path / "two" / "ef").exists() and not (tmp_path / "shared" / "ef").exists()
 
 
+@pytest.mark.parametrize("where", ["the local cache", "the shared store"])
+def test_an_entry_edited_coherently_is_named_where_it_lies_and_compiled_afresh(tmp_path, where):
+    """Issue 52, V12: valid JSON, a figure halved (a fake improvement), no compile to back it: its seal
+    does not match, the entry is a miss, and the note names the file or the store's URL."""
+    first, second = _runners(tmp_path)
+    first.put("ab" * 32, ENTRY, toolchain=TOOLCHAIN)
+    path = (tmp_path / "one" if where == "the local cache" else tmp_path / "shared") / "ab" / f"{'ab' * 32}.json"
+    doc = json.loads(path.read_text())
+    doc["figures"]["peak_bytes"] = 0.5
+    path.write_text(json.dumps(doc))
+    reader = first if where == "the local cache" else second
+    found = reader.get("ab" * 32, toolchain=TOOLCHAIN)  # The store's whole copy, where it has one; never the edit.
+    assert (found is None) if where == "the shared store" else found["figures"] == ENTRY["figures"]
+    named = f"file://{path}" if where == "the shared store" else str(path)
+    assert any(named in n and "its seal does not match what it holds" in n for n in reader.notes), reader.notes
+
+
 def test_the_index_by_inputs_points_at_an_entry_with_its_lines(tmp_path):
     first, second = _runners(tmp_path)
     stored = {"details": {"peak_buffers": []}, "anchors": {"m.py:7": [3]}}
-    first.remember("12" * 32, "ab" * 32, {"m.py:7": "m.py:8"}, stored)
-    assert second.key_for("12" * 32) == ("ab" * 32, {"m.py:7": "m.py:8"}, entry_digest(stored))
+    read = {"environment": {"WIDTH": "digest"}, "files": {}}
+    first.remember("12" * 32, "ab" * 32, {"m.py:7": "m.py:8"}, stored, read)
+    assert second.key_for("12" * 32) == ("ab" * 32, {"m.py:7": "m.py:8"}, entry_digest(stored), read)
     assert second.key_for("34" * 32) is None
     reader = FiguresCache(tmp_path / "one", read=False)  # An update run takes no answer from a cache.
     assert reader.key_for("12" * 32) is None
@@ -139,7 +157,7 @@ def test_an_index_whose_entry_was_rewritten_since_answers_nothing(tmp_path):
     toolchain = case.topology.platform.toolchain()
     seen = {**ENTRY["details"], "peak_buffers": []}
     cache.put("ab" * 32, {**ENTRY, "details": seen}, toolchain=toolchain)
-    cache.remember("12" * 32, "ab" * 32, {}, {"details": seen, "anchors": {}})
+    cache.remember("12" * 32, "ab" * 32, {}, {"details": seen, "anchors": {}}, {"environment": {}, "files": {}})
     answered = by_inputs(cache, "12" * 32, case, {})
     assert answered is not None and answered.cached and not answered.lowered
     cache.put("ab" * 32, {**ENTRY, "details": {**seen, "peak_excess_bytes": 7}}, toolchain=toolchain)

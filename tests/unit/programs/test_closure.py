@@ -5,9 +5,11 @@ alone. Real modules, written and imported in a temporary directory."""
 from __future__ import annotations
 
 import functools
+import re
 import importlib
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -71,12 +73,17 @@ def test_a_class_is_followed_through_its_methods_and_its_modules_imports(project
     assert "model_b" not in closure and "toylib" not in closure  # Not used by this config.
 
 
-def test_an_installed_distribution_counts_by_its_version_not_its_bytes(project):
+def test_an_installed_distribution_counts_by_its_version_and_an_edit_in_place_is_another_input(project):
     import model_b
+    import toylib
 
     closure = code_closure(code_roots(model_b.step))
-    assert closure["toylib"] == "toylib 1.0"
+    assert re.fullmatch(r"toylib 1\.0 [0-9a-f]{16}", closure["toylib"]), closure["toylib"]
     assert closure["model_b"].startswith("sha256 ")
+    # The same version patched by hand in site-packages (issue 52, V26): not the same input.
+    write_before_this_process(Path(toylib.__file__), Path(toylib.__file__).read_text() + "# patched\n")
+    edited = code_closure(code_roots(model_b.step))
+    assert edited["toylib"].startswith("toylib 1.0 ") and edited["toylib"] != closure["toylib"]
 
 
 def test_a_registering_module_counts_by_content_and_only_the_imports_its_config_reads(project):
@@ -96,7 +103,7 @@ def test_an_installed_functions_closure_is_walked_for_the_users_code_it_holds(pr
     import toylib
 
     closure = code_closure(code_roots(toylib.wrap(helper.act)))
-    assert closure["toylib"] == "toylib 1.0" and closure["helper"].startswith("sha256 ")
+    assert closure["toylib"].startswith("toylib 1.0 ") and closure["helper"].startswith("sha256 ")
 
 
 def test_a_file_edited_after_the_process_started_is_not_trusted(project):
@@ -150,4 +157,4 @@ def test_a_submodule_of_an_installed_package_not_imported_is_not_imported_to_nam
     import typed  # noqa: F401
 
     closure = code_closure(["typed"])
-    assert closure["toylib.sub"] == "toylib 1.0" and "toylib" not in sys.modules
+    assert closure["toylib.sub"].startswith("toylib 1.0") and "toylib" not in sys.modules
