@@ -280,6 +280,16 @@ def installed_file(file: str) -> bool:
     return _installed(file) is not None
 
 
+def standard_library_file(file: str) -> bool:
+    """Whether ``file`` is the standard library's (not a site directory's inside Python's prefix).
+
+    Example:
+        >>> standard_library_file(ast.__file__), standard_library_file(functools.__file__)
+        (True, True)
+    """
+    return (_installed(file) or "").startswith("python ")
+
+
 def _source_digest(file: str) -> str:
     """The first 16 hex digits of a ``.py`` file's sha256 (read once per version of it); "" for any other."""
     if not file.endswith(".py"):

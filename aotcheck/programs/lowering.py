@@ -299,23 +299,42 @@ def _check_on_the_mesh(config: FunctionConfig, args: Sequence[Any], placement: P
     hold a CPU program). A function jitted with shardings of its own on the mesh (``make_program``)
     shows it in the lowered program's partitions, and passes."""
     mesh_devices = set(placement.mesh.devices.flat)
-    placed, elsewhere = False, []
+    placed, elsewhere, used = False, [], set()
     for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
         if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
             continue  # A Python scalar: a constant of the program, nowhere to place.
         sharding = getattr(leaf, "sharding", None)
         if sharding is not None and set(sharding.device_set) <= mesh_devices:
             placed = True
+            used |= set(sharding.device_set)
         else:
             elsewhere.append((jax.tree_util.keystr(path), leaf, sharding))
+    for leaf in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ())):  # out_shardings place it too.
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and hasattr(sharding, "device_set") and set(sharding.device_set) <= mesh_devices:
+            placed = True
+            used |= set(sharding.device_set)
     text = lowered.as_text()
     found = _PARTITIONS.search(text[:2000])
     partitions = int(found[1]) if found else 1
-    if placed or not elsewhere or (len(mesh_devices) > 1 and partitions == len(mesh_devices)):
+    whole = len(mesh_devices) > 1 and partitions == len(mesh_devices)
+    way = "make_program" if config.make_program is not None else "make_args"
+    if placed and used < mesh_devices and not whole:
+        raise LoweringError(
+            f"{config.program} for {placement.target}: its arguments are on {len(used)} of the target's "
+            f"{len(mesh_devices)} devices, so JAX would compile a program of {partitions} partition(s), not one for "
+            f"{placement.target}. Place them on the mesh {way} is given (all {len(mesh_devices)} devices; "
+            "PartitionSpec() replicates an argument over it), not on a mesh of some of its devices.")
+    if placed or whole:
         return
     if len(mesh_devices) == 1 and _OWN_SHARDINGS.search(text):
         return  # One device: no partitions to count, but the function's own shardings place it.
-    way = "make_program" if config.make_program is not None else "make_args"
+    if not elsewhere:  # No array argument at all (none, or Python scalars): nothing says where it runs.
+        raise LoweringError(
+            f"{config.program} for {placement.target}: none of its arguments is an array on the target's mesh (it "
+            f"takes {'none' if not jax.tree_util.tree_leaves(tuple(args)) else 'Python scalars only'}), so JAX would "
+            f"compile the program for the host CPU, not {placement.target}. Give it an argument on the mesh {way} "
+            "is given (a ShapeDtypeStruct with a NamedSharding), or jit it with out_shardings on that mesh.")
     where, leaf, sharding = elsewhere[0]
     what = ("a ShapeDtypeStruct without a sharding" if isinstance(leaf, jax.ShapeDtypeStruct) and sharding is None
             else f"a concrete {type(leaf).__name__} on {sorted(str(d) for d in sharding.device_set)[:2]}"

@@ -28,7 +28,6 @@ import functools
 import hashlib
 import os
 import sys
-import sysconfig
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +38,7 @@ _FILES: set[str] = set()  # Absolute paths opened for reading.
 _INSTALLED = False
 _BUSY = threading.local()  # Set while this module reads a file itself (its own opens are not the project's).
 _AOTCHECK = str(Path(__file__).resolve().parents[1]) + os.sep
+_PREFIXES = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
 _CODE_SUFFIXES = (".py", ".pyc", ".pyi", ".so", ".pyd", ".pth")
 # Large files are known by size and modification time (hashing a dataset on every run costs more than
 # the compile it saves); below this, by their bytes, the same on every runner sharing a store.
@@ -69,14 +69,38 @@ def _projects(filename: str) -> bool | None:
     return None if installed_file(path) else True
 
 
-def _projects_asking(frame: Any) -> bool:
-    """Whether the first frame from ``frame`` up that is the project's or aotcheck's is the project's."""
+def _projects_asking(frame: Any, *, through_packages: bool) -> bool:
+    """Whether the code asking, from ``frame`` up past the standard library's, is the project's:
+    the first frame that is not the standard library's, or with ``through_packages`` the first that is
+    the project's or aotcheck's (an installed package reading a file for the project: ``np.load``)."""
     while frame is not None:
-        mine = _projects(frame.f_code.co_filename)
+        filename = frame.f_code.co_filename
+        mine = _projects(filename)
         if mine is not None:
             return mine
+        if not through_packages and not _stdlib(filename):
+            return False  # An installed package's own lookup (pytest's, jax's): not the project's.
         frame = frame.f_back
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _stdlib(filename: str) -> bool:
+    from aotcheck.programs.closure import standard_library_file  # noqa: PLC0415
+
+    return filename.startswith("<") or standard_library_file(os.path.abspath(filename))
+
+
+@functools.lru_cache(maxsize=4096)
+def _projects_file(path: str) -> bool:
+    """Whether a file opened may be the project's data: not under Python's prefixes or an installed
+    package, not in a hidden directory (a tool's cache: ``.hypothesis``, ``.pytest_cache``), not metadata."""
+    from aotcheck.programs.closure import installed_file  # noqa: PLC0415
+
+    if path.startswith(_PREFIXES) or installed_file(path):
+        return False
+    return not any((part.startswith(".") and part not in (".", "..")) or part.endswith((".egg-info", ".dist-info"))
+                   for part in Path(path).parts)  # Nor a distribution's metadata (an editable install's).
 
 
 class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]  # os.environ's own class, recording.
@@ -91,7 +115,7 @@ class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]  # os.e
 
 
 def _note(key: str, value: str | None) -> None:
-    if isinstance(key, str) and _projects_asking(sys._getframe(2)):  # The value last read is the one used.
+    if isinstance(key, str) and _projects_asking(sys._getframe(2), through_packages=False):  # The last read is used.
         _ENV[key] = digest_value(key, value)
 
 
@@ -102,9 +126,15 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if not isinstance(path, (str, bytes, os.PathLike)):
         return  # A file descriptor: opened before, as a path, if it was.
     reading = ("r" in mode and "+" not in mode) if isinstance(mode, str) else not flags & (os.O_WRONLY | os.O_RDWR)
-    name = os.fsdecode(path)
-    if reading and not name.endswith(_CODE_SUFFIXES) and _projects_asking(sys._getframe(1)):
-        _FILES.add(os.path.abspath(name))
+    name = os.path.abspath(os.fsdecode(path))
+    if not reading or name.endswith(_CODE_SUFFIXES):
+        return
+    _BUSY.on = True  # Telling whose file it is may open others (a distribution's RECORD): not the project's.
+    try:
+        if _projects_file(name) and _projects_asking(sys._getframe(1), through_packages=True):
+            _FILES.add(name)
+    finally:
+        _BUSY.on = False
 
 
 def install() -> None:

@@ -245,6 +245,35 @@ def test_arguments_off_the_mesh_are_refused_before_anything_compiles(topology, k
     assert f"the first, args[0], is {what}" in message and "sharding=NamedSharding(mesh" in message
 
 
+@pytest.mark.parametrize("topology", ["v4-8", "h100-8"])
+@pytest.mark.parametrize("args, said", [((), "it takes none"), ((2, 3.0), "it takes Python scalars only")])
+def test_a_function_of_no_array_is_refused_unless_its_out_shardings_place_it(topology, args, said):
+    """Issue 52, V74: no argument to place it, so a host CPU program, gated as the target."""
+    config = aotcheck.FunctionConfig(fn=lambda *a: jnp.ones((8, 8)) * sum(a), make_args=lambda mesh: args)
+    with pytest.raises(LoweringError) as raised:
+        lower_config(config, Target.of(topology))
+    assert f"({said}), so JAX would compile the program for the host CPU, not {topology}x1" in str(raised.value)
+    assert "out_shardings on that mesh" in str(raised.value)
+
+    def make_program(mesh, target):
+        return jax.jit(lambda: jnp.ones((8, 8)), out_shardings=NamedSharding(mesh, P())), ()
+
+    lowered = lower_config(aotcheck.FunctionConfig(make_program=make_program), Target.of(topology))
+    assert f"mhlo.num_partitions = {Target.of(topology).num_devices}" in lowered["step"].as_text()
+
+
+def test_arguments_on_a_mesh_of_half_the_targets_devices_are_refused():
+    """Issue 52, V75: a 2-partition program gated as v4-8 (4 devices)."""
+    def make_args(mesh):
+        half = jax.sharding.Mesh(mesh.devices.flat[:2], ("half",))
+        return (jax.ShapeDtypeStruct((16, 64), jnp.float32, sharding=NamedSharding(half, P("half"))),)
+
+    with pytest.raises(LoweringError) as raised:
+        lower_config(aotcheck.FunctionConfig(fn=lambda x: x * 2, make_args=make_args), Target.of("v4-8"))
+    assert ("its arguments are on 2 of the target's 4 devices, so JAX would compile a program of 2 partition(s), not "
+            "one for v4-8x1. Place them on the mesh make_args is given (all 4 devices") in str(raised.value)
+
+
 def test_one_argument_on_the_mesh_places_the_program_and_a_function_with_its_own_shardings_passes():
     def make_args(mesh):  # A step counter without a sharding beside a sharded batch: JAX places it.
         return (jax.ShapeDtypeStruct((16, 64), jnp.float32, sharding=NamedSharding(mesh, P("data"))),
