@@ -21,7 +21,6 @@ Example (host CPU devices; a TPU topology name works the same, through libtpu):
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -51,7 +50,7 @@ def unsupported_reason(config: Config, case: Case) -> str | None:
     if config.platforms and case.topology.platform.name not in config.platforms:
         return (f"{case.config} runs on {' and '.join(p.upper() for p in config.platforms)} targets only "
                 f"(its platforms); {case.target} is a {case.topology.platform.name.upper()} target")
-    if not any(fnmatch.fnmatchcase(str(case.target), glob) for glob in config.targets):
+    if not any(case.target.matches(glob) for glob in config.targets):
         return f"{case.config} is deployed on {', '.join(config.targets)} only (its targets); {case.target} is not one"
     return None
 
@@ -62,7 +61,7 @@ def fit_knob(config: Config, case: Case, *, fit: str | None = None, fit_default:
     else ``fit_default`` (the gate's ``--aot-fit``) where the config offers that knob and names none."""
     if fit is not None:
         return fit
-    if not any(fnmatch.fnmatchcase(str(case.target), glob) for glob in getattr(config, "fit_targets", ("*",))):
+    if not any(case.target.matches(glob) for glob in getattr(config, "fit_targets", ("*",))):
         return None  # The config asks for its searches elsewhere.
     own = getattr(config, "fit", None)
     if own is not None:

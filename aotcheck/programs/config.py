@@ -32,6 +32,7 @@ from aotcheck.programs.options import parse_libtpu_init_args
 from aotcheck.targets import platform as platforms
 from aotcheck.targets.mesh import MeshSpec
 from aotcheck.targets.partition import Rules
+from aotcheck.targets.topology import closest_name, unmatched_globs
 
 BatchSpec = Mapping[str, jax.ShapeDtypeStruct]
 
@@ -62,6 +63,16 @@ def _check_callable(field: str, fn: Any, *, forms: Sequence[tuple[str, ...]], gi
     raise ConfigError(f"{field} takes {signature}, which cannot be called as {allowed}; aotcheck calls it with "
                       f"{' or '.join(f'({len(f)} argument' + ('s)' if len(f) > 1 else ')') for f in forms)}.")
 
+
+
+def _check_globs(field: str, globs: Sequence[str]) -> None:
+    """ConfigError naming a glob of ``field`` that no target matches (the config would be skipped, or
+    searched, nowhere), with the nearest target name."""
+    for glob in unmatched_globs(globs):
+        near = closest_name(glob)
+        raise ConfigError(f"{field}={tuple(globs)!r}: {glob!r} names no target (a target is TOPOLOGYxSLICES, e.g. "
+                          "v5e-1x1; a topology alone, v5e-1, means each of its slices; globs such as 7x-8x* and v5e-* "
+                          "work too)" + (f"; did you mean {near!r}?" if near else "."))
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Common:
@@ -116,6 +127,7 @@ class _Common:
         if not self.targets or not all(isinstance(t, str) and t for t in self.targets):
             raise ConfigError(f"targets={self.targets!r}: give globs over target names, e.g. targets=('v5e-1x1',) "
                               "or targets=('7x-8x*',); ('*',), the default, is every target.")
+        _check_globs("targets", self.targets)
         fraction = self.memory_fraction
         if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
                                      or not 0 < fraction <= 1):
@@ -154,6 +166,7 @@ class _Bounded(_Common):
         # One glob alone is a tuple of one: iterating "*x1" by character would match every target.
         if isinstance(self.fit_targets, str):
             object.__setattr__(self, "fit_targets", (self.fit_targets,))
+        _check_globs("fit_targets", self.fit_targets)
 
     def _searched(self) -> tuple[str, int | None]:
         """The knob a fit search moves (what ``fit_upper`` caps) and its configured size, when known."""

@@ -43,3 +43,26 @@ def test_the_knob_searched_is_the_callers_then_the_configs_then_the_gates_where_
     assert fit_knob(two_knobs(), CASE, fit_default="seq") == "seq"
     assert fit_knob(two_knobs(), CASE, fit_default="pages") is None  # Not offered here: no search.
     assert fit_knob(two_knobs(fit="seq", fit_targets=("v4-*",)), CASE) is None  # Searched elsewhere only.
+
+
+@pytest.mark.parametrize("glob", ["v5e-16", "v5e-16x1", "v5e-*", "v5litepod-16", "*x1"])
+def test_a_target_given_as_a_topology_means_its_slices(glob):
+    """Issue 52, V53: targets=('v5e-1',) skipped every case on v5e-1 ("v5e-1x1 is not one")."""
+    from aotcheck.pipeline.measure import unsupported_reason
+
+    config = two_knobs(targets=(glob,))
+    assert unsupported_reason(config, CASE) is None
+    two_slices = unsupported_reason(config, Case.of("two", "double", "v5e-16", 2))
+    if glob in ("v5e-16x1", "*x1"):  # One slice named.
+        assert two_slices == f"two is deployed on {glob} only (its targets); v5e-16x2 is not one"
+    else:  # A topology names each of its slices.
+        assert two_slices is None
+    assert fit_knob(two_knobs(fit="seq", fit_targets=(glob,)), CASE) == "seq"
+
+
+@pytest.mark.parametrize("field", ["targets", "fit_targets"])
+def test_a_target_glob_that_matches_no_target_is_a_config_error(field):
+    with pytest.raises(ConfigError) as raised:
+        two_knobs(**{field: ("v5e1",)})
+    assert f"{field}=('v5e1',): 'v5e1' names no target" in str(raised.value)
+    assert "did you mean 'v5e-1'?" in str(raised.value)
