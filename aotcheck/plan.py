@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import fnmatch
 import functools
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -102,6 +103,13 @@ class Plan:
             return set()
         k, n = self.shard
         return {name for name in names if shard_of_name(name, n) != k}
+
+    @functools.cached_property
+    def matrix_digest(self) -> str:
+        """A digest of the matrix's case ids (every shard's): the shards of one run record the same one, so a
+        merge of shards of different matrices (another config list, other targets) is told apart."""
+        ids = "\n".join(sorted(p.case.id for p in self.matrix))
+        return hashlib.sha256(ids.encode()).hexdigest()[:16]
 
     def whole_matrix_ran(self, done: Collection[str]) -> bool:
         """Whether every case of every registered config is among ``done`` (case ids): prune only then."""

@@ -305,7 +305,7 @@ class GateSession:
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args(),
-                        interrupted=interrupted)
+                        interrupted=interrupted, matrix=self.plan().matrix_digest)
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)

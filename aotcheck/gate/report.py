@@ -60,6 +60,8 @@ class Report:
         accept_args: The run's options an accept command must repeat (launch flags, presets off, ...),
             so that one printed from the report (a bill's) accepts the figures judged.
         interrupted: What ended the run early, when something did.
+        matrix: A digest of the run's whole matrix (:attr:`aotcheck.plan.Plan.matrix_digest`), the same in
+            each of its shards; None in a merged report or one from before it was recorded.
     """
 
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
@@ -73,6 +75,7 @@ class Report:
     bills: list[Bill] = dataclasses.field(default_factory=list)
     accept_args: list[str] = dataclasses.field(default_factory=list)
     interrupted: Interrupted | None = None
+    matrix: str | None = None
 
     def __post_init__(self) -> None:
         self.outcomes = sort_outcomes(list(self.outcomes))
@@ -100,6 +103,7 @@ class Report:
             "startup_bills": [b.to_json() for b in self.bills],
             "accept_args": list(self.accept_args),
             "interrupted": self.interrupted.to_json() if self.interrupted is not None else None,
+            "matrix": self.matrix,
         }
 
     @classmethod
@@ -122,6 +126,7 @@ class Report:
             bills=[Bill.from_json(b) for b in doc.get("startup_bills") or []],
             accept_args=[str(a) for a in doc.get("accept_args") or []],
             interrupted=Interrupted.from_json(doc["interrupted"]) if doc.get("interrupted") else None,
+            matrix=str(doc["matrix"]) if doc.get("matrix") else None,
         )
 
 
@@ -225,6 +230,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     problems: list[str] = []
     seen_shards: set[int] = set()
     of_shards: dict[int, Path] = {}  # N of each report's recorded shard K/N -> a report that says so.
+    matrices: dict[str, Path] = {}  # Each matrix digest recorded -> a report that records it.
     toolchains: dict[Path, dict[str, str | None]] = {}  # Reports whose toolchain is not the first's.
     toolchains_first = Path()
     shard_bills: list[Bill] = []
@@ -256,6 +262,8 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         if report.shard:
             seen_shards.add(report.shard[0])
             of_shards.setdefault(report.shard[1], path)
+        if report.matrix:
+            matrices.setdefault(report.matrix, path)
     for (first, later), cases in shared.items():
         held = cases[0] if len(cases) == 1 else f"{len(cases)} cases ({', '.join(sorted(cases))})"
         problems.append(f"{first} and {later} both hold {held}: shards never share a case, so these reports are "
@@ -266,6 +274,11 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
                         + "; ".join(f"{p}: {_toolchain_words(t)}" for p, t in
                                     [(first, toolchain or {}), *toolchains.items()])
                         + "): merge the shards of one run, each made with the same lock file")
+    if len(matrices) > 1:
+        problems.append("these reports are shards of different matrices (" + ", ".join(
+            f"{path}: matrix {digest}" for digest, path in matrices.items()) + "; each shard of one run records the "
+            "same digest of the whole case list): merge the shards of one run, made with the same configs, targets "
+            "and slices")
     if len(of_shards) > 1:
         problems.append("these reports are shards of runs split differently ("
                         + ", ".join(f"{path}: of {n}" for n, path in sorted(of_shards.items()))

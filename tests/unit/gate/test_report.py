@@ -331,6 +331,33 @@ def test_a_report_that_records_its_shard_is_incomplete_alone(tmp_path):
     assert merge_reports([tmp_path / "whole.json"]).problems == []  # An unsharded run is whole.
 
 
+def test_shards_of_two_different_matrices_are_not_one_run(tmp_path):
+    """Hardening round 5, V36: shard 1/2 of one matrix and 2/2 of another merged as one pass."""
+    write_report(tmp_path / "a.json", Report([outcome("lm/prefill@v4-8x1", "pass", False)], shard=(1, 2), matrix="aa"))
+    write_report(tmp_path / "b.json", Report([outcome("lm/decode@v5e-16x1", "pass", False)], shard=(2, 2), matrix="bb"))
+    merged = merge_reports([tmp_path / "a.json", tmp_path / "b.json"])
+    assert merged.problems == [f"these reports are shards of different matrices ({tmp_path / 'a.json'}: matrix aa, "
+                               f"{tmp_path / 'b.json'}: matrix bb; each shard of one run records the same digest of "
+                               "the whole case list): merge the shards of one run, made with the same configs, "
+                               "targets and slices"]
+    write_report(tmp_path / "c.json", Report([outcome("lm/decode@v4-8x1", "pass", False)], shard=(2, 2), matrix="aa"))
+    assert merge_reports([tmp_path / "a.json", tmp_path / "c.json"]).problems == []
+
+
+def test_a_plans_matrix_digest_is_its_case_list_not_its_shard():
+    import tempfile
+
+    from aotcheck.gate.golden import GoldenStore
+    from aotcheck.plan import make_plan
+    from aotcheck.programs.registry import REGISTRY
+    from aotcheck.settings import GateSettings
+
+    root = tempfile.mkdtemp()
+    plans = [make_plan(GateSettings.parse(rootdir=root, topologies=t, shard=k), REGISTRY, GoldenStore(root))
+             for t, k in (("cpu-2,cpu-4", "1/2"), ("cpu-2,cpu-4", "2/2"), ("cpu-2", "1/2"))]
+    assert plans[0].matrix_digest == plans[1].matrix_digest != plans[2].matrix_digest
+
+
 def test_reports_of_two_toolchains_are_not_one_run(tmp_path):
     """Hardening round 4: the first file's toolchain won, and in one order every case was said to be judged
     on the other toolchain."""
