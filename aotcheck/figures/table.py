@@ -179,6 +179,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("*_cpu_seconds", Unit.SECONDS, Worse.MORE, 4.0, 10.0, True,
            "`compile_cpu_seconds`, `lower_cpu_seconds`: the compile's and the lowering's CPU seconds (user + sys of "
            "the compiling process, every thread; not wall time)", near=(1.0, 1.0)),
+    Figure("*_headroom_bytes", Unit.BYTES, Worse.LESS, 0.01, 64 * 1024, False,
+           "`vmem_headroom_bytes`, `smem_headroom_bytes`: a Pallas kernel's limit less its use, judged in place of "
+           "the limit where the golden and the run both hold the pair (derived as they are compared, not stored): "
+           "a raised limit is room gained, a halved one room lost; less is worse"),
     Figure("*_bytes", Unit.BYTES, Worse.MORE, 0.01, 64 * 1024, False,
            "memory per device: XLA's memory analysis (`argument_bytes`, `output_bytes`, `alias_bytes`, `temp_bytes`, "
            "`generated_code_bytes`), its liveness-aware `peak_bytes` (checked against the chip's HBM; on a TPU it "

@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from aotcheck.errors import AotcheckError
+from aotcheck.figures.scoped import FIGURES as SCOPED_FIGURES
 from aotcheck.figures.table import ANY_KNOB, FIGURES, Unit, Worse, describe, fit_max, parse
 from aotcheck.gate.verdict import Verdict
 
@@ -246,6 +247,8 @@ class Row:
 
 
 # Figures where more is better (headroom): a drop beyond tolerance is the regression.
+# A memory space's limit -> its use: the pair judged as headroom (see compare).
+HEADROOM = {limit: use for use, limit in SCOPED_FIGURES.values()}
 HIGHER_IS_BETTER = tuple(f.glob for f in FIGURES if f.worse is Worse.LESS)
 # Figures that differ from run to run (timings). Their tolerance is a factor either way (see compare_metric),
 # and --update-golden keeps a golden's value only while it is near the new one (the figure's ``near``).
@@ -309,11 +312,25 @@ def compare_metric(metric: str, golden: float | None, now: float | None, tol: To
 def compare(
     golden: Mapping[str, float], now: Mapping[str, float], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES
 ) -> list[Row]:
-    """Compares every metric present on either side, sorted by name."""
-    return [
-        compare_metric(m, golden.get(m), now.get(m), tolerance_for(m, tolerances))
-        for m in sorted(set(golden) | set(now))
-    ]
+    """Compares every metric present on either side, sorted by name. A memory space's limit is no cost
+    (raising it is no regression): where both sides hold it and its use, their difference is judged
+    instead, as ``*_headroom_bytes`` (less is worse).
+
+    Example:
+        >>> rows = compare({"vmem_scoped_bytes": 8, "vmem_limit_bytes": 16 << 20}, {"vmem_scoped_bytes": 8,
+        ...                "vmem_limit_bytes": 32 << 20}, parse_tolerances([]))
+        >>> [(r.metric, r.change.value) for r in rows]
+        [('vmem_headroom_bytes', 'improvement'), ('vmem_scoped_bytes', 'ok')]
+    """
+    rows = []
+    for m in sorted(set(golden) | set(now)):
+        use = HEADROOM.get(m)
+        if use is not None and all(k in side for side in (golden, now) for k in (m, use)):
+            name = m.replace("_limit_bytes", "_headroom_bytes")
+            rows.append(compare_metric(name, golden[m] - golden[use], now[m] - now[use], tolerance_for(name, tolerances)))
+            continue
+        rows.append(compare_metric(m, golden.get(m), now.get(m), tolerance_for(m, tolerances)))
+    return sorted(rows, key=lambda r: r.metric)
 
 
 def verdict(rows: Sequence[Row]) -> Verdict:

@@ -68,3 +68,19 @@ def test_tolerance_lines_parse(rel, absolute, unit):
 def test_bad_tolerance_lines(line):
     with pytest.raises(ToleranceError):
         parse_tolerance_line(line)
+
+
+@pytest.mark.parametrize("space, use", [("vmem", "vmem_scoped_bytes"), ("smem", "smem_bytes")])
+def test_a_memory_spaces_limit_is_judged_as_headroom_not_as_a_cost(space, use):
+    """Hardening round 5, V66: raising vmem_limit_bytes was a regression, halving it an improvement."""
+    limit, MiB = f"{space}_limit_bytes", 2**20
+    golden = {use: 10 * MiB, limit: 16 * MiB}
+    judged = lambda now: {r.metric: r.change.value for r in compare(golden, now, parse_tolerances([]))}  # noqa: E731
+    from aotcheck.gate.compare import parse_tolerances
+
+    assert judged({use: 10 * MiB, limit: 32 * MiB}) == {f"{space}_headroom_bytes": "improvement", use: "ok"}
+    assert judged({use: 10 * MiB, limit: 12 * MiB}) == {f"{space}_headroom_bytes": "regression", use: "ok"}
+    assert judged({use: 10 * MiB, limit: 16 * MiB}) == {f"{space}_headroom_bytes": "ok", use: "ok"}
+    # A golden without the pair (made before the kernel had a limit): the limit is new, as itself.
+    assert {r.metric: r.change.value for r in compare({use: 10 * MiB}, {use: 10 * MiB, limit: 16 * MiB},
+                                                      parse_tolerances([]))} == {limit: "new", use: "ok"}
