@@ -234,9 +234,10 @@ class GateSession:
         # The compile workers search the knob the plan chose (a measure of one's own decides for itself).
         measure = functools.partial(self._measurer, fit=self.plan().knob(case)) if self._measurer is not None \
             else self.measure
+        room = self.usable_for(case) if case.bucket else None
         outcome = check_case(case, measure=measure, store=self.store, tolerances=s.tolerances,
                              update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom,
-                             metric_drift=s.metric_drift)
+                             metric_drift=s.metric_drift, usable=room.to_json() if room is not None else None)
         # Notes the compile workers raised on this case ride with it (under xdist, to the controller).
         worker_notes = self._measurer.notes if self._measurer is not None else []
         new = [n for n in worker_notes if n not in self._noted]
@@ -322,18 +323,23 @@ class GateSession:
             key = (o.case.config, o.case.target.name)
             if not served(o) or key in out:
                 continue
-            try:
-                own = self.registry.get(o.case.config).program(o.case.program_id).memory_fraction
-            except RegistryError:
-                own = None
-            given = self.settings.memory_fraction
-            fraction = ((own, f"{o.case.config}'s memory_fraction") if own is not None else
-                        (given, self.settings.said.get("memory_fraction", "aot_memory_fraction"))
-                        if given is not None else None)
-            room = usable_memory(o.case.topology, fraction=fraction)
+            room = self.usable_for(o.case)
             if room is not None:
                 out[key] = room
         return out
+
+    def usable_for(self, case: Case) -> Usable | None:
+        """What a device may hold for a server's bucket (its config's memory fraction, else the ini's, else
+        this process's environment's)."""
+        try:
+            own = self.registry.get(case.config).program(case.program_id).memory_fraction
+        except RegistryError:
+            own = None
+        given = self.settings.memory_fraction
+        fraction = ((own, f"{case.config}'s memory_fraction") if own is not None else
+                    (given, self.settings.said.get("memory_fraction", "aot_memory_fraction"))
+                    if given is not None else None)
+        return usable_memory(case.topology, fraction=fraction)
 
     def servers(self, outcomes: Sequence[Outcome]) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
         """Each served config's programs in the order it declares them (the order a server warms them up

@@ -162,7 +162,10 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
         room = (usable or {}).get((config, target)) or usable_memory(group[0].case.topology)
         programs, configured = tuple((order or {}).get(config, ())), (pages or {}).get(config)
         boot = _boot(group, lambda o: o.figures, room, programs, configured) if whole else None
-        was = _boot(group, lambda o: o.golden_figures, room, programs, configured) if judged else None
+        # The goldens' start as they were made: with what a device could hold then, where they say it.
+        made = next((o.golden.usable for o in group if o.golden is not None and o.golden.usable), None)
+        then = Usable.from_json(made) if made is not None else room
+        was = _boot(group, lambda o: o.golden_figures, then, programs, configured) if judged else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
                           booted=was.start if was is not None else None, usable=room, load_order=programs,
                           pages=configured))

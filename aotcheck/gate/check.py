@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from aotcheck.figures.attribution import LATER_PEAK_FIGURES, PEAK_FIGURES
 from aotcheck.errors import AotcheckError, CompileError, OutOfMemory, UserCodeError, WorkerCrashed
@@ -68,16 +69,18 @@ def check_case(
     strict: bool = False,
     hbm_headroom: float = 1.0,
     metric_drift: str = "fail",
+    usable: dict[str, Any] | None = None,
 ) -> Outcome:
     """Measures ``case`` with ``measure`` and decides its verdict (see the module's table).
 
     Under ``update`` the golden is written (atomically) unless the case fails
-    to compile or to fit. ``failed`` is set as ``strict`` judges the verdict.
+    to compile or to fit, with ``usable`` (a server's bucket's: what a device may hold, as
+    :class:`aotcheck.gate.boot.Usable`'s JSON). ``failed`` is set as ``strict`` judges the verdict.
     ``metric_drift``: ``"fail"`` (figures new or gone against the golden fail the
     case) or ``"warn"`` (they pass, with a warning in the message).
     """
     outcome = _decide(case, measure=measure, store=store, tolerances=tolerances, update=update,
-                      hbm_headroom=hbm_headroom)
+                      hbm_headroom=hbm_headroom, usable=usable)
     if outcome.verdict is Verdict.METRICS_CHANGED and metric_drift == "warn":
         outcome = dataclasses.replace(outcome, verdict=Verdict.PASS)  # Its changes say what drifted.
     return dataclasses.replace(outcome, failed=outcome.verdict.fails(strict=strict))
@@ -104,7 +107,7 @@ def with_later_classes(golden: Mapping[str, float]) -> dict[str, float]:
 
 def _decide(
     case: Case, *, measure: Measure, store: GoldenStore, tolerances: Sequence[tuple[str, Tolerance]],
-    update: bool, hbm_headroom: float,
+    update: bool, hbm_headroom: float, usable: dict[str, Any] | None = None,
 ) -> Outcome:
     try:
         result = measure(case)
@@ -138,7 +141,7 @@ def _decide(
         try:
             # The golden keeps a view of the measurement (its figures settled against the last golden's).
             action = store.write(case, written, toolchain=case.topology.platform.toolchain(),
-                                 **result.view("compiler_options", "details"))
+                                 usable=usable, **result.view("compiler_options", "details"))
         except OSError as e:  # Its strerror is the words to keep (its str repeats the path).
             return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.GOLDEN_UNWRITABLE, e, text=e.strerror or str(e),
                                                                  path=str(store.path(case))), **measured)

@@ -56,15 +56,24 @@ class Golden:
     compiler_options: dict[str, str]
     path: Path = dataclasses.field(compare=False)  # Where it was read: not what it holds.
     details: dict[str, Any] = dataclasses.field(default_factory=dict)  # What explains the figures (not gated).
+    # A server's bucket: what a device could hold when it was made (gate.boot.Usable's JSON), so that its
+    # start-up is judged then as it was (a memory fraction lowered since is a start lost, not a start never had).
+    usable: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"figures": dict(self.figures), "toolchain": dict(self.toolchain),
-                "compiler_options": dict(self.compiler_options), "details": dict(self.details)}
+                "compiler_options": dict(self.compiler_options), "details": dict(self.details),
+                **({"usable": dict(self.usable)} if self.usable is not None else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, path: Path) -> "Golden":
         return cls(dict(data["figures"]), dict(data.get("toolchain") or {}), dict(data.get("compiler_options") or {}),
-                   path, dict(data.get("details") or {}))
+                   path, dict(data.get("details") or {}), _usable(data.get("usable")))
+
+
+def _usable(value: Any) -> dict[str, Any] | None:
+    """A golden's ``usable`` as read: an object with an integer ``bytes``, else None (judged as the run's)."""
+    return dict(value) if isinstance(value, dict) and isinstance(value.get("bytes"), int) else None
 
 
 def toolchain_problem(toolchain: Any) -> str | None:
@@ -131,10 +140,11 @@ def toolchain_note(golden_toolchain: dict[str, Any], *, platform: Platform) -> s
 
 def golden_document(
     case: Case, figures: dict[str, int | float], *, toolchain: dict[str, Any], compiler_options: dict[str, str],
-    details: dict[str, Any] | None = None,
+    details: dict[str, Any] | None = None, usable: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON document stored for ``case``: figures (gated) and ``details`` (the peak's largest
-    buffers and the largest collectives, which explain a change but are not gated one by one)."""
+    buffers and the largest collectives, which explain a change but are not gated one by one); a
+    server's bucket's ``usable`` (what a device could hold then, :class:`aotcheck.gate.boot.Usable`)."""
     return {
         "format": FORMAT,
         "case": case.id,
@@ -142,6 +152,7 @@ def golden_document(
         "toolchain": dict(toolchain),
         "compiler_options": dict(compiler_options),
         "details": dict(details or {}),
+        **({"usable": dict(usable)} if usable is not None else {}),
     }
 
 
@@ -217,7 +228,8 @@ def parse_document(text: str, path: Path, *, case: Case | None = None) -> Golden
             + (" (their names differ only in letter case, and this filesystem keeps one file for both; rename "
                "one config or program)" if str(said).casefold() == case.id.casefold() else "")
             + ". Regenerate it with --update-golden.")
-    return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path, details or {})
+    return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path, details or {},
+                  _usable(doc.get("usable")))
 
 
 class GoldenStore:
@@ -249,11 +261,12 @@ class GoldenStore:
         toolchain: dict[str, Any],
         compiler_options: dict[str, str],
         details: dict[str, Any] | None = None,
+        usable: dict[str, Any] | None = None,
     ) -> GoldenAction:
         """Writes the case's golden (atomically) and says what that did."""
         path = self.path(case)
         text = dumps(golden_document(case, figures, toolchain=toolchain, compiler_options=compiler_options,
-                                     details=details))
+                                     details=details, usable=usable))
         try:
             old = path.read_text()
         except FileNotFoundError:

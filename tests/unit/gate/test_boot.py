@@ -204,6 +204,26 @@ def test_a_server_that_started_and_no_longer_does_fails_the_run_and_says_what_ti
     assert not never.boot.boots and never.booted is Start.FAILS and not never.failed  # Never started: said, not failed.
 
 
+def test_a_server_whose_goldens_started_with_more_memory_than_it_has_now_fails():
+    """Hardening round 5, V49: a memory fraction lowered until the server will not start passed, its
+    goldens re-judged under the new fraction ("never started"). Goldens record what a device held then."""
+    from aotcheck.gate.boot import Usable
+
+    def at(fraction_bytes, golden_bytes):
+        case = Case.of("srv", "step[tokens=64]", "v5e-1")
+        golden = Golden(small(2 * GiB), {}, {}, Path(case.golden_relpath),
+                        usable=Usable(golden_bytes).to_json() if golden_bytes else None)
+        (bill,) = startup_bills([Outcome(case, Verdict.PASS, measured=Measurement(case, small(2 * GiB), {}, 1.0),
+                                         golden=golden)], usable={("srv", "v5e-1x1"): Usable(fraction_bytes)})
+        return bill
+
+    lowered = at(12 * GiB, V5E_BYTES_LIMIT)  # Made with the whole chip; now 12 GiB, short of 12.5.
+    assert lowered.booted is Start.STARTS and lowered.boot.start is Start.FAILS and lowered.failed
+    assert not at(12 * GiB, 12 * GiB).failed  # Made and judged at 12 GiB: never started, said, not failed.
+    assert not at(12 * GiB, None).failed  # A golden from before it was recorded: judged as now.
+    assert Golden.from_json({"figures": {}, "usable": {"bytes": 1}}, path=Path("x")).usable == {"bytes": 1}
+
+
 def test_a_server_that_newly_starts_only_by_reloading_programs_fails_the_run():
     """Weights + pool + one bucket's code and temporaries fit; with every program's code resident they
     do not: the runtime evicts idle code to run each, and reloads it at the next switch."""
