@@ -313,6 +313,34 @@ def read_settings(*, option: Callable[[Setting], Any], ini: Callable[[Setting], 
 
 
 
+def check_environment_fraction(targets: Sequence[Target], environ: Mapping[str, str] = os.environ) -> None:
+    """A SettingsError for a memory share in the environment that a run's GPU targets would read and no
+    process runs with (``XLA_PYTHON_CLIENT_MEM_FRACTION=abc``, ``1.5``, ``0``): JAX's own start-up would
+    print a traceback for it, and a boot budget taking the default instead would judge another server.
+
+    Example:
+        >>> from aotcheck.targets.topology import Target
+        >>> check_environment_fraction([Target.of("h100-8")], {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"})
+        >>> check_environment_fraction([Target.of("v4-8")], {"XLA_PYTHON_CLIENT_MEM_FRACTION": "abc"})  # No GPU.
+        >>> check_environment_fraction([Target.of("h100-8")], {"XLA_PYTHON_CLIENT_MEM_FRACTION": "1.5"})
+        Traceback (most recent call last):
+        ...
+        aotcheck.readers.SettingsError: XLA_PYTHON_CLIENT_MEM_FRACTION='1.5' (in the environment) is not a share of a GPU's memory: give a number in (0, 1], e.g. XLA_PYTHON_CLIENT_MEM_FRACTION=0.9, or unset it (JAX's default is 0.75)
+    """
+    shares = {t.topology.platform.memory_fraction for t in targets if t.topology.platform.memory_fraction}
+    for default, variable in sorted(shares, key=lambda share: share[1]):
+        given = environ.get(variable)
+        if given is None or not given.strip():
+            continue
+        try:
+            ok = 0 < float(given) <= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SettingsError(f"{variable}={given!r} (in the environment) is not a share of a GPU's memory: give a "
+                                f"number in (0, 1], e.g. {variable}=0.9, or unset it (JAX's default is {default})")
+
+
 # The order the rows are read in: with several bad values, the error names the first of these (as it always
 # has); the rows' own order is the options' order in --help.
 _CHECKED_FIRST = ("slices", "topologies", "tolerances", "hbm_headroom", "fit", "shard", "metric_drift",
@@ -398,6 +426,8 @@ class GateSettings:
         fields.pop("", None)
         if fields["cases"]:  # A case names its target: the run's targets are the cases'.
             fields["targets"] = tuple(dict.fromkeys(case.target for case in fields["cases"]))
+        if fields["memory_fraction"] is None:
+            check_environment_fraction(fields["targets"])
         # The environment's launch flags, where this run compiles and no setting gave any (a run with the gate
         # off, in a shell whose LIBTPU_INIT_ARGS aotcheck cannot read, is none of aotcheck's business).
         used = environment_flags is not None and not given.get("libtpu_init_args") and bool(fields["targets"])

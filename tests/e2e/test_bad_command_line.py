@@ -326,3 +326,15 @@ def test_check_command_reads_bad_ini_files_as_clear_errors(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert words in err, err
     no_aotcheck_traceback(err)
+
+
+@pytest.mark.parametrize("value", ["abc", "1.5", "0", "-1"])
+def test_a_memory_share_in_the_environment_no_process_runs_with_is_refused_by_name(tmp_path, monkeypatch, capsys, value):
+    """Hardening round 5, V47/V48: 'abc' printed jax's traceback, then "install aotcheck[cuda]"; 1.5, 0 and -1
+    fell back to the default without a word."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", value)
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["check", "--topologies", "h100-8"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"XLA_PYTHON_CLIENT_MEM_FRACTION={value!r} (in the environment) is not a share of a GPU's " \
+        "memory: give a number in (0, 1]" in err and "Traceback" not in err, err
