@@ -58,7 +58,7 @@ from aotcheck.render.text import fit_lines, hbm_words, outcome_message, pools_li
 from aotcheck.units import clip_runs
 from aotcheck.calibrate import add_command as calibrate_command
 from aotcheck.session import GateSession, Interruption, exit_status
-from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings, repeated_options
+from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, invocation_problem, read_settings
 from aotcheck.cmdline import Parser, count, ini_values, positive, read_target, read_targets
 from aotcheck.targets.platform import GPU, TPU
 from aotcheck.targets.topology import topologies
@@ -427,10 +427,9 @@ USER_ERRORS = (AotcheckError, ValueError)
 def main(argv: Sequence[str] | None = None) -> int:
     Parser.argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    twice = repeated_options(Parser.argv, front_end="cli")
-    if twice:  # argparse keeps the last value without a word.
-        parser.error(f"{twice[0]} is given {sum(a.partition('=')[0] == twice[0] for a in Parser.argv)} times; "
-                     "give it once (its last value would win without a word)")
+    problem = invocation_problem(Parser.argv, front_end="cli")
+    if problem:  # argparse keeps a repeated option's last value without a word, and reads -1/4 as an option.
+        parser.error(problem)
     args = parser.parse_args(argv)
     interruption = Interruption().install()
     try:

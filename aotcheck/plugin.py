@@ -29,7 +29,7 @@ from aotcheck.render.text import outcome_message
 from aotcheck.session import GateSession
 from aotcheck.units import clip_runs
 from aotcheck.settings import (BY_NAME, GateSettings, Setting, SettingsError, add_pytest_options, check_ini_keys,
-                               read_settings, repeated_options, split_list)
+                               read_settings, invocation_problem, split_list)
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"
@@ -64,10 +64,9 @@ def check_invocation(args: list[str]) -> None:
     """Usage errors for option spellings that mislead pytest (see PATH_OPTIONS; launch flags after a
     space, which pytest reads as an option of its own), turn the gate off by accident (an empty
     ``--aot-topologies=``), or are given twice (the last would win without a word)."""
-    twice = repeated_options(args, front_end="pytest")
-    if twice:
-        raise pytest.UsageError(f"{twice[0]} is given {sum(a.partition('=')[0] == twice[0] for a in args)} times; "
-                                "give it once (its last value would win without a word)")
+    problem = invocation_problem(args, front_end="pytest")
+    if problem:
+        raise pytest.UsageError(problem)
     flag = BY_NAME["libtpu_init_args"].pytest
     for i, arg in enumerate(args):
         if arg == flag:

@@ -255,6 +255,35 @@ def repeated_options(args: Sequence[str], *, front_end: str) -> list[str]:
     return repeated
 
 
+def dash_value(args: Sequence[str], *, front_end: str) -> str | None:
+    """A usage message for a value option followed by a value that starts with ``-`` (``--shard -1/4``):
+    the parser reads the value as an option of its own and says only "expected one argument".
+
+    Example:
+        >>> dash_value(["check", "--shard", "-1/4"], front_end="cli")
+        "--shard -1/4: write --shard=-1/4 (given after a space, '-1/4' reads as an option of its own); --shard is K/N, 1 <= K <= N, e.g. --shard=1/4"
+        >>> dash_value(["--shard=1/4"], front_end="cli") is None
+        True
+    """
+    flags = {getattr(s, front_end): s for s in SETTINGS if getattr(s, front_end) and s.action != "store_true"}
+    for flag, value in zip(args, args[1:]):
+        if flag in flags and value.startswith("-") and value[1:2].isdigit():
+            setting = flags[flag]
+            hint = f"; {flag} is K/N, 1 <= K <= N, e.g. {flag}=1/4" if setting.name == "shard" else ""
+            return f"{flag} {value}: write {flag}={value} (given after a space, {value!r} reads as an option of its own){hint}"
+    return None
+
+
+def invocation_problem(args: Sequence[str], *, front_end: str) -> str | None:
+    """What is wrong with a command line before its parser reads it: an option given twice (the last would
+    win without a word), or a value after a space that reads as an option (:func:`dash_value`)."""
+    twice = repeated_options(args, front_end=front_end)
+    if twice:
+        return (f"{twice[0]} is given {sum(a.partition('=')[0] == twice[0] for a in args)} times; give it once (its "
+                "last value would win without a word)")
+    return dash_value(args, front_end=front_end)
+
+
 def add_pytest_options(parser: Any) -> None:
     """The plugin's options (one group) and ini keys, from the table."""
     group = parser.getgroup("aotcheck", "aotcheck: AOT-compile registered configs for TPU topologies and GPU hosts")

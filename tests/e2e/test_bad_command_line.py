@@ -338,3 +338,13 @@ def test_a_memory_share_in_the_environment_no_process_runs_with_is_refused_by_na
     err = capsys.readouterr().err
     assert code == 2 and f"XLA_PYTHON_CLIENT_MEM_FRACTION={value!r} (in the environment) is not a share of a GPU's " \
         "memory: give a number in (0, 1]" in err and "Traceback" not in err, err
+
+
+def test_a_value_after_a_space_that_reads_as_an_option_names_the_fix(capsys):
+    """Hardening round 5, V30: `--shard -1/4` got argparse's bare "expected one argument"."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["check", "--shard", "-1/4"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.strip().splitlines()[-1] == (
+        "python -m aotcheck: error: --shard -1/4: write --shard=-1/4 (given after a space, '-1/4' reads as an option "
+        "of its own); --shard is K/N, 1 <= K <= N, e.g. --shard=1/4"), err
