@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from aotcheck.errors import ConfigError
 from aotcheck.figures.flops import kernel_name
 from aotcheck.figures.frames import metadata
 from aotcheck.figures.hlo import Computation, Instruction
@@ -122,6 +123,9 @@ def default_limit(options: Mapping[str, str], family: str) -> Limit:
     """
     kib = options.get(FLAG)
     if kib:
+        if not (str(kib).isascii() and str(kib).isdigit()):  # A config's compiler_options: launch flags are checked.
+            raise ConfigError(f"compiler option {FLAG}={kib!r} is not a count of KiB; give the scoped VMEM limit in "
+                              f"decimal KiB, e.g. {FLAG}='98304' (96 MiB)")
         return Limit(int(kib) * 1024, f"--{FLAG}={kib}")
     chip = CHIPS.get(family)
     return Limit(chip.scoped_vmem_bytes if chip is not None else 0, f"{family}'s default")

@@ -303,8 +303,32 @@ def parse_libtpu_init_args(text: str | None, *, what: str = "LIBTPU_INIT_ARGS") 
                                f"value without them (--{name}={value.strip(chr(39) + chr(34))})")
         if value is None and name.startswith("no") and name[2:].startswith("xla_"):
             name, value = name[2:], "false"
+        if name == SCOPED_VMEM_FLAG:
+            _check_scoped_vmem(value, what)
         options[name] = "true" if value is None else value
     return options
+
+
+SCOPED_VMEM_FLAG = "xla_tpu_scoped_vmem_limit_kib"
+# More than any TPU core holds (v5e's and v6e's VMEM: 128 MiB): a larger limit is a typo of units.
+_MOST_VMEM_KIB = 1 << 20
+
+
+def _check_scoped_vmem(value: str | None, what: str) -> None:
+    """OptionsError for a scoped VMEM limit libtpu would not read as meant: not a decimal count of KiB
+    (``0x10000``: its parser wants digits), none, or more than any core's VMEM (93 TiB: bytes given as KiB).
+
+    Example:
+        >>> parse_libtpu_init_args("--xla_tpu_scoped_vmem_limit_kib=0x10000")
+        Traceback (most recent call last):
+        ...
+        aotcheck.programs.options.OptionsError: LIBTPU_INIT_ARGS: --xla_tpu_scoped_vmem_limit_kib=0x10000 is not a count of KiB; give the limit in decimal KiB, 1 to 1048576 (a TPU core's VMEM is 64 to 128 MiB), e.g. --xla_tpu_scoped_vmem_limit_kib=98304
+    """
+    ok = value is not None and value.isascii() and value.isdigit() and 0 < int(value) <= _MOST_VMEM_KIB
+    if not ok:
+        raise OptionsError(f"{what}: --{SCOPED_VMEM_FLAG}={value if value is not None else ''} is not a count of "
+                           f"KiB; give the limit in decimal KiB, 1 to {_MOST_VMEM_KIB} (a TPU core's VMEM is 64 to "
+                           f"128 MiB), e.g. --{SCOPED_VMEM_FLAG}=98304")
 
 
 def xla_flags_problem(text: str | None) -> str | None:

@@ -348,3 +348,12 @@ def test_a_value_after_a_space_that_reads_as_an_option_names_the_fix(capsys):
     assert exited.value.code == 2 and err.strip().splitlines()[-1] == (
         "python -m aotcheck: error: --shard -1/4: write --shard=-1/4 (given after a space, '-1/4' reads as an option "
         "of its own); --shard is K/N, 1 <= K <= N, e.g. --shard=1/4"), err
+
+
+@pytest.mark.parametrize("kib", ["0x10000", "100000000000", "0", ""])
+def test_a_scoped_vmem_limit_libtpu_would_not_read_as_meant_is_refused_with_the_flag(capsys, kib):
+    """Hardening round 5, V63/V64: 0x10000 got Python's "invalid literal"; 93 TiB was accepted."""
+    code = cli.main(["check", "--topologies", "v5e-16", f"--libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib={kib}"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--xla_tpu_scoped_vmem_limit_kib={kib} is not a count of KiB; give the limit in decimal " \
+        "KiB, 1 to 1048576" in err, err
