@@ -69,6 +69,10 @@ class Setting(NamedTuple):
     def parsed(self, value: Any, reading: Reading) -> Any:
         """``value`` checked against the choices and read; a choice's empty value is the default."""
         if self.choices:
+            said = reading.said[self.name]
+            if isinstance(value, str) and not value.strip() and said.startswith("-"):  # --cache-mode '' said nothing.
+                raise SettingsError(f"{said} is given empty; give " + " or ".join(
+                    f"'{v}' ({meaning})" for v, meaning in self.choices) + f", or leave it out for '{self.default}'")
             value = (value or self.default).strip().lower()
             if value not in dict(self.choices):
                 raise SettingsError(f"{reading.said[self.name]}: {reading.given[self.name]!r} must be "

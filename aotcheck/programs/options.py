@@ -324,7 +324,8 @@ def _check_scoped_vmem(value: str | None, what: str) -> None:
         ...
         aotcheck.programs.options.OptionsError: LIBTPU_INIT_ARGS: --xla_tpu_scoped_vmem_limit_kib=0x10000 is not a count of KiB; give the limit in decimal KiB, 1 to 1048576 (a TPU core's VMEM is 64 to 128 MiB), e.g. --xla_tpu_scoped_vmem_limit_kib=98304
     """
-    ok = value is not None and value.isascii() and value.isdigit() and 0 < int(value) <= _MOST_VMEM_KIB
+    ok = (value is not None and value.isascii() and value.isdigit() and len(value) <= 8  # int() of 10^5 digits raises.
+          and 0 < int(value) <= _MOST_VMEM_KIB)
     if not ok:
         raise OptionsError(f"{what}: --{SCOPED_VMEM_FLAG}={value if value is not None else ''} is not a count of "
                            f"KiB; give the limit in decimal KiB, 1 to {_MOST_VMEM_KIB} (a TPU core's VMEM is 64 to "

@@ -186,10 +186,14 @@ def test_a_shard_count_past_any_ci_is_refused_and_a_large_one_costs_nothing():
 
 def test_launch_flags_of_100000_digits_are_shown_by_their_ends(usage_project):
     usage_project.makeini(INI + "\n")
-    result = run(usage_project, "--aot-topologies=v4-8", "--co", f"--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib={BIG}")
+    result = run(usage_project, "--aot-topologies=v4-8", "--co", f"--aot-libtpu-init-args=--xla_tpu_rwb_fusion_limit={BIG}")
     lines = result.stdout.str().splitlines()
-    assert max(map(len, lines)) < 1000 and any(line.startswith("aotcheck: your launch flags: --xla_tpu_scoped_vmem_limit_"
-                                                                "kib=999") for line in lines), lines[:5]
+    assert max(map(len, lines)) < 1000 and any(line.startswith("aotcheck: your launch flags: --xla_tpu_rwb_fusion_"
+                                                                "limit=999") for line in lines), lines[:5]
+    # The scoped VMEM limit of as many digits is refused (no core holds it), its value clipped in the error.
+    refused = run(usage_project, "--aot-topologies=v4-8", "--co", f"--aot-libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib={BIG}")
+    err = refused.stderr.str()
+    assert refused.ret == 4 and "is not a count of KiB" in err and max(map(len, err.splitlines())) < 1000, err[:2000]
 
 
 def test_turning_the_gate_off_is_explicit_and_said(usage_project):
@@ -212,6 +216,9 @@ def report_doc(**overrides):
 
 
 CLI = [
+    # Hardening round 5, V16: an empty mode silently meant readwrite.
+    (["check", "--cache-mode", "", "--topologies", "v4-8"], "--cache-mode is given empty; give 'readwrite' (answer "
+     "from the shared cache and add what this run compiles) or 'read'"),
     (["compile", "lm-tiny", "--topology", "v5e-17"], "Closest valid names: v5e-8, v5e-16, v5e-32"),
     (["compile", "lm-nope", "--topology", "v4-8"], "No config named 'lm-nope'; registered: eqx-tiny, esm2-8m, linen-tiny, "),
     (["compile", "lm-tiny", "--topology", "v4-8", "--slices", "0"], "The number of slices must be >= 1, got 0"),
