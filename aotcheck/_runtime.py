@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import glob
@@ -257,7 +258,10 @@ def _tpu_log_dir() -> str:
     """Where libtpu writes this process's logs: the user's TPU_LOG_DIR, else a directory of this
     process's, named as dumps are (``remove_dumps`` removes it once the process is gone)."""
     if not os.environ.get("TPU_LOG_DIR"):
-        os.environ["TPU_LOG_DIR"] = tempfile.mkdtemp(prefix=f"{DUMP_PREFIX}{os.getpid()}-tpu-logs-")
+        os.environ["TPU_LOG_DIR"] = made = tempfile.mkdtemp(prefix=f"{DUMP_PREFIX}{os.getpid()}-tpu-logs-")
+        # Removed when this process ends (its compile workers, which log there too, end before it): a run
+        # leaves nothing in TMPDIR. A process killed outright leaves it to remove_dumps.
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
     return os.environ["TPU_LOG_DIR"]
 
 

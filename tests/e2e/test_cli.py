@@ -158,3 +158,13 @@ def test_shards_lays_n_shards_over_at_most_256_jobs():
     assert text.startswith("300 shards over 150 jobs, 2 a job:") and "job 150: shards 299-300" in text
     refused = run("shards", "20000")
     assert refused.returncode == 2 and "20,000 shards is more than a CI matrix runs" in refused.stderr
+
+
+def test_a_run_leaves_nothing_in_tmpdir(tmp_path):
+    """Hardening round 5, V27: libtpu's log directory (aotcheck-dump-<pid>-tpu-logs-*) was left after every run."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("TPU_LOG_DIR", None)
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "lm-tiny", "--topology", "v5e-16", "--method",
+                          "prefill"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
