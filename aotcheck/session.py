@@ -404,7 +404,9 @@ class GateSession:
             except (GoldenError, OSError, ValueError):  # Unreadable goldens fail their own case.
                 continue
             platform = _platform_of(rel)
-            if platform is not None and toolchain_note(golden.toolchain, platform=platform):
+            # A platform whose compiler is not installed judges none of its goldens: no upgrade table to promise.
+            if platform is not None and None not in platform.toolchain().values() \
+                    and toolchain_note(golden.toolchain, platform=platform):
                 out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in platform.toolchain()))
         return out
 

@@ -52,7 +52,7 @@ def header_lines(header: RunHeader) -> list[str]:
                 if h.shard and h.shard_seconds else "")
     lines = [f"aotcheck: {', '.join(h.targets)}; goldens in {h.golden_dir}{' (updating)' if h.update else ''}; {cache}"
              f"{f'; shard {h.shard[0]}/{h.shard[1]}{expected}' if h.shard else ''}; "
-             + ", ".join(f"{k} {v}" for k, v in h.toolchain.items())]
+             + ", ".join(f"{k} {v if v is not None else 'not installed'}" for k, v in h.toolchain.items())]
     if h.foreign:
         lines.append(f"aotcheck: {len(h.foreign)} golden file(s) were made with another toolchain "
                      f"({h.foreign[0]}): their figures may differ for that reason alone; the summary's upgrade "

@@ -29,3 +29,32 @@ def test_an_update_says_what_it_wrote_and_an_interruption_what_it_kept():
     assert "1 created, 0 changed, 0 unchanged" in text
     assert "interrupted (SIGHUP) after 1 of 3 cases" in text
     assert "interrupted" not in "\n".join(session_summary(Report([o]), update=True))
+
+
+def test_a_compiler_that_is_not_installed_is_said_so_in_the_header():
+    """Hardening round 5, T14: with no CUDA plugin the header said `jax-cuda12-pjrt None`."""
+    from aotcheck.gate.run import RunHeader
+    from aotcheck.render.summary import header_lines
+
+    header = RunHeader(targets=("h100-8x1",), golden_dir="golden", update=False, cache_dir=None,
+                       toolchain={"jax": "0.10.2", "jax-cuda12-pjrt": None})
+    assert header_lines(header)[0].endswith("no figures cache; jax 0.10.2, jax-cuda12-pjrt not installed")
+
+
+def test_goldens_of_a_platform_whose_compiler_is_not_installed_promise_no_upgrade_table(tmp_path, monkeypatch):
+    """T14's other half: the header promised an upgrade table for GPU goldens no case could judge. A FAKE
+    platform toolchain (the CUDA plugin reported absent) over a real golden file and a real session."""
+    import json
+
+    from aotcheck.session import GateSession
+    from aotcheck.settings import GateSettings
+    from aotcheck.targets import platform as platforms
+
+    golden = tmp_path / "golden" / "lm" / "prefill@h100-8x1.json"
+    golden.parent.mkdir(parents=True)
+    golden.write_text(json.dumps({"format": 1, "case": "lm/prefill@h100-8x1", "figures": {}, "details": {},
+                                  "toolchain": {"jax": "0.1", "jax-cuda12-pjrt": "0.1"}, "compiler_options": {}}))
+    session = GateSession(GateSettings.parse(rootdir=tmp_path, topologies="h100-8", cache_dir=None))
+    assert session.foreign_toolchain_goldens() != []  # Installed here, and another version: said.
+    monkeypatch.setattr(platforms.Platform, "toolchain", lambda self: {"jax": "0.1", "jax-cuda12-pjrt": None})
+    assert session.foreign_toolchain_goldens() == []
