@@ -294,8 +294,12 @@ def parse_libtpu_init_args(text: str | None, *, what: str = "LIBTPU_INIT_ARGS") 
         match = _FLAG.match(token)
         if not match:
             bare = token.lstrip("-")
-            hint = f"write it as libtpu reads flags, --{bare}" if re.match(r"^[A-Za-z_]\w*(=|$)", bare) else \
-                "each flag is --name=value, separated by spaces"
+            name = bare.partition("=")[0]
+            odd = sorted({c for c in token.partition("=")[0] if not c.isascii()})
+            hint = (f"a flag's name is ASCII letters, digits and _ ({', '.join(map(repr, odd))} is none: a dash or "
+                    "letter pasted from a document?)" if odd else
+                    f"write it as libtpu reads flags, --{bare}" if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) else
+                    "each flag is --name=value, separated by spaces")
             raise OptionsError(f"{what}: {token!r} is not a flag; {hint}")
         name, value = match["name"], match["value"]
         if value and (value[0] in "'\"" or value[-1] in "'\""):

@@ -124,6 +124,9 @@ USAGE = [
      "shard is given per run, on the command line: --aot-shard (pytest), --shard (aotcheck check)"),
     (["--aot-topologies=v4-8"], "aot_update_golden = true", "aot_update_golden is not an aotcheck setting, so nothing "
      "reads it; the update is given per run, on the command line: --update-golden (pytest)"),
+    # T27: a letter pasted from a document was "fixed" by itself.
+    (["--aot-topologies=v4-8", "--aot-libtpu-init-args=--xla_tp\u00fc=1"], "",
+     "--aot-libtpu-init-args: '--xla_tp\u00fc=1' is not a flag; a flag's name is ASCII letters, digits and _ ('\u00fc' is none"),
 ]
 
 
