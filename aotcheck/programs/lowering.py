@@ -370,10 +370,28 @@ def _made_program(config: FunctionConfig, placement: Placement) -> tuple[Any, Se
         and isinstance(made[1], Sequence) and not isinstance(made[1], (str, bytes))
     if not fits:
         raise LoweringError(
-            f"FunctionConfig.make_program returned a {type(made).__name__} for {placement.target}; it must return "
+            f"FunctionConfig.make_program returned {_shape_of(made)} for {placement.target}; it must return "
             "(fn, args): the function to compile (jitted with its shardings and donation, or anything with a "
             ".lower(*args)) and the tuple of its abstract arguments.")
     return _jitted(config, made[0]), tuple(made[1])
+
+
+def _shape_of(made: Any) -> str:
+    """What ``make_program`` gave instead of ``(fn, args)``, in words.
+
+    Example:
+        >>> _shape_of((print, (), {})), _shape_of({"fn": print}), _shape_of((1, ())), _shape_of((print, "x"))
+        ('a tuple of 3 items', 'a dict (keys fn)', 'a tuple whose first item, a int, is no function', 'a tuple whose second item, a str, is not a sequence of arguments')
+    """
+    if isinstance(made, tuple) and len(made) == 2:
+        if not (callable(made[0]) or hasattr(made[0], "lower")):
+            return f"a tuple whose first item, a {type(made[0]).__name__}, is no function"
+        return f"a tuple whose second item, a {type(made[1]).__name__}, is not a sequence of arguments"
+    if isinstance(made, tuple):
+        return f"a tuple of {len(made)} items"
+    if isinstance(made, Mapping):
+        return f"a dict (keys {', '.join(map(str, list(made)[:4]))})"
+    return f"a {type(made).__name__}"
 
 
 def _jitted(config: FunctionConfig, fn: Any) -> Any:

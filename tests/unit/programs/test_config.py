@@ -96,10 +96,17 @@ def test_a_program_given_both_ways_or_neither_is_refused(fields, words):
     assert "make_program=<(mesh, target) -> (fn, args)>" in str(e.value)
 
 
-def test_make_program_must_return_a_function_and_its_arguments():
-    config = aotcheck.FunctionConfig(make_program=lambda mesh, target: jnp.zeros(3))
-    with pytest.raises(LoweringError, match=r"make_program returned a ArrayImpl for cpu-4x1; it must return \(fn, args\)"):
+@pytest.mark.parametrize("made, said", [
+    (lambda: jnp.zeros(3), "a ArrayImpl"),
+    (lambda: (jnp.sin, (), {}), "a tuple of 3 items"),  # Hardening round 5, U28: was "returned a tuple".
+    (lambda: {"fn": jnp.sin, "args": ()}, "a dict (keys fn, args)"),
+    (lambda: (jnp.sin, "x"), "a tuple whose second item, a str, is not a sequence of arguments"),
+])
+def test_make_program_must_return_a_function_and_its_arguments(made, said):
+    config = aotcheck.FunctionConfig(make_program=lambda mesh, target: made())
+    with pytest.raises(LoweringError) as raised:
         lower_config(config, Target.of("cpu-4"))
+    assert f"make_program returned {said} for cpu-4x1; it must return (fn, args)" in str(raised.value)
 
 
 def test_a_step_naming_an_axis_of_its_own_mesh_names_the_cure():
