@@ -228,6 +228,19 @@ class Registry:
             for attribute, value in namespace.items():
                 if value is self:
                     return module, attribute
+        # A module-level name of another module than those that register (a registries.py the configs import).
+        for module, loaded in list(sys.modules.items()):
+            if module == "__main__" or getattr(loaded, "__spec__", None) is None:
+                continue
+            for attribute, value in list(vars(loaded).items()):
+                if value is self:
+                    return module, attribute
+        main = sys.modules.get("__main__")
+        if main is not None and any(value is self for value in vars(main).values()):
+            raise RegistryError(
+                "The compile workers cannot find this Registry: it is a name of the script you ran (__main__), which "
+                "a worker does not run. Move it, and the configs registering into it, into a module the script "
+                "imports, or measure in this process (measure=...).")
         raise RegistryError(
             "The compile workers cannot find this Registry: they import the modules that registered its configs "
             f"({', '.join(m for m, _ in self.sources()) or 'none'}) and look for it there. Make it a module-level name "

@@ -72,3 +72,22 @@ def test_a_builder_that_returns_another_config_each_time_is_unstable_and_says_wh
     sizes = iter([128, 256])
     registry.register("moving", lambda: double(knobs={"batch": aotcheck.Knob(next(sizes), lambda n: double())}))
     assert "128 vs 256" in registry.get("moving").unstable()
+
+
+def test_a_registry_that_is_a_module_level_name_of_another_module_is_found_there(tmp_path, monkeypatch):
+    """Hardening round 5, T72: a Registry defined in registries.py, configs registered into it from configs.py,
+    was told "make it a module-level name"."""
+    import importlib
+    import sys
+
+    (tmp_path / "t72_registries.py").write_text("import aotcheck\nMINE = aotcheck.Registry()\n")
+    (tmp_path / "t72_configs.py").write_text("from t72_registries import MINE\n\n\ndef build():\n    return None\n\n\n"
+                                             "MINE.register('x', build)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("t72_registries", "t72_configs"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    configs = importlib.import_module("t72_configs")
+    registry = configs.MINE
+    assert registry.locate() == ("t72_configs", "MINE")  # The registering module names it too.
+    del configs.MINE  # Only registries.py names it now.
+    assert registry.locate() == ("t72_registries", "MINE")
