@@ -41,7 +41,7 @@ from aotcheck.figures.fit import Fit, over_pools
 from aotcheck.figures.program import Details
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.report import merge_reports
-from aotcheck.gate.shard import MAX_JOBS, job_layout, job_spans, parse_shard
+from aotcheck.gate.shard import MAX_JOBS, github_layout, job_spans
 from aotcheck.ini import find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
 from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
@@ -308,7 +308,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_shards(args: argparse.Namespace) -> int:
     """The CI matrix for N shards (refused past what ``--aot-shard`` takes), as ``--aot-shard`` deals them."""
-    layout = job_layout(parse_shard(f"1/{args.shards}")[1])
+    layout = github_layout(args.shards)
     matrix = {"include": [{"shards": s} for s in job_spans(layout)]}  # For `matrix: ${{ fromJSON(...) }}`.
     print(json.dumps(matrix, separators=(",", ":")) if args.json else "\n".join(layout_lines(layout)))
     return 0

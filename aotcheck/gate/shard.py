@@ -42,6 +42,9 @@ class ShardError(AotcheckError, ValueError):
 
 MAX_SHARDS = 10_000  # No CI splits one run 10,000 ways.
 MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs of one matrix: past it, a job runs several shards.
+# The action runs a job's shards side by side, each a pytest session of its own (0.4-0.8 GB, its compile
+# workers beside it): past 4 a runner's memory (16 GB on GitHub's larger ones) runs out (hardening round 5, V40).
+MAX_SHARDS_PER_JOB = 4
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -121,6 +124,26 @@ def shard_of_name(name: str, num_shards: int) -> int:
         True
     """
     return zlib.crc32(name.encode()) % num_shards + 1
+
+
+def github_layout(num_shards: int) -> list[range]:
+    """The shards each job of a GitHub Actions matrix runs (``aotcheck shards N``): :func:`job_layout` over
+    its 256 jobs; a ShardError, in the command's words, past what its jobs can run side by side.
+
+    Example:
+        >>> len(github_layout(1024)), github_layout(1024)[0]
+        (256, range(1, 5))
+        >>> github_layout(1025)
+        Traceback (most recent call last):
+        ...
+        aotcheck.gate.shard.ShardError: aotcheck shards 1025: at most 1,024 shards (GitHub's 256 jobs of a matrix, 4 shards a job side by side, each a pytest session of its own: more would run a runner out of memory); e.g. aotcheck shards 1024
+    """
+    most = MAX_JOBS * MAX_SHARDS_PER_JOB
+    if not 1 <= num_shards <= most:
+        raise ShardError(f"aotcheck shards {num_shards}: at most {most:,} shards (GitHub's {MAX_JOBS} jobs of a matrix, "
+                         f"{MAX_SHARDS_PER_JOB} shards a job side by side, each a pytest session of its own: more would "
+                         f"run a runner out of memory); e.g. aotcheck shards {min(max(num_shards, 1), most)}")
+    return job_layout(num_shards)
 
 
 def job_layout(num_shards: int, *, max_jobs: int = MAX_JOBS) -> list[range]:

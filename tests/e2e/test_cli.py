@@ -157,7 +157,15 @@ def test_shards_lays_n_shards_over_at_most_256_jobs():
     text = run("shards", "300").stdout
     assert text.startswith("300 shards over 150 jobs, 2 a job:") and "job 150: shards 299-300" in text
     refused = run("shards", "20000")
-    assert refused.returncode == 2 and "20,000 shards is more than a CI matrix runs" in refused.stderr
+    assert refused.returncode == 2 and "aotcheck shards 20000: at most 1,024 shards" in refused.stderr
+    # Hardening round 5, V38/V40: 10,000 were laid 40 a job (40 pytest sessions on one runner), 10,001 refused in
+    # --aot-shard's words.
+    for n in ("10000", "10001", "1025"):
+        refused = run("shards", n)
+        assert refused.returncode == 2 and refused.stderr.strip() == (
+            f"aotcheck: error: aotcheck shards {n}: at most 1,024 shards (GitHub's 256 jobs of a matrix, 4 shards a job "
+            "side by side, each a pytest session of its own: more would run a runner out of memory); e.g. aotcheck "
+            "shards 1024"), refused.stderr
 
 
 def test_a_run_leaves_nothing_in_tmpdir(tmp_path):

@@ -373,6 +373,15 @@ def test_the_action_refuses_a_shard_that_is_no_shard_or_span(tmp_path, shard):
     assert not list(tmp_path.iterdir())  # Nothing ran, nothing written.
 
 
+@pytest.mark.parametrize("shard", ["9", "5-9", "0-2", "0"])
+def test_the_action_refuses_a_shard_or_span_past_the_runs_shards(tmp_path, shard):
+    """Hardening round 5, V42: a span was never checked against `shards`."""
+    out = run_step(action_step("Check this shard of the matrix"), {"shards": "8", "shard": shard}, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"::error title=aotcheck::shard '{shard}' is not within the run's 8 shards (1-8;" in out.stdout, out.stdout
+    assert not list(tmp_path.iterdir())
+
+
 def test_the_readmes_workflow_past_one_machine_is_valid(tmp_path):
     """README's workflow for a matrix past 256 jobs (a plan job's fromJSON matrix, a shared S3 cache)
     passes actionlint, and its plan job's command gives the matrix the action's spans expect."""
