@@ -94,8 +94,17 @@ def interruption_line(stop: Interrupted) -> str:
 
 
 def case_line(outcome: Outcome) -> str:
-    """One line as a case finishes (the CLI's progress)."""
-    return f"{outcome.case.id}: {verdict_label(outcome)}" + (" FAILED" if outcome.failed else "")
+    """One line as a case finishes (the CLI's progress); a skipped case says why (its targets, its platforms).
+
+    Example:
+        >>> from aotcheck.gate.outcome import Outcome
+        >>> from aotcheck.gate.verdict import Verdict
+        >>> from aotcheck.pipeline.case import Case
+        >>> case_line(Outcome(Case.of("srv", "step", "v5e-16"), Verdict.SKIPPED, reason="srv is deployed on v5e-1 only"))
+        'srv/step@v5e-16x1: skipped (srv is deployed on v5e-1 only)'
+    """
+    why = f" ({outcome.reason})" if outcome.verdict is Verdict.SKIPPED and outcome.reason else ""
+    return f"{outcome.case.id}: {verdict_label(outcome)}{why}" + (" FAILED" if outcome.failed else "")
 
 
 SUMMARY_HEADERS = ["case", "compile", "compile CPU", "host RSS", "peak/device", "of HBM", "FLOPs/device", "comm/device", "step >=",
