@@ -46,6 +46,7 @@ from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.outcome import Accept, Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.run import Interrupted, RunHeader
+from aotcheck.gate.verdict import GoldenAction
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.store import SharedStore
 from aotcheck.pipeline.case import Case
@@ -303,6 +304,11 @@ class GateSession:
                               order=order, pages=pages)
                  if self.settings.update else startup_bills(outcomes, self.settings.tolerances, partial=partial,
                                                             usable=usable, order=order, pages=pages))
+        # A bill an update accepted rewrote its buckets' goldens: none of them is unchanged.
+        accepted = {(b.config, b.target) for b in bills if b.accepted}
+        outcomes = [dataclasses.replace(o, golden_action=GoldenAction.CHANGED)
+                    if (o.case.config, o.case.target.name) in accepted and o.golden_action is GoldenAction.UNCHANGED
+                    else o for o in outcomes]
         report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
                         removed=removed, broken=self.plan().broken, shard=self.settings.shard,
                         notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args(),

@@ -222,7 +222,7 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
             for o, golden, seconds in zip(group, goldens, now):
                 assert golden is not None
                 store.write(o.case, {**golden.figures, FIGURE: seconds}, toolchain=golden.toolchain,
-                            compiler_options=golden.compiler_options, details=golden.details)
+                            compiler_options=golden.compiler_options, details=golden.details, usable=golden.usable)
         except OSError:  # The cases' own writes succeeded a moment ago; a bill not accepted fails the next check.
             out.append(bill)
             continue

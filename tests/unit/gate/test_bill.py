@@ -129,7 +129,8 @@ def test_a_judged_bill_says_how_it_compares():
 def accepted_bucket(store: GoldenStore, program: str, kept: float, measured: float) -> Outcome:
     """A bucket as an --update-golden run leaves it: its golden written with the seconds it kept."""
     case = Case.of("llm", program, "v5e-8")
-    store.write(case, {"compile_cpu_seconds": kept, "peak_bytes": 2**30}, toolchain={}, compiler_options={})
+    store.write(case, {"compile_cpu_seconds": kept, "peak_bytes": 2**30}, toolchain={}, compiler_options={},
+                usable={"bytes": 2**34})
     measured_record = Measurement(case, {"compile_cpu_seconds": measured, "peak_bytes": 2**30}, {}, measured)
     return Outcome(case, Verdict.ACCEPTED, measured=measured_record)
 
@@ -142,7 +143,8 @@ def test_an_update_accepts_a_bill_its_kept_goldens_would_fail(tmp_path):
     bill, = accept_bills(outcomes, store, TOLERANCE)
     assert bill.accepted and not bill.failed and round(bill.row.golden, 9) == 0.9
     assert all(store.read(o.case).figures["compile_cpu_seconds"] == 0.6 for o in outcomes)
-    assert store.read(outcomes[0].case).figures["peak_bytes"] == 2**30  # Nothing else moved.
+    assert store.read(outcomes[0].case).figures["peak_bytes"] == 2**30  # Nothing else moved,
+    assert store.read(outcomes[0].case).usable == {"bytes": 2**34}  # what a device held when it was made included.
     line = serving_lines(Report(outcomes, bills=[bill]))[0]
     assert line.endswith("(the goldens kept summed 0.90s, beyond its tolerance 100% + 1: accepted, each bucket's "
                          "compile_cpu_seconds written as measured)")
