@@ -58,7 +58,8 @@ from aotcheck.render.text import fit_lines, hbm_words, outcome_message, pools_li
 from aotcheck.units import clip_runs
 from aotcheck.calibrate import add_command as calibrate_command
 from aotcheck.session import GateSession, Interruption, exit_status
-from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, invocation_problem, read_settings
+from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings
+from aotcheck.usage import invocation_problem
 from aotcheck.cmdline import Parser, count, ini_values, positive, read_target, read_targets
 from aotcheck.targets.platform import GPU, TPU
 from aotcheck.targets.topology import topologies

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aotcheck.ini import Ini
-from aotcheck.settings import Setting, check_ini_keys
+from aotcheck.settings import Setting
+from aotcheck.usage import check_ini_keys
 from aotcheck.targets.topology import Target, TopologyError, split_target
 from aotcheck.units import clip_runs, read_count
 

@@ -28,8 +28,9 @@ from aotcheck.render.summary import header_lines, session_summary
 from aotcheck.render.text import outcome_message
 from aotcheck.session import GateSession
 from aotcheck.units import clip_runs
-from aotcheck.settings import (BY_NAME, GateSettings, Setting, SettingsError, add_pytest_options, check_ini_keys,
-                               read_settings, invocation_problem, split_list)
+from aotcheck.settings import (BY_NAME, GateSettings, Setting, SettingsError, add_pytest_options, read_settings,
+                               split_list)
+from aotcheck.usage import check_ini_keys, invocation_problem
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"

@@ -23,7 +23,7 @@ LAYERS = [
     ("aotcheck.pipeline",),
     ("aotcheck.gate",),
     ("aotcheck.render",),
-    ("aotcheck.settings", "aotcheck.readers", "aotcheck.ini", "aotcheck.scaffold"),
+    ("aotcheck.settings", "aotcheck.readers", "aotcheck.ini", "aotcheck.scaffold", "aotcheck.usage"),
     ("aotcheck.plan",),
     ("aotcheck.session", "aotcheck.calibrate"),
     ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline"),

@@ -40,7 +40,8 @@ from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.loader import LoaderError, loaded_sources, main_has_no_file, main_script
-from aotcheck.programs.options import OptionsError, unknown_xla_flags
+from aotcheck.programs.options import OptionsError
+from aotcheck.programs.xla_flags import unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
 from aotcheck.gate.worker import WorkerRequest
 from aotcheck.targets.topology import Topology

@@ -274,6 +274,20 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
                         + "; ".join(f"{p}: {_toolchain_words(t)}" for p, t in
                                     [(first, toolchain or {}), *toolchains.items()])
                         + "): merge the shards of one run, each made with the same lock file")
+    problems += _split_problems(matrices, of_shards, seen_shards, expect_shards)
+    # A server's buckets may run in several shards: its bills are summed again over the merged cases.
+    bills = _merged_bills(list(outcomes.values()), shard_bills)
+    merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
+                    broken=broken, notes=notes, bills=bills, accept_args=accept_args, interrupted=interrupted,
+                    **({"toolchain": toolchain} if toolchain else {}))
+    return Merged(merged, problems)
+
+
+def _split_problems(matrices: Mapping[str, Path], of_shards: Mapping[int, Path], seen_shards: set[int],
+                    expect_shards: int | None) -> list[str]:
+    """What is wrong with how the merged reports split their run: different matrices, different shard
+    counts, shards with no report (a report that records its shard is one part of a run)."""
+    problems: list[str] = []
     if len(matrices) > 1:
         problems.append("these reports are shards of different matrices (" + ", ".join(
             f"{path}: matrix {digest}" for digest, path in matrices.items()) + "; each shard of one run records the "
@@ -292,9 +306,4 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         missing = sorted(set(range(1, expected + 1)) - seen_shards)
         problems += [f"shard {k}/{expected} has no report: its runner crashed or was cancelled, or its report was not "
                      "given (a shard alone is part of the run, its start-up bills part of a server's)" for k in missing]
-    # A server's buckets may run in several shards: its bills are summed again over the merged cases.
-    bills = _merged_bills(list(outcomes.values()), shard_bills)
-    merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
-                    broken=broken, notes=notes, bills=bills, accept_args=accept_args, interrupted=interrupted,
-                    **({"toolchain": toolchain} if toolchain else {}))
-    return Merged(merged, problems)
+    return problems

@@ -38,6 +38,7 @@ from aotcheck.programs.config import Config
 from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.model import function_for
 from aotcheck.programs import reads
+from aotcheck.targets.globs import target_matches
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
 
@@ -50,7 +51,7 @@ def unsupported_reason(config: Config, case: Case) -> str | None:
     if config.platforms and case.topology.platform.name not in config.platforms:
         return (f"{case.config} runs on {' and '.join(p.upper() for p in config.platforms)} targets only "
                 f"(its platforms); {case.target} is a {case.topology.platform.name.upper()} target")
-    if not any(case.target.matches(glob) for glob in config.targets):
+    if not any(target_matches(case.target, glob) for glob in config.targets):
         return f"{case.config} is deployed on {', '.join(config.targets)} only (its targets); {case.target} is not one"
     return None
 
@@ -61,7 +62,7 @@ def fit_knob(config: Config, case: Case, *, fit: str | None = None, fit_default:
     else ``fit_default`` (the gate's ``--aot-fit``) where the config offers that knob and names none."""
     if fit is not None:
         return fit
-    if not any(case.target.matches(glob) for glob in getattr(config, "fit_targets", ("*",))):
+    if not any(target_matches(case.target, glob) for glob in getattr(config, "fit_targets", ("*",))):
         return None  # The config asks for its searches elsewhere.
     own = getattr(config, "fit", None)
     if own is not None:

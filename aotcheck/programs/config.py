@@ -32,7 +32,8 @@ from aotcheck.programs.options import parse_libtpu_init_args
 from aotcheck.targets import platform as platforms
 from aotcheck.targets.mesh import MeshSpec
 from aotcheck.targets.partition import Rules
-from aotcheck.targets.topology import closest_name, unmatched_globs
+from aotcheck.targets.globs import unmatched_globs
+from aotcheck.targets.topology import closest_name
 
 BatchSpec = Mapping[str, jax.ShapeDtypeStruct]
 

@@ -25,6 +25,7 @@ import jax
 from aotcheck.errors import ConfigError
 from aotcheck.programs.config import ARGUMENT_KINDS, Config, FunctionConfig
 from aotcheck.programs.model import as_functions, function_for
+from aotcheck.programs.on_mesh import off_the_mesh
 from aotcheck.targets.mesh import build_mesh
 from aotcheck.targets.devices import get_devices_for_topology, traced_as
 from aotcheck.targets.topology import Target, Topology
@@ -282,70 +283,12 @@ def lower_function(config: FunctionConfig, target: Target) -> dict[str, jax.stag
         else:
             fn, args = _jitted(config, config.fn), config.make_args(*_mesh_and_target(config.make_args, placement))
         lowered = fn.lower(*args)
-    _check_on_the_mesh(config, args, placement, lowered)
+    problem = off_the_mesh(config.program, "make_program" if config.make_program is not None else "make_args", args,
+                           set(placement.mesh.devices.flat), str(placement.target), lowered)
+    if problem is not None:
+        raise LoweringError(problem)
     argument_kinds(config, lowered.args_info[0])  # arg_kinds that do not fit fail here, before any compile.
     return {config.programs[0]: lowered}
-
-
-_PARTITIONS = re.compile(r"mhlo\.num_partitions = (\d+)")
-# An argument's sharding in the lowered program (Shardy's or GSPMD's): a function jitted with its own.
-_OWN_SHARDINGS = re.compile(r"@main\([^)]*\{[^}]*(?:sdy|mhlo)\.sharding")
-
-
-def _check_on_the_mesh(config: FunctionConfig, args: Sequence[Any], placement: Placement,
-                       lowered: jax.stages.Lowered) -> None:
-    """A LoweringError, before anything compiles, for a program none of whose arguments is on the
-    target's mesh: JAX would compile it for the host CPU whatever the target (its goldens would
-    hold a CPU program). A function jitted with shardings of its own on the mesh (``make_program``)
-    shows it in the lowered program's partitions, and passes."""
-    mesh_devices = set(placement.mesh.devices.flat)
-    placed, elsewhere, used = False, [], set()
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
-        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-            continue  # A Python scalar: a constant of the program, nowhere to place.
-        sharding = getattr(leaf, "sharding", None)
-        if sharding is not None and set(sharding.device_set) <= mesh_devices:
-            placed = True
-            used |= set(sharding.device_set)
-        else:
-            elsewhere.append((jax.tree_util.keystr(path), leaf, sharding))
-    for leaf in jax.tree_util.tree_leaves(getattr(lowered, "out_info", ())):  # out_shardings place it too.
-        sharding = getattr(leaf, "sharding", None)
-        if sharding is not None and hasattr(sharding, "device_set") and set(sharding.device_set) <= mesh_devices:
-            placed = True
-            used |= set(sharding.device_set)
-    text = lowered.as_text()
-    found = _PARTITIONS.search(text[:2000])
-    partitions = int(found[1]) if found else 1
-    whole = len(mesh_devices) > 1 and partitions == len(mesh_devices)
-    way = "make_program" if config.make_program is not None else "make_args"
-    if placed and used < mesh_devices and not whole:
-        raise LoweringError(
-            f"{config.program} for {placement.target}: its arguments are on {len(used)} of the target's "
-            f"{len(mesh_devices)} devices, so JAX would compile a program of {partitions} partition(s), not one for "
-            f"{placement.target}. Place them on the mesh {way} is given (all {len(mesh_devices)} devices; "
-            "PartitionSpec() replicates an argument over it), not on a mesh of some of its devices.")
-    if placed or whole:
-        return
-    if len(mesh_devices) == 1 and _OWN_SHARDINGS.search(text):
-        return  # One device: no partitions to count, but the function's own shardings place it.
-    if not elsewhere:  # No array argument at all (none, or Python scalars): nothing says where it runs.
-        raise LoweringError(
-            f"{config.program} for {placement.target}: none of its arguments is an array on the target's mesh (it "
-            f"takes {'none' if not jax.tree_util.tree_leaves(tuple(args)) else 'Python scalars only'}), so JAX would "
-            f"compile the program for the host CPU, not {placement.target}. Give it an argument on the mesh {way} "
-            "is given (a ShapeDtypeStruct with a NamedSharding), or jit it with out_shardings on that mesh.")
-    where, leaf, sharding = elsewhere[0]
-    what = ("a ShapeDtypeStruct without a sharding" if isinstance(leaf, jax.ShapeDtypeStruct) and sharding is None
-            else f"a concrete {type(leaf).__name__} on {sorted(str(d) for d in sharding.device_set)[:2]}"
-            if sharding is not None else f"a concrete {type(leaf).__name__} (host memory)")
-    raise LoweringError(
-        f"{config.program} for {placement.target}: no argument {way} gave is on the target's mesh "
-        f"({len(elsewhere)} of them; the first, args{where}, is {what}), so JAX would compile the program for the "
-        f"host CPU, not {placement.target}. Give each argument its place on the mesh {way} is given, e.g. "
-        "jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, PartitionSpec(...))) (PartitionSpec() "
-        "to replicate it), not a concrete array."
-    )
 
 
 def _mesh_and_target(make_args: Callable[..., Any], placement: Placement) -> tuple[Any, ...]:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import fnmatch
-import functools
 import math
 import re
 from collections.abc import Sequence
@@ -396,40 +394,6 @@ class Target:
 
     def __repr__(self) -> str:
         return f"Target.parse({self.name!r})"
-
-    def matches(self, glob: str) -> bool:
-        """Whether a config's target glob names this target: as ``TOPOLOGYxSLICES`` (``v5e-1x1``,
-        ``7x-8x*``), or as a topology alone, which means each of its slices (``v5e-1``, ``v5e-*``;
-        an alias too: ``v5litepod-16``).
-
-        Example:
-            >>> [Target.parse("v5e-1x1").matches(g) for g in ("v5e-1x1", "v5e-1", "v5e-*", "v5litepod-1", "v5e-1x2")]
-            [True, True, True, True, False]
-        """
-        if fnmatch.fnmatchcase(self.name, glob) or fnmatch.fnmatchcase(self.topology.name, glob):
-            return True
-        try:  # A plain name in another spelling (an alias, capitals).
-            topology, slices = split_target(glob)
-        except TopologyError:
-            return False
-        return topology == self.topology and slices in (None, self.num_slices)
-
-
-def unmatched_globs(globs: Sequence[str]) -> list[str]:
-    """The globs of ``globs`` that no target names (:meth:`Target.matches`): each a typo, whose config
-    would be skipped everywhere.
-
-    Example:
-        >>> unmatched_globs(["v5e-1", "7x-8x*", "cpu-*", "*", "v5e1", "v5e-1x0"])
-        ['v5e1', 'v5e-1x0']
-    """
-    return [g for g in globs if not _matches_some_target(g)]
-
-
-@functools.lru_cache(maxsize=256)
-def _matches_some_target(glob: str) -> bool:
-    every = [*topologies(), *(_cpu_topology(n) for n in (1, 2, 4, 8))]
-    return any(Target(t, k).matches(glob) for t in every for k in (1, 2, 3, 4) if t.num_devices * k <= MAX_DEVICES)
 
 
 def split_target(text: str) -> tuple[Topology, int | None]:

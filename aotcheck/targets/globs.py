@@ -1,0 +1,44 @@
+"""Globs over target names, as configs give them (``targets=``, ``fit_targets=``): which targets a glob
+names, and globs that name none (a typo would skip a config everywhere, or search it nowhere)."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from collections.abc import Sequence
+
+from aotcheck.targets.topology import (MAX_DEVICES, Target, TopologyError, _cpu_topology, split_target,
+                                       topologies)
+
+
+def target_matches(target: Target, glob: str) -> bool:
+    """Whether a config's target glob names ``target``: as ``TOPOLOGYxSLICES`` (``v5e-1x1``, ``7x-8x*``), or as
+    a topology alone, which means each of its slices (``v5e-1``, ``v5e-*``; an alias too: ``v5litepod-16``).
+
+    Example:
+        >>> [target_matches(Target.parse("v5e-1x1"), g) for g in ("v5e-1x1", "v5e-1", "v5e-*", "v5litepod-1", "v5e-1x2")]
+        [True, True, True, True, False]
+    """
+    if fnmatch.fnmatchcase(target.name, glob) or fnmatch.fnmatchcase(target.topology.name, glob):
+        return True
+    try:  # A plain name in another spelling (an alias, capitals).
+        topology, slices = split_target(glob)
+    except TopologyError:
+        return False
+    return topology == target.topology and slices in (None, target.num_slices)
+
+
+def unmatched_globs(globs: Sequence[str]) -> list[str]:
+    """The globs of ``globs`` that no target names (:func:`target_matches`).
+
+    Example:
+        >>> unmatched_globs(["v5e-1", "7x-8x*", "cpu-*", "*", "v5e1", "v5e-1x0"])
+        ['v5e1', 'v5e-1x0']
+    """
+    return [g for g in globs if not _matches_some_target(g)]
+
+
+@functools.lru_cache(maxsize=256)
+def _matches_some_target(glob: str) -> bool:
+    every = [*topologies(), *(_cpu_topology(n) for n in (1, 2, 4, 8))]
+    return any(target_matches(Target(t, k), glob) for t in every for k in (1, 2, 3, 4) if t.num_devices * k <= MAX_DEVICES)
