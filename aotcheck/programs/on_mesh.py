@@ -22,7 +22,14 @@ def off_the_mesh(program: str, way: str, args: Sequence[Any], mesh_devices: set[
     compiles a program none of whose arguments (nor outputs) is on the target's mesh for the host CPU
     (its goldens would hold a CPU program), and one whose arguments sit on some of the mesh's devices for
     those alone. A function jitted with shardings of its own on the mesh (``make_program``) shows it in
-    the lowered program's partitions, and passes."""
+    the lowered program's partitions, and passes.
+
+    Example (a host CPU device; a program of no argument):
+        >>> import jax.numpy as jnp
+        >>> print(off_the_mesh("step", "make_args", (), set(jax.devices()[:1]), "cpu-1x1",
+        ...                    jax.jit(lambda: jnp.ones(2)).lower()))  # doctest: +ELLIPSIS
+        step for cpu-1x1: none of its arguments is an array on the target's mesh (it takes none), so JAX would ...
+    """
     placed, elsewhere, used = False, [], set()
     for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
         if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
