@@ -44,9 +44,14 @@ def header_lines(header: RunHeader) -> list[str]:
     search, a golden directory that is not there; each line clipped (a flag of 100,000 digits by its ends)."""
     h = header
     flags = flag_names(h.front_end)
-    shared = (f", shared through {h.cache_url}{'' if h.cache_shares else ' (read only)'}" if h.cache_url else "")
-    cache = (f"figures cache {h.cache_dir}{shared}"
-             f"{' (written, not read: goldens take figures from compiles only)' if h.update else ''}"
+    # An update reads no cache; a read-only store is then not read either (hardening round 5, V23: the two
+    # asides said "(read only) (written, not read)" of one run).
+    store = ("" if not h.cache_url else f", shared through {h.cache_url}" if h.cache_shares and not h.update else
+             f", shared through {h.cache_url} (read only)" if not h.update else
+             f", shared through {h.cache_url} (written: not read, goldens take figures from compiles only)"
+             if h.cache_shares else f", shared through {h.cache_url} (neither read nor written by an update)")
+    cache = (f"figures cache {h.cache_dir}{store}"
+             f"{' (written, not read: goldens take figures from compiles only)' if h.update and not h.cache_url else ''}"
              if h.cache_dir else "no figures cache")
     expected = (f" (expected {h.shard_seconds[0]:.1f} s of the matrix's {h.shard_seconds[1]:.1f} s of compile CPU)"
                 if h.shard and h.shard_seconds else "")

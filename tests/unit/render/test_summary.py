@@ -3,6 +3,8 @@
 FAKE: outcomes made by hand (no compile); the real runs are tests/e2e/test_plugin.py's and test_cli.py's.
 """
 
+import pytest
+
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.gate.run import Interrupted
@@ -58,3 +60,19 @@ def test_goldens_of_a_platform_whose_compiler_is_not_installed_promise_no_upgrad
     assert session.foreign_toolchain_goldens() != []  # Installed here, and another version: said.
     monkeypatch.setattr(platforms.Platform, "toolchain", lambda self: {"jax": "0.1", "jax-cuda12-pjrt": None})
     assert session.foreign_toolchain_goldens() == []
+
+
+@pytest.mark.parametrize("shares, update, said", [
+    (True, False, "figures cache c, shared through s3://b/aot;"),
+    (False, False, "figures cache c, shared through s3://b/aot (read only);"),
+    (True, True, "figures cache c, shared through s3://b/aot (written: not read, goldens take figures from compiles only);"),
+    (False, True, "figures cache c, shared through s3://b/aot (neither read nor written by an update);"),
+])
+def test_the_header_says_once_what_a_run_does_with_its_shared_store(shares, update, said):
+    """Hardening round 5, V23: an update in read mode was headed "(read only) (written, not read)"."""
+    from aotcheck.gate.run import RunHeader
+    from aotcheck.render.summary import header_lines
+
+    header = RunHeader(targets=("v4-8x1",), golden_dir="golden", update=update, cache_dir="c",
+                       cache_url="s3://b/aot", cache_shares=shares)
+    assert said in header_lines(header)[0] and header_lines(header)[0].count("(") <= 2
