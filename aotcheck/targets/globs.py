@@ -7,8 +7,7 @@ import fnmatch
 import functools
 from collections.abc import Sequence
 
-from aotcheck.targets.topology import (MAX_DEVICES, Target, TopologyError, _cpu_topology, split_target,
-                                       topologies)
+from aotcheck.targets.topology import Target, TopologyError, _cpu_topology, split_target, topologies
 
 
 def target_matches(target: Target, glob: str) -> bool:
@@ -40,5 +39,11 @@ def unmatched_globs(globs: Sequence[str]) -> list[str]:
 
 @functools.lru_cache(maxsize=256)
 def _matches_some_target(glob: str) -> bool:
-    every = [*topologies(), *(_cpu_topology(n) for n in (1, 2, 4, 8))]
-    return any(target_matches(Target(t, k), glob) for t in every for k in (1, 2, 3, 4) if t.num_devices * k <= MAX_DEVICES)
+    try:  # A name: of a topology or a target, in any spelling aotcheck reads.
+        split_target(glob)
+        return True
+    except TopologyError:
+        pass
+    names = [t.name for t in (*topologies(), *(_cpu_topology(n) for n in (1, 2, 4, 8)))]
+    return any(fnmatch.fnmatchcase(name, glob) or any(fnmatch.fnmatchcase(f"{name}x{k}", glob) for k in (1, 2, 3, 4))
+               for name in names)
