@@ -229,6 +229,8 @@ class FiguresCache:
             return entry
         data = self.shared.get(name)
         entry = self._checked(data, check, where=self.shared.where(name)) if data is not None else None
+        if entry is not None and not name.startswith("inputs/"):  # A verdict from it names the store.
+            entry = {**entry, "cached_from": self.shared.where(name)}
         if entry is not None:
             try:
                 atomic_write_bytes(path, data)

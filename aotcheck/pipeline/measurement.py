@@ -65,13 +65,16 @@ class Measurement:
     attribution_problem: str | None = None  # Why the peak could not be split by class (then no peak_* figures).
     # The optimized HLO, when asked for (--explain): an artifact of the run, like the executable.
     hlo_text: str | None = dataclasses.field(default=None, repr=False, compare=False)
+    # Where a cached answer came from when another runner wrote it: the shared store's entry (its URL).
+    cached_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON: every field but the executable."""
         return {"case": self.case.id, "figures": dict(self.figures), "compiler_options": dict(self.compiler_options),
                 "compile_seconds": self.compile_seconds, "cached": self.cached,
                 "lowered": self.lowered, "host_peak_bytes": self.host_peak_bytes, "details": self.details.to_json(),
-                "attribution_problem": self.attribution_problem, "hlo_text": self.hlo_text}
+                "attribution_problem": self.attribution_problem, "hlo_text": self.hlo_text,
+                **({"cached_from": self.cached_from} if self.cached_from else {})}
 
     def view(self, *fields: str) -> dict[str, Any]:
         """Some fields of :meth:`to_json`, in the order asked: what a cache entry or a golden keeps."""
@@ -88,7 +91,8 @@ class Measurement:
                    dict(data["compiler_options"]), float(data["compile_seconds"]), cached=bool(data.get("cached")),
                    lowered=bool(data.get("lowered", True)), host_peak_bytes=data.get("host_peak_bytes"),
                    details=Details.from_json(data.get("details")),
-                   attribution_problem=data.get("attribution_problem"), hlo_text=data.get("hlo_text"))
+                   attribution_problem=data.get("attribution_problem"), hlo_text=data.get("hlo_text"),
+                   cached_from=data.get("cached_from"))
 
     def with_fit(self, fit: Fit) -> "Measurement":
         """This measurement with a fit search's result: the figure ``fit_max_<knob>`` and the search in its details."""

@@ -150,6 +150,9 @@ def _message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
             lines.append(f"Note: {outcome.toolchain_note}.")
         if outcome.options_changed:
             lines.append(options_note(outcome.options_changed))
+        if outcome.measured is not None and outcome.measured.cached_from:
+            lines.append(f"Its figures came from the shared cache's entry {outcome.measured.cached_from}, which "
+                         "another runner wrote, not from a compile in this run (a run without the cache compiles it here).")
         if not (outcome.toolchain_note or "").startswith(NEWER_GOLDEN):  # A downgrade is never accepted.
             lines.append(f"To accept the new figures: {accept}")
         return "\n".join(lines)

@@ -95,6 +95,8 @@ def test_a_runner_takes_another_runners_entry_from_the_shared_store_and_keeps_it
     first.put("ab" * 32, ENTRY, toolchain=TOOLCHAIN)
     found = second.get("ab" * 32, toolchain=TOOLCHAIN)
     assert found is not None and found["figures"] == ENTRY["figures"]
+    # A verdict from it names the store (hardening round 5, V12): the entry says where it was read.
+    assert found["cached_from"] == f"file://{tmp_path}/shared/ab/{'ab' * 32}.json"
     assert (tmp_path / "two" / "ab" / f"{'ab' * 32}.json").exists()  # Kept locally for the next run.
     assert second.notes == []
 

@@ -44,3 +44,16 @@ def test_the_same_options_say_nothing_of_them():
     changed = regression({"xla_a": "1"}, {"xla_a": "2"})
     assert changed.options_changed == [("xla_a", "1", "2")]
     assert "(1 differs: xla_a 1 there, 2 here)" in outcome_message(changed)
+
+
+def test_a_regression_answered_by_another_runners_entry_names_the_store():
+    """Hardening round 5, V12: a "regression FAILED" from a shared entry did not say where it came from."""
+    outcome = regression({}, {})
+    local = outcome_message(outcome)
+    shared = outcome_message(dataclasses.replace(outcome, measured=dataclasses.replace(
+        outcome.measured, cached=True, cached_from="s3://bucket/aot/ab/abab.json")))
+    assert "shared cache" not in local
+    assert ("Its figures came from the shared cache's entry s3://bucket/aot/ab/abab.json, which another runner wrote, "
+            "not from a compile in this run (a run without the cache compiles it here).") in shared
+    data = dataclasses.replace(outcome.measured, cached_from="s3://b/x.json").to_json()
+    assert Measurement.from_json(data).cached_from == "s3://b/x.json" and "cached_from" not in outcome.measured.to_json()
