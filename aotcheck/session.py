@@ -386,6 +386,7 @@ class GateSession:
             environment_flags_used=s.environment_flags_used,
             unused_environment_flags=s.environment_flags if s.environment_flags and not s.environment_flags_used else None,
             fit=s.fit, golden_dir_missing=not s.update and not self.store.root.is_dir(), rootdir=str(s.rootdir),
+            golden_dir_state=golden_dir_state(self.store.root),
             front_end=s.front_end)
 
     def platforms(self) -> list[Platform]:
@@ -415,6 +416,14 @@ class GateSession:
                     and toolchain_note(golden.toolchain, platform=platform):
                 out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in platform.toolchain()))
         return out
+
+
+def golden_dir_state(root: Path) -> str | None:
+    """What the golden directory is where it is no directory (hardening round 5, V80-V82: a file and a dangling
+    link were said not to exist); None for a directory."""
+    if root.is_dir():
+        return None
+    return "a file" if root.exists() else "a dangling link" if root.is_symlink() else "absent"
 
 
 def _platform_of(golden_path: str) -> Platform | None:

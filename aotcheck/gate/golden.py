@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 from collections.abc import Mapping
@@ -232,6 +233,29 @@ def parse_document(text: str, path: Path, *, case: Case | None = None) -> Golden
                   _usable(doc.get("usable")))
 
 
+def unreadable_golden(path: Path, error: OSError | UnicodeDecodeError) -> str:
+    """Why a golden file cannot be read, and the one fix that applies (hardening round 5, V77-V80: a directory
+    and a symlink loop were told to fix their permissions).
+
+    Example:
+        >>> unreadable_golden(Path("g/a@v4-8x1.json"), IsADirectoryError(21, "Is a directory"))
+        'g/a@v4-8x1.json is a directory, not a golden file: remove it (its golden is written there), then regenerate it with --update-golden.'
+    """
+    if isinstance(error, IsADirectoryError):
+        return f"{path} is a directory, not a golden file: remove it (its golden is written there), then regenerate it " \
+               "with --update-golden."
+    if isinstance(error, OSError) and error.errno == errno.ELOOP:
+        return f"{path} is a symbolic link that loops (it never reaches a file): remove it, then regenerate it with " \
+               "--update-golden."
+    if isinstance(error, PermissionError):
+        return f"Golden file {path} cannot be read (permission denied). Fix its permissions, or remove it and " \
+               "regenerate it with --update-golden."
+    if isinstance(error, UnicodeDecodeError):
+        return f"Golden file {path} is not UTF-8 text. Remove it, then regenerate it with --update-golden."
+    return f"Golden file {path} cannot be read ({error.strerror or error}). Remove it, then regenerate it with " \
+           "--update-golden."
+
+
 class GoldenStore:
     """Golden files under one directory."""
 
@@ -249,8 +273,7 @@ class GoldenStore:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as e:
-            raise GoldenError(f"Golden file {path} cannot be read ({getattr(e, 'strerror', None) or e}). "
-                              "Fix its permissions or remove it, then regenerate it with --update-golden.") from e
+            raise GoldenError(unreadable_golden(path, e)) from e
         return parse_document(text, path, case=case)
 
     def write(
@@ -294,6 +317,10 @@ class GoldenStore:
 
     def check_writable(self) -> None:
         """Raises GoldenError unless golden files can be written here."""
+        if (self.root.exists() and not self.root.is_dir()) or (self.root.is_symlink() and not self.root.exists()):
+            what = "a file, not a directory" if self.root.exists() else "a symbolic link whose target does not exist"
+            raise GoldenError(f"The golden directory {self.root} is {what}; --update-golden writes goldens into a "
+                              "directory there: move it aside or repair the link, or give another golden directory.")
         try:
             probe_writable(self.root)
         except OSError as e:

@@ -39,7 +39,8 @@ class RunHeader:
     Attributes:
         targets: The targets it checks, by name.
         golden_dir: Where its goldens are; ``golden_dir_missing``: that directory does not exist (and
-            the run does not update), with the ``rootdir`` the path is relative to.
+            the run does not update), with the ``rootdir`` the path is relative to; ``golden_dir_state``:
+            what it is instead, where it is no directory: ``"absent"``, ``"a file"``, ``"a dangling link"``.
         update: Whether it writes goldens.
         cache_dir: The figures cache (None: none); ``cache_url``: the store the runners share behind it,
             ``cache_shares``: whether this run writes to it.
@@ -71,5 +72,6 @@ class RunHeader:
     unused_environment_flags: str | None = None
     fit: str | None = None
     golden_dir_missing: bool = False
+    golden_dir_state: str | None = None
     rootdir: str = ""
     front_end: str = "pytest"

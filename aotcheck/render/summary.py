@@ -78,8 +78,13 @@ def header_lines(header: RunHeader) -> list[str]:
     if h.fit:
         lines.append(f"aotcheck: fit search of {h.fit!r} on every config that offers it (a few compiles each; "
                      f"gated as {fit_max(h.fit)})")
-    if h.golden_dir_missing:
-        with_equals = " (with '=')" if h.front_end == "pytest" else ""  # pytest reads a path after a space.
+    with_equals = " (with '=')" if h.front_end == "pytest" else ""  # pytest reads a path after a space.
+    if h.golden_dir_state in ("a file", "a dangling link"):
+        what = ("is a file, not a directory" if h.golden_dir_state == "a file" else
+                "is a symbolic link whose target does not exist")
+        lines.append(f"aotcheck: WARNING: the golden directory {h.golden_dir} {what}: no golden can be read or "
+                     f"written there. Move it aside or repair the link, or pass {flags['golden_dir']}=PATH{with_equals}.")
+    elif h.golden_dir_missing:
         lines.append(f"aotcheck: WARNING: the golden directory {h.golden_dir} does not exist, so every case "
                      f"will be missing its golden. The rootdir is {h.rootdir}; if your goldens are elsewhere, "
                      f"pass {flags['golden_dir']}=PATH{with_equals}, or create them with {flags['update']}.")

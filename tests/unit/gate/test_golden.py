@@ -52,3 +52,29 @@ def test_a_golden_figure_that_is_not_finite_or_is_negative_is_a_corrupt_golden(t
     document = '{"figures": {"%s": %s, "argument_bytes": 1}, "toolchain": {}, "compiler_options": {}}' % (name, text)
     with pytest.raises(GoldenError, match=f"figure '{name}' is .*figures are finite and never negative"):
         parse_document(document, Path("g.json"))
+
+
+def test_a_golden_path_that_is_no_golden_file_is_said_as_what_it_is(tmp_path):
+    """Hardening round 5, V77-V82: a directory, a symlink loop, a golden dir that is a file or a dangling link
+    were told to fix their permissions, or said not to exist."""
+    import pytest
+
+    from aotcheck.gate.golden import GoldenError, GoldenStore
+    from aotcheck.pipeline.case import Case
+    from aotcheck.session import golden_dir_state
+
+    store, case = GoldenStore(tmp_path / "golden"), Case.of("lm", "prefill", "v4-8")
+    store.path(case).mkdir(parents=True)
+    with pytest.raises(GoldenError, match="is a directory, not a golden file: remove it"):
+        store.read(case)
+    store.path(case).rmdir()
+    store.path(case).symlink_to(store.path(case))
+    with pytest.raises(GoldenError, match="is a symbolic link that loops"):
+        store.read(case)
+    assert golden_dir_state(tmp_path / "golden") is None and golden_dir_state(tmp_path / "nowhere") == "absent"
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    assert golden_dir_state(tmp_path / "file") == "a file" and golden_dir_state(tmp_path / "dangling") == "a dangling link"
+    for root, what in (("file", "a file, not a directory"), ("dangling", "a symbolic link whose target does not exist")):
+        with pytest.raises(GoldenError, match=f"is {what}; --update-golden writes goldens into a directory there"):
+            GoldenStore(tmp_path / root).check_writable()

@@ -76,3 +76,15 @@ def test_the_header_says_once_what_a_run_does_with_its_shared_store(shares, upda
     header = RunHeader(targets=("v4-8x1",), golden_dir="golden", update=update, cache_dir="c",
                        cache_url="s3://b/aot", cache_shares=shares)
     assert said in header_lines(header)[0] and header_lines(header)[0].count("(") <= 2
+
+
+@pytest.mark.parametrize("state, said", [("a file", "is a file, not a directory: no golden can be read or written there"),
+                                         ("a dangling link", "is a symbolic link whose target does not exist: no golden")])
+def test_a_golden_dir_that_is_no_directory_is_said_as_what_it_is(state, said):
+    from aotcheck.gate.run import RunHeader
+    from aotcheck.render.summary import header_lines
+
+    header = RunHeader(targets=("v4-8x1",), golden_dir="golden", update=False, cache_dir=None, golden_dir_missing=True,
+                       golden_dir_state=state)
+    warning = [line for line in header_lines(header) if "WARNING" in line]
+    assert len(warning) == 1 and said in warning[0] and "does not exist, so every case" not in warning[0]
