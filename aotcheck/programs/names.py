@@ -93,6 +93,17 @@ def name_problem(name: object, what: str) -> str | None:
     # '/' and '@' separate a case id's parts; ',' and spaces separate the names of --aot-configs; a
     # program's brackets are its bucket's (step[tokens=16]), which a config carries as a value.
     banned = "/@," if what == "Config" else "/@[]"
-    if not isinstance(name, str) or not name or any(c in banned or c.isspace() for c in name) or name in (".", ".."):
+    if not isinstance(name, str) or not name or any(c in banned or c.isspace() for c in name):
         return f"{what} name {name!r} must be non-empty, without {', '.join(map(repr, banned))} or spaces."
+    if name in (".", ".."):  # Hardening round 5, V84: refused, but for the characters it does not have.
+        return (f"{what} name {name!r} would name {'the golden directory itself' if name == '.' else 'its parent'} "
+                "in a golden file's path; pick another name.")
+    if len(name.encode()) > MAX_NAME_BYTES:  # V83: compiled, then failed "File name too long".
+        return (f"{what} name of {len(name.encode())} bytes ({name[:40]!r}...) is too long: it names a golden "
+                f"{'directory' if what == 'Config' else 'file'}, and file systems take at most 255 bytes a name; "
+                f"give it at most {MAX_NAME_BYTES}.")
     return None
+
+
+# A config names a golden directory, a program a golden file beside its target (``@v5e-16x2.json``).
+MAX_NAME_BYTES = 200

@@ -6,6 +6,7 @@ from hypothesis import given, strategies as st
 from aotcheck.errors import ConfigError
 from aotcheck.pipeline.case import Case
 from aotcheck.programs.names import Bucket, name_problem, parse_program_id, program_id
+from aotcheck.programs.registry import Registry, RegistryError
 
 POINTS = st.dictionaries(st.sampled_from(["tokens", "seqs", "pages", "len"]), st.integers(1, 1 << 20), min_size=1)
 
@@ -47,3 +48,17 @@ def test_a_bad_bucket_is_refused_naming_the_axis(point, match):
 def test_a_program_name_may_not_carry_brackets_which_are_its_buckets():
     assert "'[', ']'" in name_problem("step[tokens=16]", "Program")
     assert name_problem("step", "Program") is None and name_problem("a,b", "Config") is not None
+
+
+@pytest.mark.parametrize("name, said", [
+    ("..", "Config name '..' would name its parent in a golden file's path; pick another name."),
+    (".", "Config name '.' would name the golden directory itself in a golden file's path; pick another name."),
+    ("x" * 300, "Config name of 300 bytes ('" + "x" * 40 + "'...) is too long: it names a golden directory, and file "
+     "systems take at most 255 bytes a name; give it at most 200."),
+])
+def test_a_name_that_cannot_name_a_golden_path_says_why(name, said):
+    """Hardening round 5, V83/V84: 300 characters compiled, then failed 'File name too long'; '..' was refused
+    for characters it does not have."""
+    assert name_problem(name, "Config") == said
+    with pytest.raises(RegistryError, match="pick another name|give it at most 200"):
+        Registry().register(name, lambda: None)
