@@ -113,6 +113,8 @@ def test_stale_goldens_reported_not_when_deselected_and_removed_only_unfiltered(
 
     run(project, "--aot-topologies=v4-8", "--update-golden", "-k", "plain")
     assert stale.exists()  # A filtered update removes nothing.
+    run(project, "--aot-topologies=v4-8", "--update-golden", "--aot-configs=toy")
+    assert stale.exists()  # Nor one naming its configs, all registered now or not (hardening round 5, V85).
     result = run(project, "--aot-topologies=v4-8", "--update-golden")
     result.stdout.fnmatch_lines(["*removed stale golden gone/step@v4-8x1.json*"])
     assert not stale.exists() and golden(project).exists()
