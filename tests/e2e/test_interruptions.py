@@ -87,11 +87,13 @@ def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project
     marker = f"{project.path}-{front}"  # The full path: xdist's workers give their tests the same names.
     env = dict(os.environ, TMPDIR=str(tmp), AOTCHECK_TEST_RUN=marker, PYTHONFAULTHANDLER="1")
     report = project.path / "r.json"
+    store = project.path / "store"  # Runners' shared store (hardening round 5: kills and signals lose nothing there).
     if front == "cli":
-        command = [sys.executable, "-m", "aotcheck", "check", "--topologies=v4-8", "--update-golden", f"--report={report}"]
+        command = [sys.executable, "-m", "aotcheck", "check", "--topologies=v4-8", "--update-golden", f"--report={report}",
+                   f"--cache-url=file://{store}"]
     else:
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8", "--update-golden",
-                   f"--aot-report={report}", *front.split()[1:]]
+                   f"--aot-report={report}", f"--aot-cache-url=file://{store}", *front.split()[1:]]
     # A session of its own, as a terminal or a CI runner starts a job: SIGINT is not ignored there.
     proc = subprocess.Popen(command, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -120,6 +122,11 @@ def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project
     time.sleep(1)
     assert _processes_with(marker) == [], "a compile worker outlived its run"
     assert not list(tmp.glob("aotcheck-dump-*")), list(tmp.iterdir())  # Its own dumps and the leftover removed.
+    # The store holds whole, sealed entries only: the finished case's, none half-written.
+    from aotcheck.pipeline.cache import seal_problem
+
+    entries = [p for p in store.rglob("*") if p.is_file()]
+    assert entries and all(p.suffix == ".json" and seal_problem(json.loads(p.read_text())) is None for p in entries), entries
 
 
 def test_a_worker_whose_run_was_killed_stops_at_once(project):
