@@ -164,7 +164,10 @@ class GateSession:
             except RegistryError as e:
                 raise SettingsError(str(e)) from None
         if self.cache is not None and not self.cache.usable():
-            self.warnings.append(f"aotcheck: the figures cache {self.cache.root} is not writable; running uncached.")
+            shared = self.cache.shared  # Hardening round 5, V21: the store went with it, unnamed.
+            store = f" (the shared store {shared.url} behind it is not read or written either)" if shared else ""
+            self.warnings.append(f"aotcheck: the figures cache {self.cache.root} is not writable; running uncached"
+                                 f"{store}.")
             self.cache = None
             if self._measurer is not None:
                 self._measurer.cache = None

@@ -110,3 +110,23 @@ def test_a_refused_read_is_a_miss_and_a_refused_write_stops_writes_not_reads():
     assert len(store.notes) == 2, store.notes  # Each said once.
     assert "reading the shared figures cache s3://bucket/cache was refused (PermissionError: Forbidden)" in store.notes[0]
     assert "refuses this runner's writes (PermissionError: Access Denied)" in store.notes[1]
+
+
+def test_an_unwritable_local_cache_names_the_shared_store_it_turns_off(tmp_path):
+    """Hardening round 5, V21: the store behind the local cache went off with it, unnamed. A real session's
+    set-up (no case runs): the local cache is a file, so it cannot be a directory."""
+    import aotcheck
+    from aotcheck.programs.registry import Registry
+    from aotcheck.session import GateSession
+    from aotcheck.settings import GateSettings
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    registry = Registry()
+    registry.register("t", aotcheck.FunctionConfig(fn=lambda x: x, make_args=lambda mesh: ()))
+    settings = GateSettings.parse(rootdir=tmp_path, topologies="cpu-1", cache_dir=str(blocker),
+                                  cache_url=f"file://{tmp_path}/store")
+    session = GateSession(settings, registry=registry, measure=lambda case: None)
+    session.prepare()
+    assert any(f"aotcheck: the figures cache {blocker} is not writable; running uncached (the shared store file://{tmp_path}/store "
+               "behind it is not read or written either)." == w for w in session.warnings), session.warnings
