@@ -23,6 +23,7 @@ Example (a directory as the store):
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 from collections.abc import Callable
@@ -158,7 +159,11 @@ class SharedStore:
                 if self.local is not None:
                     return atomic_write_bytes(self.local / name, data)
                 return self._filesystem().pipe_file(self._path(name), data)
-            except PermissionError as e:
+            except OSError as e:
+                # Refused, or a read-only file system (a file:// store on a read-only mount): writes stop, reads
+                # go on (hardening round 5, V22: EROFS turned the store off, said as unreachable).
+                if not isinstance(e, PermissionError) and e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    raise
                 self.write = False
                 self._once(f"aotcheck: the shared figures cache {self.url} refuses this runner's writes "
                            f"({_reason(e)}); it is read, and nothing more is written to it.")

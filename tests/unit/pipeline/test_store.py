@@ -130,3 +130,25 @@ def test_an_unwritable_local_cache_names_the_shared_store_it_turns_off(tmp_path)
     session.prepare()
     assert any(f"aotcheck: the figures cache {blocker} is not writable; running uncached (the shared store file://{tmp_path}/store "
                "behind it is not read or written either)." == w for w in session.warnings), session.warnings
+
+
+def test_a_read_only_file_system_stops_writes_and_keeps_reads(tmp_path, monkeypatch):
+    """Hardening round 5, V22: a read-only file:// store's first failed write turned it off, reads too, said as
+    "unreachable". FAKE: the write raises EROFS as a read-only mount's would (root here writes anything)."""
+    import errno
+
+    from aotcheck.pipeline import store as module
+    from aotcheck.pipeline.store import SharedStore
+
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "a.json").write_bytes(b"{}")
+    shared = SharedStore(f"file://{tmp_path}/store")
+
+    def read_only(path, data):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(module, "atomic_write_bytes", read_only)
+    shared.put("b.json", b"{}")
+    assert shared.get("a.json") == b"{}" and shared.down is None and not shared.write
+    assert shared.notes == [f"aotcheck: the shared figures cache file://{tmp_path}/store refuses this runner's writes "
+                            "(OSError: [Errno 30] Read-only file system); it is read, and nothing more is written to it."], shared.notes
