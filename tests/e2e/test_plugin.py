@@ -157,7 +157,7 @@ def test_usage_errors(project, tmp_path):
     blocker.write_text("")
     result = run(project, "--aot-topologies=v4-8", "--update-golden", f"--aot-golden-dir={blocker}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*golden directory {blocker} is not writable*"])
+    result.stderr.fnmatch_lines([f"*golden directory {blocker} is a file, not a directory; --update-golden writes*"])
 
 
 def test_skips_compile_errors_builder_errors_and_junit(project, edit_toy):
