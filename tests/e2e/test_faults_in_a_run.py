@@ -106,8 +106,8 @@ GOLDEN_FAULTS = [
     ('{"case": "Toy/step@v4-8x1", "figures": {}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden",
      "not of 'toy/step@v4-8x1' (their names differ only in letter case, and this filesystem keeps one file for both"),
     ('{"figures": {}, "toolchain": {}, "compiler_options": {}}', "corrupt-golden", "names no case (it should hold 'toy/step@v4-8x1')"),
-    ("DIRECTORY", "corrupt-golden", "cannot be read"),
-    ("\udcff", "corrupt-golden", "cannot be read"),
+    ("DIRECTORY", "corrupt-golden", "is a directory, not a golden file: remove it"),  # Not "fix its permissions".
+    ("\udcff", "corrupt-golden", "is not UTF-8 text. Remove it, then regenerate it"),
 ]
 
 
