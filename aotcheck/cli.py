@@ -54,7 +54,7 @@ from aotcheck.render.summary import (case_line, header_lines, layout_lines, pool
                                      summary_table)
 from aotcheck.render.tables import table, topologies_table
 from aotcheck.render.serving import serving_lines
-from aotcheck.render.text import fit_lines, hbm_words, outcome_message, pools_lines
+from aotcheck.render.text import crash_words, fit_lines, hbm_words, outcome_message, pools_lines
 from aotcheck.units import clip_runs
 from aotcheck.calibrate import add_command as calibrate_command
 from aotcheck.session import GateSession, Interruption, exit_status
@@ -185,7 +185,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         with _stdout_to_stderr():  # The session builds the config again (a builder must give the same one).
             results = [measurer(Case.for_config(entry.name, entry.program(program), target)) for program in programs]
     except WorkerCrashed as e:
-        print(f"aotcheck: error: {e}", file=sys.stderr)
+        print(f"aotcheck: error: {crash_words(e, target.topology.family)}", file=sys.stderr)
         return 3
     except OutOfMemorySpace as e:  # A kernel's VMEM or SMEM, not HBM: said as such, never XLA's raw text.
         print(f"aotcheck: error: {entry.name} {explain_overflow(e.overflow, target.topology)}", file=sys.stderr)
@@ -277,7 +277,7 @@ def _fit_on(measurer: Measurer, case: Case, *, quiet: bool) -> tuple[Fit, bool] 
             raise
         return found, False
     except WorkerCrashed as e:
-        print(f"aotcheck: error: {case.id}: {e}", file=sys.stderr)
+        print(f"aotcheck: error: {case.id}: {crash_words(e, case.topology.family)}", file=sys.stderr)
         return None
 
 

@@ -181,19 +181,23 @@ class WorkerCrashed(AotcheckError, RuntimeError):
     """A compile process died (a signal, an abort, the host's OOM killer) while measuring a case."""
 
     def __init__(self, message: str, *, signal_name: str | None = None, tail: tuple[str, ...] = (),
-                 log: tuple[str, ...] = ()) -> None:
+                 log: tuple[str, ...] = (), small_vmem_limit: Mapping[str, int] | None = None) -> None:
         super().__init__(message)
         self.signal_name = signal_name
         self.tail = tuple(tail)
         self.log = tuple(log)  # Everything the worker printed while on the case (a crash handler's stack too).
+        # The compile's scoped VMEM limit where it was below the chip's default ({"kib", "default_kib"}):
+        # libtpu dies compiling collectives under a limit of about 1 MiB, so that is the cause to name.
+        self.small_vmem_limit = dict(small_vmem_limit) if small_vmem_limit else None
 
     def fields(self) -> dict[str, Any]:
-        return {"signal_name": self.signal_name, "tail": list(self.tail), "log": list(self.log)}
+        return {"signal_name": self.signal_name, "tail": list(self.tail), "log": list(self.log),
+                **({"small_vmem_limit": self.small_vmem_limit} if self.small_vmem_limit else {})}
 
     @classmethod
     def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "WorkerCrashed":
         return cls(message, signal_name=fields.get("signal_name"), tail=tuple(fields.get("tail") or ()),
-                   log=tuple(fields.get("log") or ()))
+                   log=tuple(fields.get("log") or ()), small_vmem_limit=fields.get("small_vmem_limit"))
 
 
 def error_type(error: BaseException) -> str:

@@ -24,6 +24,9 @@ def crash_while_tracing(kind):
 aotcheck.register("segv", aotcheck.FunctionConfig(fn=crash_while_tracing("segv"), make_args=make_args))
 aotcheck.register("abort", aotcheck.FunctionConfig(fn=crash_while_tracing("abort"), make_args=make_args))
 aotcheck.register("oomkilled", aotcheck.FunctionConfig(fn=crash_while_tracing("kill"), make_args=make_args))
+# A launch flag that kills libtpu: a scoped VMEM limit too small for the all-reduce's emitter.
+aotcheck.register("smallvmem", aotcheck.FunctionConfig(fn=lambda x, w: jnp.sum(x @ w), make_args=make_args,
+                                                       libtpu_init_args="--xla_tpu_scoped_vmem_limit_kib=1024"))
 aotcheck.register("typeerror", aotcheck.FunctionConfig(fn=lambda x, w: x @ x, make_args=make_args))
 aotcheck.register("keyerror", aotcheck.FunctionConfig(fn=lambda x, w: {}["logits"], make_args=make_args))
 

@@ -40,11 +40,12 @@ from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.loader import LoaderError, loaded_sources, main_has_no_file, main_script
-from aotcheck.programs.options import OptionsError
+from aotcheck.programs.options import SCOPED_VMEM_FLAG, OptionsError
 from aotcheck.programs.xla_flags import unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
 from aotcheck.gate.worker import WorkerRequest
 from aotcheck.targets.topology import Topology
+from aotcheck.targets.tpu import CHIPS
 
 
 def describe_exit(code: int) -> str:
@@ -305,7 +306,7 @@ class Measurer:
         except WorkerCrashed as e:
             self._workers.pop(family, None)
             worker.close()
-            raise self._crash_cause(e) from None
+            raise self._crash_cause(e, case) from None
         if family in case.topology.platform.fresh_worker_families:
             self._workers.pop(family).close()
             self.prestart([case.topology])  # The next case of the family finds its fresh worker started.
@@ -339,10 +340,15 @@ class Measurer:
             return None
         return {"digest": seen.digest, "unstable": entry.unstable()}
 
-    def _crash_cause(self, crash: WorkerCrashed) -> Exception:
+    def _crash_cause(self, crash: WorkerCrashed, case: Case) -> Exception:
         """What a worker's death was, when its last lines or this host's limits say: a flag in
         ``XLA_FLAGS`` XLA does not know (every later case is that error, and no worker starts again),
-        memory the host's limit would not map; else the crash, with a word on the limit if one is set."""
+        memory the host's limit would not map; else the crash, with a word on the limit if one is set,
+        and the case's scoped VMEM limit where it was below the chip's default."""
+        small = self._small_vmem_limit(case)
+        if small is not None:
+            crash = WorkerCrashed(str(crash), signal_name=crash.signal_name, tail=crash.tail, log=crash.log,
+                                  small_vmem_limit=small)
         lines = [*crash.tail, *crash.log]
         unknown = unknown_xla_flags(lines)
         if unknown is not None:
@@ -358,8 +364,23 @@ class Measurer:
             return WorkerCrashed(f"{crash}\nThis run's {caps}: a compile process that cannot map "
                                  "memory can die this way. If the cap is near what a compile maps (libtpu alone "
                                  "maps about 0.6 GiB), raise or lift it (ulimit -v unlimited).",
-                                 signal_name=crash.signal_name, tail=crash.tail, log=crash.log)
+                                 signal_name=crash.signal_name, tail=crash.tail, log=crash.log,
+                                 small_vmem_limit=crash.small_vmem_limit)
         return crash
+
+    def _small_vmem_limit(self, case: Case) -> dict[str, int] | None:
+        """The case's scoped VMEM limit (its config's launch flags, then the caller's) where it is below
+        its chip's default, as ``{"kib", "default_kib"}``; None otherwise. Presets are not consulted
+        (that would load libtpu here): none sets a limit below a chip's default."""
+        chip = CHIPS.get(case.topology.family)
+        try:
+            options = {**self.registry.get(case.config).program(case.program).options, **self.compiler_options}
+        except (RegistryError, OptionsError):
+            options = dict(self.compiler_options)
+        kib = str(options.get(SCOPED_VMEM_FLAG) or "")
+        if chip is None or not (kib.isascii() and kib.isdigit()) or int(kib) * 1024 >= chip.scoped_vmem_bytes:
+            return None
+        return {"kib": int(kib), "default_kib": chip.scoped_vmem_bytes // 1024}
 
     def close(self, *, kill: bool = False) -> None:
         """Stops every worker process: all asked at once, then each given what is left of

@@ -154,7 +154,10 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     else from a probe (a tiny compile on the chip's devices), done once per process and, with
     ``store`` (a directory, e.g. the figures cache), once per libtpu version: its answer is remembered
     in a file (:func:`presets_file`), read back only when it checks out (:func:`read_presets_file`;
-    one that does not is probed again and rewritten, with a note naming it)."""
+    one that does not is probed again and rewritten, with a note naming it). A file saves the probe
+    only when it says libtpu accepts every preset, which each compile that sends them verifies
+    (:func:`recheck_presets`); a file that refuses some is confirmed by a probe, as an edit of it (its
+    check recomputed) would change the options sent and so the answer."""
     topo = parse_topology(topology)
     if not topo.platform.option_presets:
         return Refusal(frozenset(), "table")
@@ -168,8 +171,15 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     found = None
     if path is not None:
         names, why = read_presets_file(path, topo, num_slices)
-        if names is not None:
+        if names is not None and not names:  # "Accepts them all": every compile that sends them checks that.
             found = Refusal(names, "remembered")
+        elif names:  # A refusal drops presets, which no compile would contradict: a probe confirms it.
+            found = Refusal(probe_refused_presets(topo, num_slices), "probe")
+            if found.names != names:
+                _note(f"aotcheck: the presets cache file {path} said libtpu refuses {', '.join(sorted(names))} on "
+                      f"{family}, and a probe refuses {', '.join(sorted(found.names)) or 'none'}: the file was "
+                      "stale or edited. It is rewritten, and the probe's answer taken.")
+                _write_presets_file(path, topo, num_slices, found.names)
         elif why is not None:
             _note(f"aotcheck: the presets cache file {path} was not used: {why}. libtpu was probed again "
                   "and the file rewritten.")
@@ -180,10 +190,9 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     _probed[(family, multi)] = found
     if path is not None:
         _files[(family, multi)] = path
-    if found.names:
-        how = "probed" if found.how == "probe" else f"remembered in {path}; delete it to probe again"
+    if found.names:  # Only a probe's answer refuses any (a remembered refusal is probed again).
         _note(f"aotcheck: libtpu {_runtime.toolchain()[_runtime.LIBTPU]} refuses aotcheck's presets "
-              f"{', '.join(sorted(found.names))} on {family}{' (multi-slice)' if multi else ''} ({how}): not sent there")
+              f"{', '.join(sorted(found.names))} on {family}{' (multi-slice)' if multi else ''} (probed): not sent there")
     return found
 
 

@@ -19,8 +19,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from aotcheck.errors import WorkerCrashed
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
 from aotcheck.figures.fit import Fit, Pools
 from aotcheck.figures.hbm import HbmVerdict, explain_oom, explain_overflow, overflow_phrase
@@ -76,6 +77,26 @@ def trim_error(text: str, *, max_lines: int = 12) -> str:
     return "\n".join(keep)
 
 
+def small_vmem_limit_words(small: Mapping[str, int], family: str) -> str:
+    """Why a compile under a small scoped VMEM limit died, and the fix (see ``WorkerCrashed.small_vmem_limit``).
+
+    Example:
+        >>> print(small_vmem_limit_words({"kib": 1024, "default_kib": 16384}, "v4"))  # doctest: +ELLIPSIS
+        It compiled with --xla_tpu_scoped_vmem_limit_kib=1024, below v4's default of 16384 KiB: ... Raise the limit, ...
+    """
+    return (f"It compiled with --xla_tpu_scoped_vmem_limit_kib={small['kib']}, below {family}'s default of "
+            f"{small['default_kib']} KiB: libtpu dies compiling a program's collectives under a scoped VMEM limit "
+            f"near 1 MiB (1,280 KiB crashed and 1,536 KiB compiled for a small train step on v4-8, libtpu 0.0.50.1), "
+            f"and your job would die the same way at start-up. Raise the limit, or leave it unset for the chip's "
+            f"default.")
+
+
+def crash_words(crash: WorkerCrashed, family: str) -> str:
+    """A worker's death as the CLI says it: the crash, and the small VMEM limit that caused it if one did."""
+    small = crash.small_vmem_limit
+    return f"{crash}\n{small_vmem_limit_words(small, family)}" if small else str(crash)
+
+
 def outcome_message(outcome: Outcome) -> str:
     """What a case's verdict means for the user, with the fix: its golden file as the outcome records it
     and its accept command worded (a flag of 100,000 digits shown by its ends)."""
@@ -88,6 +109,9 @@ def _message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
     case, verdict, failure = outcome.case, outcome.verdict, outcome.error
     detail = failure.text if failure is not None else ""
     if verdict is Verdict.CRASHED:
+        small = failure.fields.get("small_vmem_limit") if failure is not None else None
+        if small:  # The launch flag is the cause: the job would die the same way compiling at start-up.
+            return f"{case.id} crashed: {detail}\n{small_vmem_limit_words(small, case.topology.family)}"
         return (f"{case.id} crashed: {detail}\nA crash of the compiler (or the host's out-of-memory killer), "
                 f"not a figure of your program: the other cases were checked. Try this case alone "
                 f"({accept_case_command(Accept(case.id)).split(' ', 2)[2]}) to see whether it repeats; a newer {case.topology.platform.upgrade} may fix it.")

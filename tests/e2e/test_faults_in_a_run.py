@@ -19,7 +19,7 @@ def test_crashes_and_user_errors_fail_only_their_case(faults):
     report = faults.path / "report.json"
     result = run(faults, "--aot-topologies=v4-8", "--update-golden", f"--aot-report={report}", "--aot-no-cache")
     # The crashes do not take the session down: the healthy toy case after them still passes.
-    result.assert_outcomes(passed=1, failed=7)
+    result.assert_outcomes(passed=1, failed=8)
     out = result.stdout.str()
     for lines in (
         ["*segv/step@v4-8x1 crashed: the v4 compile process died with SIGSEGV (signal 11) while compiling "
@@ -31,6 +31,10 @@ def test_crashes_and_user_errors_fail_only_their_case(faults):
          "*about to die by abort", "*SIGABRT received by PID*"],
         ["*typeerror/step@v4-8x1: TypeError while building or lowering it: dot_general requires contracting "
          "dimensions to have the same shape*"],
+        # The cause named, not "a newer libtpu may fix it": the job's own flag would kill its start-up.
+        ["*smallvmem/step@v4-8x1 crashed: the v4 compile process died with SIGABRT*",
+         "*max_vmem_kib > 0*", "It compiled with --xla_tpu_scoped_vmem_limit_kib=1024, below v4's default of 16384 "
+         "KiB: libtpu dies compiling*Raise the limit, or leave it unset for the chip's default."],
         ["*keyerror/step@v4-8x1: KeyError while building or lowering it: logits*"],
         # A ValueError of the user's own is named by its class, as any other class their code raises.
         ["*badargs/step@v4-8x1: ValueError while building or lowering it: make_args does not like this mesh*"],
@@ -45,6 +49,7 @@ def test_crashes_and_user_errors_fail_only_their_case(faults):
     cases = {c["case"]: c for c in json.loads(report.read_text())["cases"]}
     log = "\n".join(cases["segv/step@v4-8x1"]["error"]["log"])
     assert "about to die by segv" in log and "FailureSignalHandler" in log and "coredump_hook" in log, log[-2000:]
+    assert cases["smallvmem/step@v4-8x1"]["error"]["fields"]["small_vmem_limit"] == {"kib": 1024, "default_kib": 16384}
     assert cases["segv/step@v4-8x1"]["verdict"] == "crashed" and cases["abort/step@v4-8x1"]["verdict"] == "crashed"
     assert cases["toy/step@v4-8x1"]["verdict"] == "accepted" and cases["toy/step@v4-8x1"]["measured"]["host_peak_bytes"] > 2**20
     assert {cases[c]["verdict"] for c in ("typeerror/step@v4-8x1", "keyerror/step@v4-8x1")} == {"error"}

@@ -113,8 +113,8 @@ def test_a_presets_file_is_checked_before_it_is_trusted_and_named_when_it_is_not
     path = options.presets_file(tmp_path, "v4-8", 1)
     assert probed.how == "probe" and path.is_file()
     assert options.read_presets_file(path, "v4-8") == (probed.names, None)
-    options._probed.clear()
-    assert options.refused_presets("v4-8", 1, store=tmp_path) == (probed.names, "remembered")
+    options._probed.clear()  # A file saves the probe when it refuses nothing; a refusal is probed again.
+    assert options.refused_presets("v4-8", 1, store=tmp_path) == (probed.names, "probe" if probed.names else "remembered")
 
     # Edited to refuse nothing (or to refuse good presets): its check no longer matches; probed again.
     doc = json.loads(path.read_text())
@@ -125,10 +125,6 @@ def test_a_presets_file_is_checked_before_it_is_trusted_and_named_when_it_is_not
     assert (f"aotcheck: the presets cache file {path} was not used: it was changed since aotcheck wrote it (its check "
             "does not match). libtpu was probed again and the file rewritten.") in options.probe_notes()
     assert options.read_presets_file(path, "v4-8") == (probed.names, None)  # Rewritten whole.
-    if probed.names:  # What is remembered and refused is said with the file it is remembered in.
-        options._probed.clear()
-        options.refused_presets("v4-8", 1, store=tmp_path)
-        assert any(f"(remembered in {path}; delete it to probe again): not sent there" in n for n in options.probe_notes())
 
     # Read and checked field by field: the schema, the types, option names aotcheck knows.
     for document, why in [
@@ -168,21 +164,25 @@ def test_a_stale_presets_file_is_probed_again_when_libtpu_refuses_what_it_said_w
     assert note.endswith("It is rewritten, and the case compiled again without them.")
 
 
-def test_an_update_run_reads_no_presets_file(tmp_path, unlisted_libtpu):
-    """A presets file edited with its check recomputed (hardening round 4) is as good as aotcheck's own to a
-    check run; a run that writes goldens probes libtpu instead, so the golden's options are libtpu's answer."""
+def test_a_presets_file_that_refuses_presets_is_probed_again_before_it_is_trusted(tmp_path, unlisted_libtpu):
+    """U75 (hardening round 5): a presets file edited with its check recomputed, saying libtpu refuses every
+    preset, would drop them all from the compile, an answer no compile contradicts. A refusal read from a
+    file is confirmed by a probe (a check run and an update run alike), and the file rewritten, named."""
     path = options.presets_file(tmp_path / "cache", "v4-8", 1)
     every = options.preset_options("v4-8", 1)
     options._write_presets_file(path, options.parse_topology("v4-8"), 1, every)  # "libtpu refuses them all"
     request = WorkerRequest(case="hp-toy/step@v4-8x1", registry=(__name__, "REGISTRY"),
                             cache_dir=str(tmp_path / "cache"), presets=True)
     checked = measure_request(request)
-    assert not set(every) & set(checked.compiler_options)  # The file answered.
+    probed = options.probe_refused_presets("v4-8", 1)
+    assert set(every) - probed, "this libtpu refuses every preset: nothing tells the file from a probe"
+    assert {k for k in every if k not in probed} <= set(checked.compiler_options)  # The probe answered.
+    assert options.read_presets_file(path, "v4-8") == (probed, None)  # Rewritten with the probe's answer.
+    note = next(n for n in options.probe_notes() if "was stale or edited" in n)
+    assert note.startswith(f"aotcheck: the presets cache file {path} said libtpu refuses ")
     options._probed.clear()
     updated = measure_request(dataclasses.replace(request, cache_read=False))
-    probed = options.probe_refused_presets("v4-8", 1)
-    assert {k for k in every if k not in probed} <= set(updated.compiler_options)
-    assert set(every) - probed, "this libtpu refuses every preset: nothing tells the file from a probe"
+    assert updated.compiler_options == checked.compiler_options
 
 
 # --- 2. The accept command repeats every setting that changed the program -------------------------------

@@ -138,8 +138,9 @@ def test_an_unknown_libtpu_is_probed_once_and_remembered(monkeypatch, tmp_path):
     assert first == (expected, "probe")
     [remembered] = (tmp_path / "presets").iterdir()
     assert remembered.name.startswith(f"libtpu-{toolchain()['libtpu']}-v4-one-")  # + a digest of the presets.
-    monkeypatch.setattr(presets, "_probed", {})  # A new process: the file answers, no compile.
-    assert presets.refused_presets("v4-8", 1, store=tmp_path) == (expected, "remembered")
+    monkeypatch.setattr(presets, "_probed", {})  # A new process: a file that refuses none answers, no compile;
+    # one that refuses some is confirmed by a probe (an edited refusal would change the options sent).
+    assert presets.refused_presets("v4-8", 1, store=tmp_path) == (expected, "probe" if expected else "remembered")
     options = resolve_compiler_options("v4-8", 1, store=tmp_path)
     assert not set(options) & expected and options["xla_tpu_enable_latency_hiding_scheduler"] == "true"
     assert bool(presets.probe_notes()) == bool(expected)
