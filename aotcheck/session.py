@@ -388,6 +388,8 @@ class GateSession:
             dropped=sum(1 for k in s.compiler_options if runtime_only(k)),
             environment_flags_used=s.environment_flags_used,
             unused_environment_flags=s.environment_flags if s.environment_flags and not s.environment_flags_used else None,
+            unused_cache=tuple((name, s.said.get(name, s.flags[name]), value, s.said.get(moot, s.flags[moot]))
+                               for name, value, moot in s.unused_cache),
             fit=s.fit, golden_dir_missing=not s.update and not self.store.root.is_dir(), rootdir=str(s.rootdir),
             golden_dir_state=golden_dir_state(self.store.root),
             front_end=s.front_end)

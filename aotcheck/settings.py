@@ -319,6 +319,9 @@ class GateSettings:
     # The environment's LIBTPU_INIT_ARGS, and whether it is this run's launch flags (no setting gave any).
     environment_flags: str | None = None
     environment_flags_used: bool = False
+    # Cache settings given that change nothing, as (setting, its value, the setting that makes it moot): a
+    # cache URL beside no_cache, a read mode with no shared cache (hardening round 5, V19/V20: both silent).
+    unused_cache: tuple[tuple[str, str, str], ...] = ()
     # How a message names each setting: its flag, or its ini key where the ini gave the value.
     said: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -369,9 +372,12 @@ class GateSettings:
                 raise SettingsError(f"{e} (or unset {ENVIRONMENT_FLAGS}: aotcheck takes it as your job's launch "
                                     "flags)") from None
             libtpu_init_args_option = environment_flags
+        url = str(given.get("cache_url") or "").strip()
+        unused = ((("cache_url", url, "no_cache"),) if url and given.get("no_cache") else ()) + (
+            (("cache_mode", "read", "cache_url"),) if given.get("cache_mode") == "read" and not url else ())
         return cls(rootdir=reading.rootdir, front_end=front_end, golden_dir_option=golden_dir_option,
                    libtpu_init_args_option=libtpu_init_args_option, environment_flags=environment_flags,
-                   environment_flags_used=used, said=dict(reading.said), **fields)
+                   environment_flags_used=used, unused_cache=unused, said=dict(reading.said), **fields)
 
     @property
     def flags(self) -> dict[str, str]:

@@ -51,6 +51,8 @@ class RunHeader:
         launch_flags: The launch flags sent as compiler options (None: none given and presets on),
             with ``dropped`` runtime-only flags and whether they came from the environment.
         unused_environment_flags: The environment's LIBTPU_INIT_ARGS, when a setting overrides it.
+        unused_cache: Cache settings given that change nothing, each as (the setting, its name as said,
+            its value, the name of the setting that makes it moot).
         fit: The knob searched on every config that offers it.
         front_end: ``"pytest"`` or ``"cli"``: how a hint spells a setting.
     """
@@ -70,6 +72,7 @@ class RunHeader:
     dropped: int = 0
     environment_flags_used: bool = False
     unused_environment_flags: str | None = None
+    unused_cache: tuple[tuple[str, str, str, str], ...] = ()
     fit: str | None = None
     golden_dir_missing: bool = False
     golden_dir_state: str | None = None

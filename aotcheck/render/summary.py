@@ -58,6 +58,11 @@ def header_lines(header: RunHeader) -> list[str]:
     lines = [f"aotcheck: {', '.join(h.targets)}; goldens in {h.golden_dir}{' (updating)' if h.update else ''}; {cache}"
              f"{f'; shard {h.shard[0]}/{h.shard[1]}{expected}' if h.shard else ''}; "
              + ", ".join(f"{k} {v if v is not None else 'not installed'}" for k, v in h.toolchain.items())]
+    for setting, name, value, moot in h.unused_cache:  # A setting that changes nothing is said, not dropped.
+        lines.append(f"aotcheck: {name} {value} is not used: {moot} turns every figures cache off, the shared one "
+                     "too" if setting == "cache_url" else
+                     f"aotcheck: {name} {value} changes nothing: it is the shared cache's mode, and no shared cache "
+                     f"is set ({moot})")
     if h.foreign:
         lines.append(f"aotcheck: {len(h.foreign)} golden file(s) were made with another toolchain "
                      f"({h.foreign[0]}): their figures may differ for that reason alone; the summary's upgrade "

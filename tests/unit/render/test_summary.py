@@ -78,6 +78,27 @@ def test_the_header_says_once_what_a_run_does_with_its_shared_store(shares, upda
     assert said in header_lines(header)[0] and header_lines(header)[0].count("(") <= 2
 
 
+@pytest.mark.parametrize("front_end, given, said", [
+    ("cli", {"cache_mode": "read"}, "aotcheck: --cache-mode read changes nothing: it is the shared cache's mode, and "
+                                    "no shared cache is set (--cache-url)"),
+    ("pytest", {"cache_url": "file:///s", "no_cache": True}, "aotcheck: --aot-cache-url file:///s is not used: "
+                                                             "--aot-no-cache turns every figures cache off, the shared one too"),
+    ("pytest", {"cache_url": "file:///s", "cache_mode": "read"}, None),  # Both used: nothing to say.
+    ("pytest", {"cache_mode": "readwrite"}, None),  # The default mode with no store: nothing was asked.
+])
+def test_a_cache_setting_that_changes_nothing_is_said(tmp_path, front_end, given, said):
+    """Hardening round 5, V19/V20: a cache URL beside --no-cache, and a read mode with no shared cache, were
+    silent. Real settings parsed, the real session's header."""
+    from aotcheck.render.summary import header_lines
+    from aotcheck.session import GateSession
+    from aotcheck.settings import GateSettings
+
+    settings = GateSettings.parse(rootdir=tmp_path, topologies="v4-8", front_end=front_end, **given)
+    lines = [line for line in header_lines(GateSession(settings).header()) if "changes nothing" in line
+             or "is not used" in line]
+    assert lines == ([said] if said else [])
+
+
 @pytest.mark.parametrize("state, said", [("a file", "is a file, not a directory: no golden can be read or written there"),
                                          ("a dangling link", "is a symbolic link whose target does not exist: no golden")])
 def test_a_golden_dir_that_is_no_directory_is_said_as_what_it_is(state, said):
