@@ -25,7 +25,8 @@ from typing import Any, ContextManager
 
 from aotcheck import _runtime
 from aotcheck.figures.hbm import oom_bytes
-from aotcheck.gate.boot import Usable, boot_budget, load_order
+from aotcheck.gate.boot import boot_budget, load_order
+from aotcheck.targets.usable import Usable
 from aotcheck.gate.calibration import CALIBRATED, Calibration, write_record
 from aotcheck.gate.golden import GoldenStore
 from aotcheck.pipeline.case import Case

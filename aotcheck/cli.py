@@ -340,9 +340,10 @@ def _compile_options(args: argparse.Namespace) -> dict[str, object]:
     settings = GateSettings.parse(rootdir=ini.rootdir, front_end="cli", cache_dir=None,
                                   libtpu_init_args=values["libtpu_init_args"],
                                   default_options=values["default_options"], hbm_headroom=values["hbm_headroom"],
-                                  from_ini=values["from_ini"], environment_flags=values["environment_flags"])
+                                  memory_fraction=values["memory_fraction"], from_ini=values["from_ini"],
+                                  environment_flags=values["environment_flags"])
     return {"compiler_options": settings.compiler_options, "presets": settings.presets,
-            "hbm_headroom": settings.hbm_headroom}
+            "hbm_headroom": settings.hbm_headroom, "memory_fraction": (settings.memory_fraction, "aot_memory_fraction")}
 
 
 def _config_and_target(p: argparse.ArgumentParser, *, pools: bool = False) -> None:

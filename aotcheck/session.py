@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aotcheck.gate.bill import accept_bills, served, split_groups, startup_bills
-from aotcheck.gate.boot import Usable, usable_memory
+from aotcheck.targets.usable import Usable, first_share, usable_memory
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
@@ -127,6 +127,7 @@ class GateSession:
         self.cache = FiguresCache(settings.cache_dir, read=not settings.update, shared=shared) \
             if settings.cache_dir else None
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
+                                                          memory_fraction=self.memory_fraction,
                                                           compiler_options=settings.compiler_options,
                                                           presets=settings.presets, registry=registry)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
@@ -344,11 +345,13 @@ class GateSession:
             own = self.registry.get(case.config).program(case.program_id).memory_fraction
         except RegistryError:
             own = None
-        given = self.settings.memory_fraction
-        fraction = ((own, f"{case.config}'s memory_fraction") if own is not None else
-                    (given, self.settings.said.get("memory_fraction", "aot_memory_fraction"))
-                    if given is not None else None)
-        return usable_memory(case.topology, fraction=fraction)
+        return usable_memory(case.topology, fraction=first_share(
+            (own, f"{case.config}'s memory_fraction"), self.memory_fraction))
+
+    @property
+    def memory_fraction(self) -> tuple[float | None, str]:
+        """The ini's (or a setting's) share of a GPU's memory, with how the run names it."""
+        return self.settings.memory_fraction, self.settings.said.get("memory_fraction", "aot_memory_fraction")
 
     def servers(self, outcomes: Sequence[Outcome]) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
         """Each served config's programs in the order it declares them (the order a server warms them up

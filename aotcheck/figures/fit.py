@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from aotcheck.errors import Overflow
 from aotcheck.figures.attribution import PeakBuffer
+from aotcheck.targets.usable import Usable
 
 DEFAULT_UPPER = 4096  # The search's upper bound, in multiples of the configured size.
 
@@ -76,6 +77,8 @@ class Fit:
         buffers_at_max: The largest buffers at the peak at the max: what fills the memory there.
         refused: The size one step above the max (``step`` when nothing fits) did not compile because an op
             overflows another memory space than HBM (a kernel's VMEM): what XLA said. None: HBM is the limit.
+        usable: What the search held a device to, where less than its memory: a GPU process's share
+            (:func:`aotcheck.targets.usable.usable_memory`). None: the device's memory (a TPU).
     """
 
     knob: str
@@ -91,11 +94,14 @@ class Fit:
     split_at_max: dict[str, int] = dataclasses.field(default_factory=dict)
     buffers_at_max: list[PeakBuffer] = dataclasses.field(default_factory=list)
     refused: Overflow | None = None
+    usable: Usable | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {**dataclasses.asdict(self), "buffers_at_max": [b.to_json() for b in self.buffers_at_max]}
-        out.pop("refused")  # Written only when a search met one: goldens of HBM-bound searches stay as they were.
-        return {**out, "refused": self.refused.to_json()} if self.refused is not None else out
+        # Each written only when there is one: goldens of TPU searches bound by HBM stay as they were.
+        out.pop("refused"), out.pop("usable")
+        return {**out, **({"refused": self.refused.to_json()} if self.refused is not None else {}),
+                **({"usable": self.usable.to_json()} if self.usable is not None else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Fit":
@@ -104,6 +110,7 @@ class Fit:
         fields["buffers_at_max"] = [PeakBuffer.from_json(b) for b in data.get("buffers_at_max") or []]
         fields["split_at_max"] = {str(k): int(v) for k, v in (data.get("split_at_max") or {}).items()}
         fields["refused"] = Overflow.from_json(data["refused"]) if data.get("refused") else None
+        fields["usable"] = Usable.from_json(data["usable"]) if data.get("usable") else None
         return cls(**fields)
 
 

@@ -35,7 +35,8 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from aotcheck.gate.boot import Boot, Start, Usable, boot_budget, usable_memory
+from aotcheck.gate.boot import Boot, Start, boot_budget
+from aotcheck.targets.usable import Usable, usable_memory
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
 from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
@@ -141,7 +142,7 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
     sums without comparing, and so does a ``(config, target)`` in ``partial`` (some of its buckets
     run in another shard). ``usable``: what a device may hold per ``(config, target)`` as the runs that
     measured them found it (a merge of shards) or as the configs and the ini give it (a run); else this process's
-    (:func:`aotcheck.gate.boot.usable_memory`). ``order``: each served config's programs in the order it
+    (:func:`aotcheck.targets.usable.usable_memory`). ``order``: each served config's programs in the order it
     loads them (:func:`aotcheck.gate.boot.load_order`; by name where not given); ``pages``: each one's KV pool's
     configured pages (else a fit search's, where one ran)."""
     groups: dict[tuple[str, str], list[Outcome]] = {}

@@ -51,12 +51,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aotcheck.programs.names import parse_program_id
 from aotcheck.targets.topology import Topology
+from aotcheck.targets.usable import Usable, usable_memory
 
 FIGURES = ("peak_params_bytes", "peak_kv_cache_bytes", "generated_code_bytes", "temp_bytes",
            "argument_bytes", "output_bytes", "alias_bytes")
@@ -73,35 +73,6 @@ class Start(enum.Enum):
     def rank(self) -> int:
         """Worse is higher: a server that newly crosses to a higher rank fails the gate."""
         return list(Start).index(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class Usable:
-    """What a device may hold, and where that comes from.
-
-    Attributes:
-        bytes: The bytes.
-        fraction: The share of the device's memory the process runs with (None: the runtime's limit).
-        variable: The environment variable that sets the share in the served process (a GPU's
-            ``XLA_PYTHON_CLIENT_MEM_FRACTION``).
-        source: Where the share was given: the config (``"llm's memory_fraction"``), the ini
-            (``"aot_memory_fraction"``) or the environment (the variable); None: the platform's default.
-    """
-
-    bytes: int
-    fraction: float | None = None
-    variable: str | None = None
-    source: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Usable":
-        fraction, variable = data.get("fraction"), data.get("variable")
-        # Reports before the source was recorded said only whether the variable gave it.
-        source = data.get("source", variable if data.get("given") else None)
-        return cls(int(data["bytes"]), None if fraction is None else float(fraction), variable, source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,39 +162,6 @@ class Boot:
         """The inverse of :meth:`to_json` (its derived fields recomputed); KeyError/ValueError if malformed."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**{k: v for k, v in data.items() if k in names}, "usable": Usable.from_json(data["usable"])})
-
-
-def usable_memory(topology: Topology, environ: Mapping[str, str] | None = None, *,
-                  fraction: tuple[float, str] | None = None) -> Usable | None:
-    """What a device of ``topology`` may hold (None: a host's CPU, which has no budget of its own).
-    ``fraction``: the share of memory the served process runs with and where it was given (the config or
-    the ini), over the environment's variable; else the variable, else the platform's default.
-
-    Example:
-        >>> from aotcheck.targets.topology import parse_topology
-        >>> h100 = parse_topology("h100-8")
-        >>> usable_memory(h100, {}).fraction, usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}).source
-        (0.75, 'XLA_PYTHON_CLIENT_MEM_FRACTION')
-        >>> usable_memory(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}, fraction=(0.95, "aot_memory_fraction")).fraction
-        0.95
-    """
-    device, platform = topology.device, topology.platform
-    if not device.memory_limit_bytes:
-        return None
-    if platform.memory_fraction is None:  # The runtime's limit: no share of it is the process's to set.
-        return Usable(int(device.runtime_bytes or 0))
-    default, variable = platform.memory_fraction
-    share, source = fraction if fraction is not None else (None, None)
-    if share is None:
-        given = (os.environ if environ is None else environ).get(variable)
-        try:
-            share = float(given) if given else None
-            if share is not None and not 0 < share <= 1:
-                raise ValueError(given)
-            source = variable if share is not None else None
-        except ValueError:  # Not a share: the process would not run with it either; the default is said.
-            share = None
-    return Usable(int(int(device.memory_bytes or 0) * (share or default)), share or default, variable, source)
 
 
 def engine_base(topology: Topology) -> int:

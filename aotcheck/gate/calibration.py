@@ -37,7 +37,8 @@ from typing import Any
 
 from aotcheck import _files
 from aotcheck.errors import AotcheckError
-from aotcheck.gate.boot import Boot, Usable, boot_budget
+from aotcheck.gate.boot import Boot, boot_budget
+from aotcheck.targets.usable import Usable
 from aotcheck.targets.topology import Topology, split_target
 
 SCHEMA = 1

@@ -75,7 +75,7 @@ def check_case(
 
     Under ``update`` the golden is written (atomically) unless the case fails
     to compile or to fit, with ``usable`` (a server's bucket's: what a device may hold, as
-    :class:`aotcheck.gate.boot.Usable`'s JSON). ``failed`` is set as ``strict`` judges the verdict.
+    :class:`aotcheck.targets.usable.Usable`'s JSON). ``failed`` is set as ``strict`` judges the verdict.
     ``metric_drift``: ``"fail"`` (figures new or gone against the golden fail the
     case) or ``"warn"`` (they pass, with a warning in the message).
     """

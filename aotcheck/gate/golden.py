@@ -57,7 +57,7 @@ class Golden:
     compiler_options: dict[str, str]
     path: Path = dataclasses.field(compare=False)  # Where it was read: not what it holds.
     details: dict[str, Any] = dataclasses.field(default_factory=dict)  # What explains the figures (not gated).
-    # A server's bucket: what a device could hold when it was made (gate.boot.Usable's JSON), so that its
+    # A server's bucket: what a device could hold when it was made (targets.usable.Usable's JSON), so that its
     # start-up is judged then as it was (a memory fraction lowered since is a start lost, not a start never had).
     usable: dict[str, Any] | None = None
 
@@ -145,7 +145,7 @@ def golden_document(
 ) -> dict[str, Any]:
     """The JSON document stored for ``case``: figures (gated) and ``details`` (the peak's largest
     buffers and the largest collectives, which explain a change but are not gated one by one); a
-    server's bucket's ``usable`` (what a device could hold then, :class:`aotcheck.gate.boot.Usable`)."""
+    server's bucket's ``usable`` (what a device could hold then, :class:`aotcheck.targets.usable.Usable`)."""
     return {
         "format": FORMAT,
         "case": case.id,

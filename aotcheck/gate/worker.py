@@ -59,6 +59,8 @@ class WorkerRequest:
     cache_shares: bool = False  # Whether this run writes to it.
     hlo: bool = False  # Bring back the optimized HLO text (--explain, --dump-hlo).
     hbm_headroom: float = 1.0  # What a fit search may fill.
+    # A GPU process's share of memory as the run gives it (the ini's), with its name: a GPU fit search's limit.
+    memory_fraction: tuple[float | None, str] | None = None
     fit: str | None = None  # The knob whose largest fitting size to search (the plan chose it), or None.
     compiler_options: Mapping[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
     presets: bool = True  # aotcheck's per-chip presets under them.
@@ -74,7 +76,8 @@ class WorkerRequest:
     def from_json(cls, data: Mapping[str, Any]) -> "WorkerRequest":
         return cls(**{**data, "sources": tuple(tuple(s) for s in data["sources"]),
                       "registry": tuple(data["registry"]) if data.get("registry") else None,
-                      "hbm_headroom": float(data["hbm_headroom"])})
+                      "hbm_headroom": float(data["hbm_headroom"]),
+                      "memory_fraction": tuple(data["memory_fraction"]) if data.get("memory_fraction") else None})
 
 
 def _watch_parent(parent: int) -> None:
@@ -171,7 +174,7 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
     def once() -> Measurement:
         _runtime.reset_peak_rss()
         return measure(case, registry=registry, cache=cache, fit=request.fit, hbm_headroom=request.hbm_headroom,
-                       compiler_options=dict(request.compiler_options), presets=presets)
+                       memory_fraction=request.memory_fraction, compiler_options=dict(request.compiler_options), presets=presets)
 
     try:
         result = once()

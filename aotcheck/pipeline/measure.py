@@ -39,6 +39,7 @@ from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.model import function_for
 from aotcheck.programs import reads
 from aotcheck.targets.globs import target_matches
+from aotcheck.targets.usable import first_share, usable_memory
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
 
@@ -94,12 +95,15 @@ def measure(
     fit: str | None = None,
     fit_default: str | None = None,
     hbm_headroom: float = 1.0,
+    memory_fraction: tuple[float | None, str] | None = None,
     presets: bool = True,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures (:mod:`aotcheck.pipeline.stages`).
 
     ``fit``/``fit_default``: also search the largest size of a knob (:func:`fit_knob`) that fits
-    ``hbm_headroom`` x the device's HBM. Adds the figure ``fit_max_<knob>`` and the search to the
+    ``hbm_headroom`` x the device's HBM and, on a GPU, the process's share of it (the config's
+    ``memory_fraction``, else ``memory_fraction``: the ini's share and its name, else the environment's
+    variable, else JAX's 0.75; :func:`aotcheck.targets.usable.usable_memory`). Adds the figure ``fit_max_<knob>`` and the search to the
     details (:mod:`aotcheck.figures.fit`); each probe is cached like a case.
 
     XLA dumps its buffer assignment and live ranges into a temporary directory
@@ -135,18 +139,19 @@ def measure(
         if not knob:
             raise
         # Then how far down it would fit.
-        found = fit_search(case, config, knob, hbm_headroom=hbm_headroom, **at)
+        found = fit_search(case, config, knob, hbm_headroom=hbm_headroom, memory_fraction=memory_fraction, **at)
         details = Details.from_json(e.details) if e.details is not None else Details()
         raise e.with_details(dataclasses.replace(details, fit=found).to_json()) from e
     if knob:
-        result = result.with_fit(fit_search(case, config, knob, first=result, hbm_headroom=hbm_headroom, **at))
+        result = result.with_fit(fit_search(case, config, knob, first=result, hbm_headroom=hbm_headroom,
+                                            memory_fraction=memory_fraction, **at))
     return result
 
 
 def fit_search(
     case: Case, config: Config, knob_name: str, *, first: Measurement | None = None,
     compiler_options: Mapping[str, Any] | None = None, cache: FiguresCache | None = None, hbm_headroom: float = 1.0,
-    presets: bool = True, registering: Iterable[str] = (),
+    memory_fraction: tuple[float | None, str] | None = None, presets: bool = True, registering: Iterable[str] = (),
 ) -> Fit:
     """The largest size of ``knob_name`` whose program compiles and fits (see :mod:`aotcheck.figures.fit`):
     each probe is the config rebuilt at that size, lowered, compiled and measured by the same stages.
@@ -160,6 +165,13 @@ def fit_search(
     # The affine model aims at what the compiler lets a device use (below the datasheet's HBM).
     limit = int(min(topo.device.memory_bytes * hbm_headroom, topo.device.memory_limit_bytes)) \
         if topo.device.memory_bytes is not None and topo.device.memory_limit_bytes is not None else 2**62
+    # A GPU process holds its share of memory, not all of it (hardening round 5, V54: the boot budget read
+    # the share, and the fit search did not).
+    usable = usable_memory(topo, fraction=first_share((config.memory_fraction, f"{case.config}'s memory_fraction"),
+                                                      memory_fraction or (None, ""))) \
+        if topo.platform.memory_fraction is not None else None
+    if usable is not None:
+        limit = min(limit, usable.bytes)
 
     def probe(size: int) -> Probe:
         if size == knob.size and first is not None:
@@ -174,10 +186,12 @@ def fit_search(
                 return Probe(size, None, False, needed=oom_bytes(str(e)))
         measured_at[size] = measured
         peak = int(measured.figures["peak_bytes"])
-        return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None)
+        return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None
+                     and (usable is None or peak <= usable.bytes))
 
     found = search(probe, configured=knob.size, step=knob.step, limit=limit, knob=knob_name,
                    upper=search_cap(config, case, knob_name))
+    found = dataclasses.replace(found, usable=usable)
     at_max = measured_at.get(found.max_size)
     if at_max is None:
         return found

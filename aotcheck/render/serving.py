@@ -29,7 +29,8 @@ from collections.abc import Sequence
 
 from aotcheck.figures.table import fit_max
 from aotcheck.gate.bill import Bill, served
-from aotcheck.gate.boot import Boot, Start, Usable
+from aotcheck.gate.boot import Boot, Start
+from aotcheck.targets.usable import Usable
 from aotcheck.gate.compare import Change
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report

@@ -33,6 +33,7 @@ from aotcheck.gate.outcome import Accept, Failure, Outcome, Reason
 from aotcheck.gate.verdict import Verdict
 from aotcheck.gate.why import class_growth, grown
 from aotcheck.render.accept import accept_case_command
+from aotcheck.render.serving import usable_words
 from aotcheck.render.tables import buffers_table, clip, fmt_value, source_line, table
 from aotcheck.targets.topology import Topology
 from aotcheck.units import clip_runs, fmt_bytes, fmt_pct, fmt_share
@@ -349,6 +350,8 @@ def fit_lines(case_id: str, fit: Fit, topology: Topology) -> list[str]:
              f"  {fit.probes} compiles ({fit.knob} in steps of {fit.step}), by {how}"
              + ("" if fit.upper_bound else f"; {fit.max_size + fit.step} does not fit")
              + (f": not for HBM, {overflow_phrase(fit.refused)}" if fit.refused and not fit.upper_bound else "")]
+    if fit.usable is not None and fit.usable.fraction is not None:  # A GPU process holds its share, not all.
+        lines.append(f"  searched within what the process holds of a device, {fmt_bytes(fit.usable.bytes)}: {usable_words(fit.usable)}")
     if fit.split_at_max:
         lines.append("  at the max: " + ", ".join(
             f"{kind} {fmt_bytes(fit.split_at_max[PEAK_FIGURE[kind]])}" for kind in CLASSES

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from aotcheck.gate.bill import Bill, startup_bills
-from aotcheck.gate.boot import Boot, Start, Usable, boot_budget, bucket_io, engine_base, load_order, usable_memory
+from aotcheck.gate.boot import Boot, Start, boot_budget, bucket_io, engine_base, load_order
+from aotcheck.targets.usable import Usable, usable_memory
 from aotcheck.gate.golden import Golden
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
@@ -207,8 +208,6 @@ def test_a_server_that_started_and_no_longer_does_fails_the_run_and_says_what_ti
 def test_a_server_whose_goldens_started_with_more_memory_than_it_has_now_fails():
     """Hardening round 5, V49: a memory fraction lowered until the server will not start passed, its
     goldens re-judged under the new fraction ("never started"). Goldens record what a device held then."""
-    from aotcheck.gate.boot import Usable
-
     def at(fraction_bytes, golden_bytes):
         case = Case.of("srv", "step[tokens=64]", "v5e-1")
         golden = Golden(small(2 * GiB), {}, {}, Path(case.golden_relpath),

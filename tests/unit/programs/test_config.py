@@ -15,6 +15,7 @@ What each test shows, on real lowerings and (where said) real TPU compiles of ti
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -124,10 +125,30 @@ def test_a_step_naming_an_axis_of_its_own_mesh_names_the_cure():
 def test_a_search_on_a_functions_knob_finds_the_chips_limit():
     """Real v5e compiles of a tiny program (about 15, 3 s). Analytic truth: input and output of ``rows`` MiB each must fit the 15.75 GiB v5e lets a device use,
     so the largest ``rows`` is just under 16128 / 2 = 8064 (a little less for XLA's own buffers)."""
-    result = measure(Case("rows", "double", Target.of("v5e-1")), config=rows_program(1024), fit="rows")
+    result = measure(Case("rows", "double", Target.of("v5e-1")), config=rows_program(1024), fit="rows",
+                     memory_fraction=(0.1, "ini"))  # A GPU process's share: no TPU is held to it.
     found = result.figures["fit_max_rows"]
     assert 8000 <= found <= 8064, found
-    assert result.details.fit.max_size == found
+    assert result.details.fit.max_size == found and result.details.fit.usable is None
+
+
+def test_a_gpu_search_holds_a_device_to_the_processs_share_of_its_memory(monkeypatch):
+    """Hardening round 5, V54: the GPU fit search filled the whole memory while the boot budget read the
+    process's share. Real h100 compiles (4 a search, about 1 s). Analytic truth: 2 MiB a row must fit the
+    share of 84,942,979,072 B: 0.1 of it is 8,494,297,907 B, 4,050 rows; 0.2 is 8,100. The config's share
+    wins over the ini's, which wins over the environment's variable."""
+    from aotcheck.render.text import fit_lines
+
+    case = Case("rows", "double", Target.of("h100-1"))
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.1")
+    by_variable = measure(case, config=rows_program(1024), fit="rows")
+    assert by_variable.figures["fit_max_rows"] == 4050
+    by_ini = measure(case, config=rows_program(1024), fit="rows", memory_fraction=(0.2, "aot_memory_fraction"))
+    assert by_ini.figures["fit_max_rows"] == 8100
+    assert "  searched within what the process holds of a device, 15.82 GiB: 0.2 of memory (aot_memory_fraction)" \
+        in fit_lines(case.id, by_ini.details.fit, case.topology)
+    own = dataclasses.replace(rows_program(1024), memory_fraction=0.1)
+    assert measure(case, config=own, fit="rows", memory_fraction=(0.2, "ini")).figures["fit_max_rows"] == 4050
 
 
 def test_no_compile_of_aotchecks_writes_the_persistent_cache(tmp_path):
