@@ -26,6 +26,7 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.export import ExportError, ExportMismatch, Manifest, load
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.pipeline.stages import lower
 from aotcheck.programs.compile import (
@@ -75,6 +76,10 @@ __all__ = [
     "KernelCostError",
     "Knob",
     "kernel_cost",
+    "load",
+    "ExportError",
+    "ExportMismatch",
+    "Manifest",
     "Measurement",
     "MeshError",
     "MeshSpec",

@@ -50,17 +50,19 @@ from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.explain import compile_table, explain
-from aotcheck.render.summary import (case_line, header_lines, layout_lines, pooled_lines, session_summary,
-                                     summary_table)
+from aotcheck.render.summary import case_line, header_lines, layout_lines, pooled_lines, session_summary, summary_table
 from aotcheck.render.tables import table, topologies_table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import crash_words, fit_lines, hbm_words, outcome_message, pools_lines
 from aotcheck.units import clip_runs
 from aotcheck.calibrate import add_command as calibrate_command
-from aotcheck.session import GateSession, Interruption, exit_status
+from aotcheck.shipping import add_commands as shipping_commands
+from aotcheck.interruption import Interruption
+from aotcheck.session import GateSession, exit_status
 from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings
 from aotcheck.usage import invocation_problem
-from aotcheck.cmdline import Parser, count, ini_values, positive, read_target, read_targets
+from aotcheck.cmdline import (COMPILE_SETTINGS, Parser, compile_options, count, ini_values, positive, read_target,
+                              read_targets)
 from aotcheck.targets.platform import GPU, TPU
 from aotcheck.targets.topology import topologies
 
@@ -178,7 +180,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         for program in programs:
             entry.program(program)  # ProgramNotFound before any compile.
     # Compiles run in a worker process: a libtpu crash is reported, not suffered.
-    options = _compile_options(args)
+    options = compile_options(args)
     headroom = options.pop("hbm_headroom")  # The ini's aot_hbm_headroom: the verdict --json says.
     measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), **options)
     try:
@@ -233,7 +235,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     check_knob(config, knob)
     if not 0 < args.headroom <= 1:
         raise SettingsError(f"--headroom: {args.headroom} must be a number in (0, 1], e.g. 0.95")
-    options = _compile_options(args)
+    options = compile_options(args)
     del options["hbm_headroom"]  # --headroom, not the ini's, as documented.
     measurer = Measurer(fit=knob, hbm_headroom=args.headroom, **options)
     cases = [Case.for_config(entry.name, config, target) for target in targets]
@@ -329,23 +331,6 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 # The settings ``compile`` and ``fit`` take (those of the compile itself); ``check`` takes them all.
-COMPILE_SETTINGS = ("libtpu_init_args", "default_options", "config_modules")
-
-
-def _compile_options(args: argparse.Namespace) -> dict[str, object]:
-    """The caller's options and the presets switch for ``compile`` and ``fit``, as ``check`` reads them."""
-    ini = find_ini(Path.cwd())
-    values = read_settings(option=lambda s: getattr(args, s.name, None) if s.name in COMPILE_SETTINGS else None,
-                           ini=ini_values(ini))
-    settings = GateSettings.parse(rootdir=ini.rootdir, front_end="cli", cache_dir=None,
-                                  libtpu_init_args=values["libtpu_init_args"],
-                                  default_options=values["default_options"], hbm_headroom=values["hbm_headroom"],
-                                  memory_fraction=values["memory_fraction"], from_ini=values["from_ini"],
-                                  environment_flags=values["environment_flags"])
-    return {"compiler_options": settings.compiler_options, "presets": settings.presets,
-            "hbm_headroom": settings.hbm_headroom, "memory_fraction": (settings.memory_fraction, "aot_memory_fraction")}
-
-
 def _config_and_target(p: argparse.ArgumentParser, *, pools: bool = False) -> None:
     """The config and the target ``compile`` takes (``fit``: one or several pools)."""
     p.add_argument("config")
@@ -403,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
 
     calibrate_command(sub, _load)
+    shipping_commands(sub, _load, lambda argv: main(["check", *argv]))
 
     p = sub.add_parser("shards", help=f"the CI matrix for N shards: past {MAX_JOBS} jobs, several shards a job")
     p.add_argument("shards", type=positive, help="how many shards (--aot-shard=K/N's N)")

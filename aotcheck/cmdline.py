@@ -18,8 +18,10 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aotcheck.ini import Ini
-from aotcheck.settings import Setting
+from pathlib import Path
+
+from aotcheck.ini import Ini, find_ini
+from aotcheck.settings import GateSettings, Setting, read_settings
 from aotcheck.usage import check_ini_keys
 from aotcheck.targets.topology import Target, TopologyError, split_target
 from aotcheck.units import clip_runs, read_count
@@ -121,3 +123,20 @@ def launch_flags_hint(message: str, argv: Sequence[str], *, known: Any = ()) -> 
         spelled = f"{flag}='{value}'" if "'" not in value else f"{flag}={shlex.quote(value)}"
         return f"; argparse reads a value that starts with -- as an option of its own: use {spelled}"
     return ""
+
+
+COMPILE_SETTINGS = ("libtpu_init_args", "default_options", "config_modules")
+
+
+def compile_options(args: argparse.Namespace) -> dict[str, object]:
+    """The caller's options and the presets switch for ``compile`` and ``fit``, as ``check`` reads them."""
+    ini = find_ini(Path.cwd())
+    values = read_settings(option=lambda s: getattr(args, s.name, None) if s.name in COMPILE_SETTINGS else None,
+                           ini=ini_values(ini))
+    settings = GateSettings.parse(rootdir=ini.rootdir, front_end="cli", cache_dir=None,
+                                  libtpu_init_args=values["libtpu_init_args"],
+                                  default_options=values["default_options"], hbm_headroom=values["hbm_headroom"],
+                                  memory_fraction=values["memory_fraction"], from_ini=values["from_ini"],
+                                  environment_flags=values["environment_flags"])
+    return {"compiler_options": settings.compiler_options, "presets": settings.presets,
+            "hbm_headroom": settings.hbm_headroom, "memory_fraction": (settings.memory_fraction, "aot_memory_fraction")}

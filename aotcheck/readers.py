@@ -146,6 +146,22 @@ def read_report_path(value: Any, r: Reading) -> Path | None:
     return path
 
 
+def read_export(value: Any, r: Reading) -> str | None:
+    """Where passing cases' executables go: a directory (relative to the rootdir) or a store URL."""
+    text = str(value or "").strip()
+    if not text:
+        return None
+    if "://" in text:
+        try:
+            return check_url(text)
+        except StoreError as e:
+            raise SettingsError(f"{r.said['export']}: {e}") from None
+    path = Path(text) if Path(text).is_absolute() else r.rootdir / text
+    if path.exists() and not path.is_dir():
+        raise SettingsError(f"{r.said['export']}: {text} is a file; give a directory (made if absent) or a store URL")
+    return str(path)
+
+
 def read_cases(value: Any, r: Reading) -> tuple[Case, ...]:
     cases = []
     for text in value or ():

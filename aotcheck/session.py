@@ -33,8 +33,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import signal
-import threading
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +46,8 @@ from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.outcome import Accept, Outcome
 from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.run import Interrupted, RunHeader
+from aotcheck.gate.ship import ship
+from aotcheck.interruption import Interruption
 from aotcheck.gate.verdict import GoldenAction
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.store import SharedStore
@@ -59,56 +61,6 @@ from aotcheck.programs.serving import KV_KNOB
 from aotcheck.settings import GateSettings, SettingsError
 from aotcheck.spellings import flag_names, ini_override, option
 from aotcheck.targets.platform import TPU, Platform
-
-
-class Interruption:
-    """SIGTERM (what CI runners send on cancel and timeout) and SIGHUP (a closed terminal or ssh
-    session) end a run as Ctrl-C does: a KeyboardInterrupt in the session process, so the finished
-    cases are kept, reported and summarised, and the compile workers are stopped. :attr:`signal`
-    names what ended the run. A SIGHUP that was ignored when the run started (``nohup``) stays ignored.
-
-    Example:
-        >>> import os, signal
-        >>> interruption = Interruption().install()
-        >>> try:
-        ...     os.kill(os.getpid(), signal.SIGTERM)
-        ...     for _ in range(100): __import__("time").sleep(0.01)
-        ... except KeyboardInterrupt:
-        ...     print("interrupted by", interruption.signal)
-        ... finally:
-        ...     interruption.restore()
-        interrupted by SIGTERM
-    """
-
-    # The signals that end a run as Ctrl-C does (SIGHUP where the platform has it).
-    SIGNALS: tuple[signal.Signals, ...] = tuple(
-        s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
-
-    def __init__(self) -> None:
-        self.signal: str | None = None
-        self._previous: dict[signal.Signals, Any] = {}
-
-    def install(self) -> "Interruption":
-        if threading.current_thread() is threading.main_thread():  # Only the main thread may set handlers.
-            for signum in self.SIGNALS:
-                if signum != signal.SIGTERM and signal.getsignal(signum) is signal.SIG_IGN:
-                    continue  # nohup: the user asked to outlive the terminal.
-                self._previous[signum] = signal.signal(signum, self._raise)
-        return self
-
-    def _raise(self, signum: int, frame: Any) -> None:
-        self.signal = signal.Signals(signum).name
-        raise KeyboardInterrupt
-
-    def note(self) -> None:
-        """Records an interruption that came some other way (Ctrl-C)."""
-        self.signal = self.signal or "SIGINT"
-
-    def restore(self) -> None:
-        for signum, previous in self._previous.items():
-            if previous is not None:
-                signal.signal(signum, previous)
-        self._previous = {}
 
 
 class GateSession:
@@ -126,8 +78,10 @@ class GateSession:
         shared = SharedStore(settings.cache_url, write=settings.cache_shares) if settings.cache_url else None
         self.cache = FiguresCache(settings.cache_dir, read=not settings.update, shared=shared) \
             if settings.cache_dir else None
+        # Each case's executable is staged by its compile; those that pass their gate ship (gate.ship).
+        self._staging = tempfile.mkdtemp(prefix="aotcheck-export-") if settings.export else None
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
-                                                          memory_fraction=self.memory_fraction,
+                                                          memory_fraction=self.memory_fraction, export=self._staging,
                                                           compiler_options=settings.compiler_options,
                                                           presets=settings.presets, registry=registry)
         self.measure: Measure = measure or self._measurer  # type: ignore[assignment]
@@ -193,6 +147,8 @@ class GateSession:
         """Stops the compile processes this session started (at once after an interruption)."""
         if self._measurer is not None:
             self._measurer.close(kill=self.interruption.signal is not None)
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
 
     # The matrix -------------------------------------------------------------------
 
@@ -245,7 +201,9 @@ class GateSession:
                              metric_drift=s.metric_drift, usable=room.to_json() if room is not None else None)
         # Notes the compile workers raised on this case ride with it (under xdist, to the controller).
         worker_notes = self._measurer.notes if self._measurer is not None else []
-        new = [n for n in worker_notes if n not in self._noted]
+        shipped = ship(self._staging, s.export, outcome, self.store.path(case), strict=s.strict) \
+            if self._staging is not None and s.export else None
+        new = [n for n in [*worker_notes, *([shipped] if shipped else [])] if n not in self._noted]
         self._noted.update(new)
         return dataclasses.replace(outcome, notes=[*outcome.notes, *new], golden_file=self.golden_file(case),
                                    accept=self.accept(case))

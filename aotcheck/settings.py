@@ -28,7 +28,7 @@ from aotcheck.gate.compare import Tolerance
 from aotcheck.pipeline.case import Case
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
 from aotcheck.readers import (MISSING_VALUE, Reading, SettingsError, read_cache_dir, read_cache_url, read_cases,
-                              read_headroom, read_knob, read_launch_flags, read_memory_fraction, read_report_path,
+                              read_export, read_headroom, read_knob, read_launch_flags, read_memory_fraction, read_report_path,
                               read_shard, read_slices, read_targets, read_tolerances, split_list)
 from aotcheck.spellings import ENVIRONMENT_FLAGS, FRONT_ENDS, SPELLINGS, flag_names, names_in_messages
 from aotcheck.targets.topology import Target
@@ -113,6 +113,11 @@ SETTINGS: tuple[Setting, ...] = (
             "write every case's figures, golden and verdict as JSON", cli_help="write the JSON report here",
             metavar="PATH",
             field="report_path", read=read_report_path),
+    Setting("export", "string", "",
+            "write each case that passes its gate as its serialized executable and a manifest under this "
+            "directory or store URL (gs://, s3://, az://, file://), for the job to load instead of compiling",
+            cli_help="write each passing case's executable and manifest here (a directory or a store URL)",
+            metavar="DIR", read=read_export),
     Setting("shard", "string", None,
             "run only shard K of N of the case matrix (for CI runners)",
             cli_help="run only shard K of N of the matrix", metavar="K/N",
@@ -304,6 +309,7 @@ class GateSettings:
     strict: bool
     tolerances: tuple[tuple[str, Tolerance], ...]
     report_path: Path | None
+    export: str | None  # Where each passing case's executable and manifest go (a directory or a store URL).
     hbm_headroom: float
     memory_fraction: float | None  # A GPU server's share of memory (aot_memory_fraction), over the environment's.
     fit: str | None  # Search this knob on every config that offers it and names no ``fit`` of its own.

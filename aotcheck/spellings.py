@@ -34,6 +34,7 @@ SPELLINGS: dict[str, Spelling] = {
     "update": Spelling("--update-golden", "--update-golden", None),
     "strict": Spelling("--aot-strict", "--strict", "aot_strict"),
     "report": Spelling("--aot-report", "--report", None),
+    "export": Spelling("--aot-export", "--export", "aot_export"),
     "shard": Spelling("--aot-shard", "--shard", None),
     "fit": Spelling("--aot-fit", "--fit", "aot_fit"),
     "libtpu_init_args": Spelling("--aot-libtpu-init-args", "--libtpu-init-args", "aot_libtpu_init_args"),

@@ -234,7 +234,7 @@ class Measurer:
     """
 
     def __init__(self, *, cache: FiguresCache | None = None, keep_hlo: bool = False, hbm_headroom: float = 1.0,
-                 memory_fraction: tuple[float | None, str] | None = None,
+                 memory_fraction: tuple[float | None, str] | None = None, export: str | None = None,
                  fit: str | None = None,
                  compiler_options: dict[str, str] | None = None, presets: bool = True,
                  registry: Registry = REGISTRY) -> None:
@@ -248,6 +248,7 @@ class Measurer:
         self.keep_hlo = keep_hlo  # Bring back each program's optimized HLO text (for --explain, --dump-hlo).
         self.hbm_headroom = hbm_headroom  # What a fit search may fill.
         self.memory_fraction = memory_fraction  # A GPU process's share (the ini's) and its name: a GPU search's limit.
+        self.export = export  # Where each case's executable is staged (the session publishes those that pass).
         self.fit = fit  # Search this knob on every case (else each config's own ``fit``).
         self.compiler_options = dict(compiler_options or {})  # The caller's (the user's launch flags).
         self.presets = presets  # aotcheck's per-chip presets under them.
@@ -302,6 +303,7 @@ class Measurer:
                 hlo=self.keep_hlo,
                 hbm_headroom=self.hbm_headroom,
                 memory_fraction=self.memory_fraction,
+                export=self.export,
                 fit=fit if fit is not None else self.fit,
                 compiler_options=self.compiler_options,
                 presets=self.presets,

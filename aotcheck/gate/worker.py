@@ -61,6 +61,7 @@ class WorkerRequest:
     hbm_headroom: float = 1.0  # What a fit search may fill.
     # A GPU process's share of memory as the run gives it (the ini's), with its name: a GPU fit search's limit.
     memory_fraction: tuple[float | None, str] | None = None
+    export: str | None = None  # Where the case's executable and manifest are staged (pipeline.export).
     fit: str | None = None  # The knob whose largest fitting size to search (the plan chose it), or None.
     compiler_options: Mapping[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
     presets: bool = True  # aotcheck's per-chip presets under them.
@@ -174,7 +175,7 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
     def once() -> Measurement:
         _runtime.reset_peak_rss()
         return measure(case, registry=registry, cache=cache, fit=request.fit, hbm_headroom=request.hbm_headroom,
-                       memory_fraction=request.memory_fraction, compiler_options=dict(request.compiler_options), presets=presets)
+                       memory_fraction=request.memory_fraction, export=request.export, compiler_options=dict(request.compiler_options), presets=presets)
 
     try:
         result = once()

@@ -31,6 +31,7 @@ from aotcheck.figures.hbm import hbm_verdict, oom_bytes
 from aotcheck.figures.program import Details
 from aotcheck.pipeline.cache import FiguresCache, entry_digest
 from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.export import export_compiled, write_exported
 from aotcheck.pipeline.inputs import inputs_key, registering_modules
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.pipeline.stages import lower
@@ -97,6 +98,7 @@ def measure(
     hbm_headroom: float = 1.0,
     memory_fraction: tuple[float | None, str] | None = None,
     presets: bool = True,
+    export: str | None = None,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures (:mod:`aotcheck.pipeline.stages`).
 
@@ -114,6 +116,9 @@ def measure(
 
     ``compiler_options`` (the caller's: the gate's launch flags) go over the config's, which go over
     aotcheck's presets this libtpu accepts for the chip; ``presets=False`` leaves the presets out.
+
+    ``export``: a directory where the case's executable is written with its manifest
+    (:mod:`aotcheck.pipeline.export`); the case is then compiled whatever the cache holds.
 
     Raises what lowering and compiling raise: CompileError when XLA refuses (OutOfMemory when the
     program does not fit, what filled the memory and the fit search in its ``details``),
@@ -134,7 +139,7 @@ def measure(
     at = dict(compiler_options=compiler_options, cache=cache, presets=presets,
               registering=registering_modules(registry))
     try:
-        result = _measured(case, config, **at)
+        result = _measured(case, config, **at, export=export)
     except OutOfMemory as e:
         if not knob:
             raise
@@ -200,13 +205,16 @@ def fit_search(
 
 
 def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any] | None,
-              cache: FiguresCache | None, presets: bool, registering: Iterable[str] = ()) -> Measurement:
+              cache: FiguresCache | None, presets: bool, registering: Iterable[str] = (),
+              export: str | None = None) -> Measurement:
     """One program at one size: answered by its unchanged inputs, else lowered, then cached or compiled
     and measured (``registering``: the modules that register configs, :mod:`aotcheck.pipeline.inputs`)."""
     # A presets file is a cache too: an update run probes libtpu instead of reading one.
     store = cache.root if cache is not None and cache.read else None
     options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
                                        presets=presets, store=store)
+    if export is not None:  # The executable is the answer: compiled whatever the cache holds.
+        return _exported(case, config, options, compiler_options, export)
     inputs = None
     if cache is not None:
         inputs = inputs_key(case, function_for(config, case.program_id), options=options, registering=registering)
@@ -218,6 +226,20 @@ def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any]
     read = reads.recorded()  # What the project's code read, lowering this case included.
     if inputs is not None and result.attribution_problem is None and read is not None:  # What the cache holds.
         cache.remember(inputs, lowered.key, lowered.lines, lowered.entry, read)
+    return result
+
+
+def _exported(case: Case, config: Config, options: dict[str, str], compiler_options: Mapping[str, Any] | None,
+              export: str) -> Measurement:
+    """Compiled and measured, its executable written under ``export`` with its manifest (the job's launch
+    flags in it: the config's ``libtpu_init_args`` and the caller's)."""
+    lowered = lower(case, config, options=options)
+    with lowered.compile() as compiled:
+        result = compiled.measure()
+        flags = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
+                                         presets=False)
+        write_exported(export, export_compiled(case, compiled.compiled, compiler_options=options,
+                                               figures=result.figures, launch_flags=flags))
     return result
 
 

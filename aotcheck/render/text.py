@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aotcheck.errors import WorkerCrashed
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
@@ -96,6 +97,26 @@ def crash_words(crash: WorkerCrashed, family: str) -> str:
     """A worker's death as the CLI says it: the crash, and the small VMEM limit that caused it if one did."""
     small = crash.small_vmem_limit
     return f"{crash}\n{small_vmem_limit_words(small, family)}" if small else str(crash)
+
+
+def load_check_line(check: Any) -> str:
+    """What ``aotcheck load --check`` found for one manifest (a :class:`aotcheck.shipping.LoadCheck`).
+
+    Example:
+        >>> from types import SimpleNamespace as Found
+        >>> print(load_check_line(Found(case="m/step@cpu-8x1", mismatches=(), load_seconds=0.01, compile_seconds=1.2,
+        ...                             equal=True)))
+        m/step@cpu-8x1: loaded in 0.010 s (a fresh compile: 1.200 s); its outputs equal a fresh JIT's bit for bit
+    """
+    if check.mismatches:
+        said = "; ".join(f"{m.field}: exported with {m.exported!r}, this process has {m.here!r}" for m in check.mismatches)
+        return f"{check.case}: refused, not loaded: {said}"
+    if check.equal is None:
+        return f"{check.case}: matches this process (not run: no config here to compare with)"
+    timing = f"loaded in {check.load_seconds:.3f} s (a fresh compile: {check.compile_seconds:.3f} s)"
+    if check.equal:
+        return f"{check.case}: {timing}; its outputs equal a fresh JIT's bit for bit"
+    return f"{check.case}: {timing}; its outputs differ from a fresh JIT's: {', '.join(check.differing) or 'their structure'}"
 
 
 def outcome_message(outcome: Outcome) -> str:
