@@ -73,9 +73,11 @@ def check_loads(dest: str, *, only: Sequence[str] = (), registry: Any = None) ->
     from aotcheck.targets.devices import reserve_cpu_devices  # noqa: PLC0415
 
     manifests = [m for m in read_manifests(dest) if not only or m.case in only]
-    cpu = [len(m.devices) for m in manifests if m.platform == "cpu"]
-    if cpu:
-        reserve_cpu_devices(max(cpu))  # Before jax starts its CPU backend: a cpu-8 case needs 8.
+    from aotcheck.targets.topology import parse_topology  # noqa: PLC0415
+
+    host = [len(m.devices) for m in manifests if parse_topology(m.topology).platform.host_devices]
+    if host:
+        reserve_cpu_devices(max(host))  # Before jax starts its CPU backend: a cpu-8 case needs 8.
     import jax  # noqa: PLC0415
 
     out = []
@@ -122,6 +124,7 @@ def _run_beside_jit(dest: str, manifest: Any, registry: Any) -> LoadCheck:
     from aotcheck.pipeline.export import load  # noqa: PLC0415
     from aotcheck.programs.lowering import lower_function  # noqa: PLC0415
     from aotcheck.programs.model import function_for  # noqa: PLC0415
+    from aotcheck.targets.devices import on_this_host  # noqa: PLC0415
 
     case = Case.parse(manifest.case)
     start = time.perf_counter()
@@ -129,7 +132,7 @@ def _run_beside_jit(dest: str, manifest: Any, registry: Any) -> LoadCheck:
     load_seconds = time.perf_counter() - start
     config = function_for(registry.get(case.config).program(case.program_id), case.program_id)
     start = time.perf_counter()
-    with _compiler_logs_off():
+    with _compiler_logs_off(), on_this_host():  # A TPU target's devices: this host's chips, not deviceless ones.
         fresh = lower_function(config, case.target)[case.program_id].compile()
     compile_seconds = time.perf_counter() - start
     ours = jax.tree_util.tree_leaves_with_path(loaded(*_inputs(fresh, config)))

@@ -25,8 +25,8 @@ LAYERS = [
     ("aotcheck.render",),
     ("aotcheck.settings", "aotcheck.readers", "aotcheck.ini", "aotcheck.scaffold", "aotcheck.usage"),
     ("aotcheck.plan",),
-    ("aotcheck.session", "aotcheck.calibrate"),
-    ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline"),
+    ("aotcheck.session", "aotcheck.calibrate", "aotcheck.interruption"),
+    ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline", "aotcheck.shipping"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]
 
@@ -245,6 +245,9 @@ TESTED_ELSEWHERE = {
     "aotcheck.__main__": ("tests/e2e/test_cli.py", "two lines: `python -m aotcheck`, run by every CLI test"),
     "aotcheck._runtime": ("tests/e2e/test_plugin.py", "the environment libtpu loads in: what a real run prints"),
     "aotcheck.session": ("tests/e2e/test_gate.py", "one run of the gate: the end-to-end runs"),
+    "aotcheck.shipping": ("tests/e2e/test_export.py", "aotcheck export and load: real exports, loads in fresh processes"),
+    "aotcheck.interruption": ("tests/e2e/test_interruptions.py", "signals against real runs"),
+    "aotcheck.gate.ship": ("tests/e2e/test_export.py", "a passing case ships, a failing one does not: real runs"),
     "aotcheck.targets.tpu": ("tests/unit/targets/test_topology.py", "the TPU table, row by row against its names"),
     "aotcheck.targets.devices": ("tests/unit/targets/test_topology.py", "libtpu's device counts for the table"),
     "aotcheck.programs.options": ("tests/unit/programs/test_compile.py", "presets and launch flags, as compiles take them"),

@@ -5,8 +5,7 @@ Example:
     >>> from aotcheck.gate.outcome import Outcome
     >>> from aotcheck.gate.verdict import Verdict
     >>> from aotcheck.pipeline.case import Case
-    >>> ship("/nonexistent", "out", Outcome(Case.of("m", "step", "cpu-1"), Verdict.REGRESSION), Path("g.json"))
-    is None
+    >>> ship("/nonexistent", "out", Outcome(Case.of("m", "step", "cpu-1"), Verdict.REGRESSION), Path("g.json")) is None
     True
 """
 

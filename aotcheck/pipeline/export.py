@@ -291,13 +291,15 @@ def mismatches(manifest: Manifest, devices: Sequence[Any], *, launch_flags: Mapp
     out += [Mismatch(k, v, here.get(k)) for k, v in manifest.toolchain.items() if here.get(k) != v]
     if dict(manifest.launch_flags) != dict(launch_flags):
         out.append(Mismatch(LAUNCH_FLAGS, dict(manifest.launch_flags), dict(launch_flags)))
-    platform = devices[0].platform if devices else None
-    if platform != manifest.platform:
-        out.append(Mismatch("platform", manifest.platform, platform))
-    elif manifest.device_kind and devices[0].device_kind != manifest.device_kind:
-        out.append(Mismatch("device_kind", manifest.device_kind, devices[0].device_kind))
+    # The devices' platform, then their kind (where the manifest names one), as jax names them.
+    exported = {"platform": manifest.platform, "device_kind": manifest.device_kind or None}
+    here_facts = {"platform": getattr(devices[0], "platform", None) if devices else None,
+                  "device_kind": getattr(devices[0], "device_kind", None) if devices and manifest.device_kind else None}
+    differing = next((Mismatch(k, exported[k], here_facts[k]) for k in exported if exported[k] != here_facts[k]), None)
+    if differing is not None:
+        return [*out, differing]
     ids = {int(d.id) for d in devices}
-    if platform == manifest.platform and not set(manifest.devices) <= ids:
+    if not set(manifest.devices) <= ids:
         out.append(Mismatch("devices", len(manifest.devices), len(ids)))
     return out
 

@@ -1,6 +1,7 @@
 """Ship what you gated (issue 53): a case that passes its gate writes its executable and a manifest; a fresh
 process loads it instead of compiling, and equals a fresh JIT bit for bit; a manifest that does not match
-the process is refused, naming the field. Real CLI runs, real compiles, real loads in fresh processes."""
+the process is refused, naming the field. Real CLI runs, real compiles, real loads in fresh processes
+(aotcheck.shipping's commands, aotcheck.gate.ship's rule: only a passing case ships)."""
 
 import json
 import subprocess

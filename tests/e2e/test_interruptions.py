@@ -1,4 +1,4 @@
-"""Interruptions: Ctrl-C and SIGTERM (CI's cancel and timeout) end a run cleanly, keep what it finished
+"""Interruptions (aotcheck.interruption): Ctrl-C and SIGTERM (CI's cancel and timeout) end a run cleanly, keep what it finished
 and stop its compile workers; a worker whose run was killed outright stops at once. Real processes.
 """
 

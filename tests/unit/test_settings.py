@@ -14,7 +14,7 @@ def test_every_field_of_the_settings_comes_from_a_row_and_every_default_from_its
     fields = {f.name for f in dataclasses.fields(GateSettings)}
     from_rows = {s.field if s.field is not None else s.name for s in SETTINGS} - {""}
     assert from_rows == fields - {"rootdir", "front_end", "golden_dir_option", "libtpu_init_args_option",
-                                 "environment_flags", "environment_flags_used", "said"}  # Not a row's.
+                                 "environment_flags", "environment_flags_used", "said", "unused_cache"}  # Not a row's.
     defaults = GateSettings.parse(rootdir="/p")
     assert defaults.targets == () and defaults.golden_dir == Path("/p/golden") and defaults.update is False
     assert defaults.cache_dir == Path("/p/.aotcheck-cache") and defaults.hbm_headroom == 1.0
