@@ -75,7 +75,7 @@ from aotcheck.programs import reads
 #     as batch), arguments of kind kv_cache.
 # 19: each Pallas TPU kernel's scoped VMEM and SMEM against their limits (vmem_scoped_bytes, vmem_limit_bytes,
 #     smem_bytes, smem_limit_bytes; details.scoped); a server's buckets keep the weights they do not read.
-FIGURES_VERSION = 19
+FIGURES_VERSION = 20
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key", "entry_digest", "entry_problem"]
 

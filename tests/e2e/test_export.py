@@ -12,7 +12,6 @@ import pytest
 
 from aotcheck import _runtime
 
-pytestmark = pytest.mark.heavy  # Real exports and loads: 116 s together on 2 cores.
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,6 +20,7 @@ def aotcheck(*args, **kw):
     return subprocess.run([sys.executable, "-m", "aotcheck", *args], cwd=ROOT, capture_output=True, text=True, **kw)
 
 
+@pytest.mark.heavy  # A real export and a load in a fresh process (25 to 65 s).
 def test_an_exported_train_step_loads_in_a_fresh_process_equals_jit_and_a_changed_manifest_is_refused(tmp_path):
     out, golden = tmp_path / "export", tmp_path / "golden"
     made = aotcheck("export", "lm-tiny", "--topology", "cpu-8", "--program", "train_step", f"--out={out}",
@@ -71,6 +71,7 @@ print(json.dumps({"compiles": len(compiles), "seconds": seconds}))
 """
 
 
+@pytest.mark.heavy  # A real export and a load in a fresh process (25 to 65 s).
 def test_a_servers_buckets_export_and_load_in_its_load_order_with_no_compile(tmp_path):
     out = tmp_path / "export"
     made = aotcheck("export", "llm", "--topology", "cpu-8", f"--out={out}", f"--golden-dir={tmp_path / 'golden'}",
@@ -86,6 +87,7 @@ def test_a_servers_buckets_export_and_load_in_its_load_order_with_no_compile(tmp
     assert list(found["seconds"])[:3] == ["step[tokens=16]", "step[tokens=32]", "step[tokens=64]"]
 
 
+@pytest.mark.heavy  # A real export and a load in a fresh process (25 to 65 s).
 def test_a_tpu_export_names_libtpu_and_the_chip_and_is_refused_on_a_host_without_one(tmp_path):
     out = tmp_path / "export"
     made = aotcheck("export", "lm-tiny", "--topology", "v5e-1", "--program", "prefill", f"--out={out}",
@@ -96,3 +98,24 @@ def test_a_tpu_export_names_libtpu_and_the_chip_and_is_refused_on_a_host_without
     assert (manifest["platform"], manifest["topology"], manifest["device_kind"]) == ("tpu", "v5e-1", "TPU v5 lite")
     refused = aotcheck("load", str(out), "--check")
     assert refused.returncode == 2 and "platform: exported with 'tpu', this process has 'cpu'" in refused.stdout
+
+
+def test_pytest_exports_what_passed_and_not_what_failed(project):
+    """The plugin's --aot-export: the same session as the CLI's; a case that passes ships, naming its
+    golden's sha256; after an edit that fails the gate, nothing more ships."""
+    import hashlib
+
+    from toy import golden, run
+
+    result = run(project, "--aot-topologies=cpu-4", "--update-golden", "--aot-export=out")
+    result.assert_outcomes(passed=2)  # The toy's own test and its one case.
+    manifest = json.loads((project.path / "out" / "toy" / "step@cpu-4x1.manifest.json").read_text())
+    made = golden(project, "toy/step@cpu-4x1.json")
+    assert manifest["golden_digest"] == hashlib.sha256(made.read_bytes()).hexdigest()
+    assert manifest["topology"] == "cpu-4" and manifest["inputs"][0]["shape"] == [32, 256]
+    doc = json.loads(made.read_text())
+    made.write_text(json.dumps({**doc, "figures": {**doc["figures"], "peak_bytes": 1}}))  # Now it regresses.
+    (project.path / "out" / "toy" / "step@cpu-4x1.manifest.json").unlink()
+    failed = run(project, "--aot-topologies=cpu-4", "--aot-export=out")
+    failed.assert_outcomes(passed=1, failed=1)
+    assert not (project.path / "out" / "toy" / "step@cpu-4x1.manifest.json").exists()
