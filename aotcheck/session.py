@@ -201,12 +201,12 @@ class GateSession:
                              metric_drift=s.metric_drift, usable=room.to_json() if room is not None else None)
         # Notes the compile workers raised on this case ride with it (under xdist, to the controller).
         worker_notes = self._measurer.notes if self._measurer is not None else []
-        shipped = ship(self._staging, s.export, outcome, self.store.path(case), strict=s.strict) \
-            if self._staging is not None and s.export else None
-        new = [n for n in [*worker_notes, *([shipped] if shipped else [])] if n not in self._noted]
+        shipped, problem = ship(self._staging, s.export, outcome, self.store.path(case), strict=s.strict) \
+            if self._staging is not None and s.export else (None, None)
+        new = [n for n in [*worker_notes, *([problem] if problem else [])] if n not in self._noted]
         self._noted.update(new)
         return dataclasses.replace(outcome, notes=[*outcome.notes, *new], golden_file=self.golden_file(case),
-                                   accept=self.accept(case))
+                                   accept=self.accept(case), shipped=shipped)
 
     def start_workers(self) -> None:
         """Starts the compile workers of the run's TPU topologies now, before the configs are built and

@@ -173,6 +173,27 @@ class Accept:
 
 
 @dataclasses.dataclass(frozen=True)
+class Shipped:
+    """Where a passing case's executable went (``--aot-export``) and its size: a figure of the report,
+    not gated.
+
+    Example:
+        >>> Shipped.from_json(Shipped("out/m/step@cpu-1x1.manifest.json", 4096).to_json()).payload_bytes
+        4096
+    """
+
+    manifest: str
+    payload_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"manifest": self.manifest, "payload_bytes": self.payload_bytes}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Shipped":
+        return cls(str(data["manifest"]), int(data["payload_bytes"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """What checking one case found.
 
@@ -189,6 +210,7 @@ class Outcome:
         reason: Why a skipped case did not run (the plan's reason, or pytest's).
         golden_file: Its golden file, as the user sees the path.
         accept: The command that accepts its figures, as a record.
+        shipped: Where its executable was exported, when it passed and the run exports.
     """
 
     case: Case
@@ -203,6 +225,7 @@ class Outcome:
     reason: str = ""
     golden_file: str = ""
     accept: Accept | None = None
+    shipped: Shipped | None = None
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -287,6 +310,7 @@ class Outcome:
             "reason": self.reason,
             "golden_file": self.golden_file,
             "accept": self.accept.to_json() if self.accept is not None else None,
+            **({"shipped": self.shipped.to_json()} if self.shipped is not None else {}),
         }
 
     @classmethod
@@ -308,6 +332,7 @@ class Outcome:
             reason=str(data.get("reason") or ""),
             golden_file=str(data.get("golden_file") or ""),
             accept=Accept.from_json(data["accept"]) if data.get("accept") else None,
+            shipped=Shipped.from_json(data["shipped"]) if data.get("shipped") else None,
         )
 
 

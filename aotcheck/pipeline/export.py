@@ -357,15 +357,15 @@ def load(dest: str | os.PathLike[str], case_id: str, *, devices: Sequence[Any] |
 
 
 def publish(staging: str | os.PathLike[str], dest: str | os.PathLike[str], case_id: str, *,
-            golden_digest: str | None) -> str:
+            golden_digest: str | None) -> tuple[str, int]:
     """Moves a staged export (written by the compile, before the gate judged it) to ``dest``, naming
-    the golden it passed against; returns where its manifest went."""
+    the golden it passed against; returns where its manifest went and the payload's bytes."""
     staged = _Dest(staging)
     manifest = Manifest.from_json(json.loads(staged.get(case_id + MANIFEST)))
     exported = Exported(staged.get(case_id + PAYLOAD), dataclasses.replace(manifest, golden_digest=golden_digest))
     write_exported(dest, exported)
     discard(staging, case_id)
-    return _Dest(dest).where(case_id + MANIFEST)
+    return _Dest(dest).where(case_id + MANIFEST), len(exported.payload)
 
 
 def discard(staging: str | os.PathLike[str], case_id: str) -> None:

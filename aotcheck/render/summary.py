@@ -188,6 +188,11 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
                       f"{counts[GoldenAction.CHANGED]} changed, {counts[GoldenAction.UNCHANGED]} unchanged; "
                       "golden files of cases that did not run were left alone."]
     lines += [f"aotcheck: removed stale golden {rel}" for rel in report.removed]
+    shipped = [o.shipped for o in report.outcomes if o.shipped is not None]
+    if shipped:  # Where the job loads them from (docs/export.md), and their size: a figure, not gated.
+        lines += ["", f"aotcheck: exported {len(shipped)} passing case(s), {fmt_bytes(sum(s.payload_bytes for s in shipped))} "
+                      f"of executables, each beside its manifest (first: {shipped[0].manifest}); "
+                      "the job loads one with aotcheck.load(DIR, case_id)"]
     upgrade = find_upgrade(report.outcomes, now=report.toolchain)
     if upgrade is not None:
         lines += ["", *upgrade_lines(upgrade, golden_dir=report.golden_dir, extra=accept_args)]

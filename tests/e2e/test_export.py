@@ -107,12 +107,17 @@ def test_pytest_exports_what_passed_and_not_what_failed(project):
 
     from toy import golden, run
 
-    result = run(project, "--aot-topologies=cpu-4", "--update-golden", "--aot-export=out")
+    result = run(project, "--aot-topologies=cpu-4", "--update-golden", "--aot-export=out", "--aot-report=r.json")
     result.assert_outcomes(passed=2)  # The toy's own test and its one case.
     manifest = json.loads((project.path / "out" / "toy" / "step@cpu-4x1.manifest.json").read_text())
     made = golden(project, "toy/step@cpu-4x1.json")
     assert manifest["golden_digest"] == hashlib.sha256(made.read_bytes()).hexdigest()
     assert manifest["topology"] == "cpu-4" and manifest["inputs"][0]["shape"] == [32, 256]
+    result.stdout.fnmatch_lines(["aotcheck: exported 1 passing case(s), * of executables, each beside its manifest "
+                                 f"(first: {project.path / 'out' / 'toy' / 'step@cpu-4x1.manifest.json'}); *"])
+    [case] = [c for c in json.loads((project.path / "r.json").read_text())["cases"]]
+    assert case["shipped"]["payload_bytes"] == json.loads(
+        (project.path / "out" / "toy" / "step@cpu-4x1.manifest.json").read_text())["payload_bytes"]
     doc = json.loads(made.read_text())
     made.write_text(json.dumps({**doc, "figures": {**doc["figures"], "peak_bytes": 1}}))  # Now it regresses.
     (project.path / "out" / "toy" / "step@cpu-4x1.manifest.json").unlink()

@@ -127,6 +127,14 @@ def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project
 
     entries = [p for p in store.rglob("*") if p.is_file()]
     assert entries and all(p.suffix == ".json" and seal_problem(json.loads(p.read_text())) is None for p in entries), entries
+    # The matrix's finished part re-run against the store from another runner's empty cache: answered by it.
+    again = subprocess.run([sys.executable, "-m", "aotcheck", "check", "--topologies=v4-8", "--configs=toy",
+                            f"--cache-dir={project.path / 'other-runner'}", f"--cache-url=file://{store}",
+                            f"--report={project.path / 'again.json'}"], cwd=project.path, capture_output=True, text=True,
+                           env=dict(env, AOTCHECK_TEST_RUN=marker + "-again"))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    [case] = json.loads((project.path / "again.json").read_text())["cases"]
+    assert case["verdict"] == "pass" and case["measured"]["cached"], case
 
 
 def test_a_worker_whose_run_was_killed_stops_at_once(project):

@@ -35,8 +35,8 @@ def test_a_manifest_round_trips_and_names_the_donated_argument(tmp_path):
 def test_a_staged_export_ships_with_its_golden_or_is_discarded(tmp_path):
     case, exported = exported_double(tmp_path)
     write_exported(tmp_path / "staging", exported)
-    where = publish(tmp_path / "staging", tmp_path / "out", case.id, golden_digest="abc")
-    assert where.endswith(f"{case.id}.manifest.json") and not list((tmp_path / "staging").rglob("*.json"))
+    where, size = publish(tmp_path / "staging", tmp_path / "out", case.id, golden_digest="abc")
+    assert size == len(exported.payload) and where.endswith(f"{case.id}.manifest.json") and not list((tmp_path / "staging").rglob("*.json"))
     [shipped] = read_manifests(tmp_path / "out")
     assert shipped.golden_digest == "abc" and load(tmp_path / "out", case.id)(jnp.ones(4)).tolist() == [2.0] * 4
     write_exported(tmp_path / "staging", exported)
