@@ -33,8 +33,10 @@ def test_an_exported_train_step_loads_in_a_fresh_process_equals_jit_and_a_change
     assert manifest["golden_digest"] and manifest["figures"]["peak_bytes"] > 0
     assert manifest["payload_bytes"] == (out / "lm-tiny" / "train_step@cpu-8x1.executable").stat().st_size
 
-    loaded = aotcheck("load", str(out), "--check")  # A fresh process: loads, runs, compares with a fresh JIT.
+    loaded = aotcheck("load", str(out), "--check", f"--report={tmp_path / 'load.json'}")  # A fresh process.
     assert loaded.returncode == 0, loaded.stdout + loaded.stderr[-2000:]
+    [check] = json.loads((tmp_path / "load.json").read_text())["checks"]
+    assert check["equal"] and 0 < check["load_seconds"] < check["compile_seconds"], check
     assert "lm-tiny/train_step@cpu-8x1: loaded in " in loaded.stdout
     assert "its outputs equal a fresh JIT's bit for bit" in loaded.stdout and "W1207" not in loaded.stderr
 

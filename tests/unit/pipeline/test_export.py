@@ -46,6 +46,16 @@ def test_a_staged_export_ships_with_its_golden_or_is_discarded(tmp_path):
         load(tmp_path / "staging", case.id)
 
 
+def test_a_store_url_is_written_and_read_and_credentials_are_refused_unechoed(tmp_path):
+    case, exported = exported_double(tmp_path)
+    url = f"file://{tmp_path / 'store'}"
+    assert write_exported(url, exported) == case.id
+    assert [m.case for m in read_manifests(url)] == [case.id] and load(url, case.id)(jnp.ones(4)).tolist() == [2.0] * 4
+    with pytest.raises(Exception, match="credentials") as refused:
+        write_exported("s3://KEY:SECRET@bucket/aot", exported)
+    assert "SECRET" not in str(refused.value)
+
+
 def test_a_payload_that_is_not_the_manifests_is_refused(tmp_path):
     case, exported = exported_double(tmp_path)
     write_exported(tmp_path, exported)
