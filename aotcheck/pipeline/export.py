@@ -242,6 +242,9 @@ class _Dest:
                               "(pytest --aot-export=DIR, or aotcheck export CONFIG --topology T --out DIR)") from None
 
     def names(self) -> list[str]:
+        if self.root is not None and not self.root.is_dir():
+            raise ExportError(f"{self.root} is no directory of exports: export the cases first (pytest "
+                              "--aot-export=DIR, or aotcheck export CONFIG --topology T --out DIR)")
         if self.root is not None:
             return sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob(f"*{MANIFEST}"))
         base = self.url.partition("://")[2]  # type: ignore[union-attr]

@@ -44,6 +44,8 @@ def test_a_staged_export_ships_with_its_golden_or_is_discarded(tmp_path):
     assert not list((tmp_path / "staging").rglob("*.executable"))
     with pytest.raises(ExportError, match="does not exist: export the case first"):
         load(tmp_path / "staging", case.id)
+    with pytest.raises(ExportError, match="is no directory of exports: export the cases first"):
+        read_manifests(tmp_path / "nowhere")
 
 
 def test_a_store_url_is_written_and_read_and_credentials_are_refused_unechoed(tmp_path):
