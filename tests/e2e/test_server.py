@@ -58,7 +58,8 @@ def test_the_reference_servers_matrix_is_gated_on_a_tpu_and_a_gpu_target(tmp_pat
     largest = [line for line in out.stdout.splitlines() if line.startswith("step[tokens=64] ")]
     assert len(largest) == 2 and all("  fit  " in line and " pages " in line for line in largest), largest
     gated = {c["case"]: c["measured"]["figures"].get("fit_max_pages") for c in report["cases"]}
-    assert gated["llm/step[tokens=64]@v5e-16x1"] > 10**6 and gated["llm/step[tokens=64]@h100-8x1"] > 5 * 10**6
+    # h100's pool fills the process's share of memory (JAX's 0.75), not the whole: 3,887,337 pages, not 5,183,538.
+    assert gated["llm/step[tokens=64]@v5e-16x1"] > 10**6 and 3.8 * 10**6 < gated["llm/step[tokens=64]@h100-8x1"] < 4 * 10**6
 
 
 def test_buckets_that_miss_the_schedulers_limits_are_each_named(pytester):
