@@ -50,13 +50,16 @@ def _processes_with(marker):
 
 
 def _state(pid):
-    """A process's command line, state and kernel wait channel (what a stuck run waits on)."""
+    """A process's command line, state, kernel wait channel (what a stuck run waits on), and its signal
+    masks (blocked, ignored, pending: a SIGINT that never arrives shows there)."""
     try:
         proc = Path(f"/proc/{pid}")
         stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        return ((proc / "cmdline").read_bytes().replace(b"\0", b" ")[-120:].decode(), stat, (proc / "wchan").read_text())
+        masks = [line for line in (proc / "status").read_text().splitlines() if line.startswith(("SigBlk", "SigIgn", "SigPnd", "ShdPnd"))]
+        return ((proc / "cmdline").read_bytes().replace(b"\0", b" ")[-120:].decode(), stat, (proc / "wchan").read_text(), masks)
     except OSError as e:
         return str(e)
+
 
 
 INTERRUPTIONS = [
