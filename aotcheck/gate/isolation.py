@@ -26,6 +26,7 @@ import collections
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -164,7 +165,7 @@ class FamilyWorker:
         try:
             self.proc.stdin.write(json.dumps(request.to_json()) + "\n")
             self.proc.stdin.flush()
-            line = self.replies.readline()
+            line = self._reply()
         except (BrokenPipeError, OSError):
             line = ""
         except BaseException:  # An interruption: what the case printed is still shown.
@@ -186,6 +187,15 @@ class FamilyWorker:
             f"{killed_by_host(code)}. Its last lines:\n{text}",
             signal_name=how, tail=tail, log=log,
         )
+
+    def _reply(self) -> str:
+        """The worker's reply line, waited for in short selects: the main thread comes back to Python between
+        them, so a Ctrl-C or SIGTERM the kernel handed to another thread (the stderr pump, blocked in its own
+        read) still raises here. A plain blocking read would wait for the worker's reply, minutes away."""
+        fd = self.replies.fileno()
+        while not select.select([fd], [], [], 0.25)[0]:
+            pass
+        return self.replies.readline()
 
     STOP_SECONDS = 2.0  # An idle worker ends at once when its stdin closes; a busy one is killed.
 
