@@ -97,7 +97,11 @@ def test_an_interrupted_run_keeps_what_it_finished_and_stops_its_workers(project
     else:
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--aot-topologies=v4-8", "--update-golden",
                    f"--aot-report={report}", f"--aot-cache-url=file://{store}", *front.split()[1:]]
-    # A session of its own, as a terminal or a CI runner starts a job: SIGINT is not ignored there.
+    # A session of its own, as a terminal or a CI runner starts a job: SIGINT is not ignored there. A suite
+    # started in the background (`pytest ... &` in a script) has SIGINT ignored, every child inherits that
+    # and Python keeps it: the run would never see this Ctrl-C. The child restores it, then becomes the run.
+    command = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])", *command[1:]]
     proc = subprocess.Popen(command, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     deadline = time.monotonic() + 120
