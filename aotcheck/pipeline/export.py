@@ -181,10 +181,10 @@ def export_compiled(case: Case, compiled: Any, *, compiler_options: Mapping[str,
 
     serialized, in_tree, out_tree = serialize_executable.serialize(compiled)
     payload = pickle.dumps((serialized, in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL)
-    (arg_shardings, _) = compiled.input_shardings
-    first = next((s for s in _leaves(arg_shardings) if hasattr(s, "mesh")), None)
+    shardings = _leaves(compiled.input_shardings[0])
+    first = next((s for s in shardings if hasattr(s, "mesh")), None)
     devices = tuple(int(d.id) for d in first.mesh.devices.flat) if first is not None else tuple(
-        int(d.id) for d in _leaves(arg_shardings)[0].device_set) if _leaves(arg_shardings) else ()
+        int(d.id) for d in shardings[0].device_set) if shardings else ()
     mesh = {str(k): int(v) for k, v in first.mesh.shape.items()} if first is not None else {}
     kind = str(first.mesh.devices.flat[0].device_kind) if first is not None else ""
     topology = case.topology
@@ -307,9 +307,19 @@ def mismatches(manifest: Manifest, devices: Sequence[Any], *, launch_flags: Mapp
     return out
 
 
+def mismatch_words(found: Sequence[Mismatch]) -> str:
+    """Each field that differs, with both values: what a refusal and ``load --check`` say.
+
+    Example:
+        >>> mismatch_words([Mismatch("jax", "0.1", "0.2")])
+        "jax: exported with '0.1', this process has '0.2'"
+    """
+    return "; ".join(f"{m.field}: exported with {m.exported!r}, this process has {m.here!r}" for m in found)
+
+
 def refusal(manifest: Manifest, found: Sequence[Mismatch]) -> str:
     """Why a manifest is refused, each field with both values."""
-    said = "; ".join(f"{m.field}: exported with {m.exported!r}, this process has {m.here!r}" for m in found)
+    said = mismatch_words(found)
     return (f"{manifest.case} was not loaded: {said}. A loaded executable runs the program compiled for the "
             "manifest's values, whatever this process has; export it again with this process's toolchain "
             "and flags, or run the job with the manifest's.")

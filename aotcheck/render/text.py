@@ -32,6 +32,7 @@ from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.golden import NEWER_GOLDEN
 from aotcheck.gate.outcome import Accept, Failure, Outcome, Reason
 from aotcheck.gate.verdict import Verdict
+from aotcheck.pipeline.export import mismatch_words
 from aotcheck.gate.why import class_growth, grown
 from aotcheck.render.accept import accept_case_command
 from aotcheck.render.serving import usable_words
@@ -109,8 +110,7 @@ def load_check_line(check: Any) -> str:
         m/step@cpu-8x1: loaded in 0.010 s (a fresh compile: 1.200 s); its outputs equal a fresh JIT's bit for bit
     """
     if check.mismatches:
-        said = "; ".join(f"{m.field}: exported with {m.exported!r}, this process has {m.here!r}" for m in check.mismatches)
-        return f"{check.case}: refused, not loaded: {said}"
+        return f"{check.case}: refused, not loaded: {mismatch_words(check.mismatches)}"
     if check.equal is None:
         return f"{check.case}: matches this process (not run: no config here to compare with)"
     timing = f"loaded in {check.load_seconds:.3f} s (a fresh compile: {check.compile_seconds:.3f} s)"

@@ -58,6 +58,18 @@ def test_a_store_url_is_written_and_read_and_credentials_are_refused_unechoed(tm
     assert "hunter2" not in str(refused.value)
 
 
+def test_an_export_setting_that_is_a_file_or_holds_credentials_is_a_clear_error(tmp_path):
+    from aotcheck.readers import SettingsError
+    from aotcheck.settings import GateSettings
+
+    (tmp_path / "out.txt").write_text("mine")
+    with pytest.raises(SettingsError, match="--aot-export: out.txt is a file; give a directory"):
+        GateSettings.parse(rootdir=tmp_path, topologies="cpu-4", export="out.txt")
+    with pytest.raises(SettingsError, match="--aot-export: .*credentials") as refused:
+        GateSettings.parse(rootdir=tmp_path, topologies="cpu-4", export="s3://KEY:hunter2@bucket/x")
+    assert "hunter2" not in str(refused.value) and (tmp_path / "out.txt").read_text() == "mine"
+
+
 def test_a_payload_that_is_not_the_manifests_is_refused(tmp_path):
     case, exported = exported_double(tmp_path)
     write_exported(tmp_path, exported)
