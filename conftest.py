@@ -13,8 +13,8 @@
   attention kernel on TPU targets, its KV budget (``fit_max_pages``) searched on the largest step.
 - ``llm-256k``, ``llm-31b``: two of the field's servers' shapes (tpu-inference #3360's on v5e-1,
   #3408's on 7x-8); under the start-up rules a v5e chip showed, both start, so neither reproduces its
-  issue's failure (README, docs/calibration.md). Each compiled for its own slice only, in the main
-  job's second command (``--aot-configs='llm-256k,llm-31b' --aot-topologies=v5e-1,7x-8``).
+  issue's failure (docs/calibration.md). Each names its own slice (``targets=``), so the main job
+  (``--aot-configs='*'``) compiles it there whatever ``--aot-topologies`` lists, and skips it elsewhere.
 """
 
 import aotcheck

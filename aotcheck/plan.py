@@ -44,6 +44,8 @@ from aotcheck.programs.knobs import knobs_offered
 from aotcheck.programs.registry import Registry, RegistryError
 from aotcheck.readers import SettingsError, example
 from aotcheck.settings import GateSettings
+from aotcheck.targets.globs import declared_targets
+from aotcheck.targets.topology import Target
 
 
 class Planned(NamedTuple):
@@ -70,6 +72,8 @@ class Plan:
         shard_of: Case id -> its shard (when sharded).
         complete: Whether every registered config was selected and built, so that a run of every case
             is a run of the whole matrix (stale goldens are pruned only after one).
+        declared: Config name -> the targets it declares by name (``targets=("v5e-1x1",)``) that the run's
+            topologies do not list: it is compiled there too (:func:`aotcheck.targets.globs.declared_targets`).
     """
 
     matrix: tuple[Planned, ...]
@@ -81,6 +85,12 @@ class Plan:
     seconds: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     shard_of: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     complete: bool = True
+    declared: Mapping[str, tuple[Target, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """Every target of the matrix, the run's first, in order: what its workers and header name."""
+        return tuple(dict.fromkeys(p.case.target for p in self.matrix))
 
     def knob(self, case: Case) -> str | None:
         """The knob the plan searches on ``case`` (None: no search)."""
@@ -126,6 +136,7 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
     selected = [e for e in registry if e.name in {c.config for c in wanted}] if wanted else \
         registry.select(list(settings.config_globs) or None)
     twins = registry.case_twins()
+    declared: dict[str, tuple[Target, ...]] = {}
     for entry in selected:
         try:
             if entry.name in twins:
@@ -135,7 +146,12 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
             broken[entry.name] = str(e)
             continue
         for config in programs.values():
-            for target in settings.targets:
+            # A target the config names is compiled whatever the run lists; a run with no targets
+            # (--aot-topologies=none) checks nothing.
+            own = [t for t in declared_targets(config.targets) if t not in settings.targets] if settings.targets else []
+            if own:
+                declared[entry.name] = tuple(dict.fromkeys([*declared.get(entry.name, ()), *own]))
+            for target in (*settings.targets, *own):
                 case = Case.for_config(entry.name, config, target)
                 if wanted and case not in wanted:
                     continue
@@ -155,13 +171,15 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
     named = any(glob != "*" for glob in settings.config_globs)
     complete = not broken and len(selected) == len(registry) and not wanted and not named
     if not settings.shard:
-        return Plan(tuple(matrix), tuple(matrix), MappingProxyType(broken), empty, complete=complete)
+        return Plan(tuple(matrix), tuple(matrix), MappingProxyType(broken), empty, complete=complete,
+                    declared=MappingProxyType(declared))
     k, n = settings.shard
     seconds = recorded_seconds([p.case for p in matrix], store)
     shard_of = assign_shards([p.case for p in matrix], n, seconds=seconds)
     return Plan(tuple(matrix), tuple(p for p in matrix if shard_of[p.case.id] == k),
                 MappingProxyType(broken if k == 1 else {}),  # A broken config fails once, in the first shard.
-                empty, settings.shard, MappingProxyType(seconds), MappingProxyType(shard_of), complete)
+                empty, settings.shard, MappingProxyType(seconds), MappingProxyType(shard_of), complete,
+                MappingProxyType(declared))
 
 
 def recorded_seconds(cases: Sequence[Case], store: GoldenStore) -> dict[str, float]:

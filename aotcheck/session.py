@@ -61,6 +61,7 @@ from aotcheck.programs.serving import KV_KNOB
 from aotcheck.settings import GateSettings, SettingsError
 from aotcheck.spellings import flag_names, ini_override, option
 from aotcheck.targets.platform import TPU, Platform
+from aotcheck.targets.topology import Target
 
 
 class GateSession:
@@ -337,14 +338,15 @@ class GateSession:
         """What the run says before its first case, as a record (the front ends word it)."""
         s = self.settings
         given = bool(s.compiler_options) or not s.presets
+        plan = self.plan()
         return RunHeader(
             targets=tuple(t.name for t in s.targets), golden_dir=str(self.store.root), update=s.update,
             cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
             cache_url=self.cache.shared.url if self.cache and self.cache.shared else None,
             cache_shares=bool(self.cache and self.cache.shared and self.cache.shared.write),
-            shard_seconds=self.plan().shard_seconds(), toolchain=self.toolchain(),
+            shard_seconds=plan.shard_seconds(), toolchain=self.toolchain(),
             foreign=tuple(self.foreign_toolchain_goldens()),
-            families=tuple(sorted({t.topology.family for t in s.targets})) if s.presets else None,
+            families=tuple(sorted({t.topology.family for t in self.targets()})) if s.presets else None,
             launch_flags={k: v for k, v in s.compiler_options.items() if not runtime_only(k)} if given else None,
             dropped=sum(1 for k in s.compiler_options if runtime_only(k)),
             environment_flags_used=s.environment_flags_used,
@@ -353,12 +355,17 @@ class GateSession:
                                for name, value, moot in s.unused_cache),
             fit=s.fit, golden_dir_missing=not s.update and not self.store.root.is_dir(), rootdir=str(s.rootdir),
             golden_dir_state=golden_dir_state(self.store.root),
-            front_end=s.front_end)
+            front_end=s.front_end,
+            declared=tuple((config, tuple(t.name for t in own)) for config, own in plan.declared.items()))
+
+    def targets(self) -> tuple[Target, ...]:
+        """The run's targets, then those its configs declare beyond them (:attr:`aotcheck.plan.Plan.declared`)."""
+        return tuple(dict.fromkeys([*self.settings.targets, *(t for own in self.plan().declared.values() for t in own)]))
 
     def platforms(self) -> list[Platform]:
         """The platforms of this run's targets (TPU's when there are none), the TPU's first."""
         # The CUDA plugin's version last, as the header has always said it (TPU and host both say libtpu's).
-        return sorted({t.topology.platform for t in self.settings.targets} or {TPU}, key=lambda p: (p.toolchain_last, p.name))
+        return sorted({t.topology.platform for t in self.targets()} or {TPU}, key=lambda p: (p.toolchain_last, p.name))
 
     def toolchain(self) -> dict[str, str | None]:
         """The versions behind this run's figures: jax's, libtpu's where a target is a TPU (or the host's

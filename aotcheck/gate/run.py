@@ -38,6 +38,8 @@ class RunHeader:
 
     Attributes:
         targets: The targets it checks, by name.
+        declared: Configs compiled on targets of their own beyond those, each as (config, its targets'
+            names): a config that names its targets (``targets=("v5e-1x1",)``) is checked where it is deployed.
         golden_dir: Where its goldens are; ``golden_dir_missing``: that directory does not exist (and
             the run does not update), with the ``rootdir`` the path is relative to; ``golden_dir_state``:
             what it is instead, where it is no directory: ``"absent"``, ``"a file"``, ``"a dangling link"``.
@@ -74,6 +76,7 @@ class RunHeader:
     unused_environment_flags: str | None = None
     unused_cache: tuple[tuple[str, str, str, str], ...] = ()
     fit: str | None = None
+    declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
     golden_dir_missing: bool = False
     golden_dir_state: str | None = None
     rootdir: str = ""

@@ -90,9 +90,10 @@ class _Common:
         platforms: The platforms (``"tpu"``, ``"gpu"``, ``"cpu"``) whose targets the config
             compiles for (empty: all): a model running Pallas TPU kernels says ``("tpu",)``, and
             other targets are skipped with that reason.
-        targets: Globs over the targets the config is deployed on (``v5e-1x1``, ``7x-8x*``; one glob
+        targets: The targets the config is deployed on, as names or globs (``v5e-1x1``, ``7x-8x*``; one
             alone is taken as a tuple of one): a server sized for one slice says so, and the run's
-            other targets are skipped with that reason.
+            other targets are skipped with that reason. A full name (``v5e-1x1``, not ``v5e-1``) is also
+            compiled when the run does not list it, and the run's header says so.
         memory_fraction: The share of a GPU's memory the served process runs with, where its launch sets
             one (its ``XLA_PYTHON_CLIENT_MEM_FRACTION``): a server's boot budget holds against it, over the
             ini's ``aot_memory_fraction`` and the environment. None: those, else JAX's default, 0.75.

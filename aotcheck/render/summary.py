@@ -58,6 +58,9 @@ def header_lines(header: RunHeader) -> list[str]:
     lines = [f"aotcheck: {', '.join(h.targets)}; goldens in {h.golden_dir}{' (updating)' if h.update else ''}; {cache}"
              f"{f'; shard {h.shard[0]}/{h.shard[1]}{expected}' if h.shard else ''}; "
              + ", ".join(f"{k} {v if v is not None else 'not installed'}" for k, v in h.toolchain.items())]
+    for config, own in h.declared:  # Compiled beyond the run's topologies: said, so nobody is surprised.
+        lines.append(f"aotcheck: {config} also on {', '.join(own)}: the targets it declares (its targets=), "
+                     f"whatever {flags['topologies']} lists")
     for setting, name, value, moot in h.unused_cache:  # A setting that changes nothing is said, not dropped.
         lines.append(f"aotcheck: {name} {value} is not used: {moot} turns every figures cache off, the shared one "
                      "too" if setting == "cache_url" else

@@ -27,6 +27,28 @@ def target_matches(target: Target, glob: str) -> bool:
     return topology == target.topology and slices in (None, target.num_slices)
 
 
+def declared_targets(globs: Sequence[str]) -> tuple[Target, ...]:
+    """The targets a config declares by name among its ``targets=`` globs: a ``TOPOLOGYxSLICES`` without a
+    wildcard (``v5e-1x1``, not ``v5e-1`` or ``7x-8x*``). The plan compiles a config on these whatever the
+    run's topologies are: a server sized for one slice is checked where it is deployed.
+
+    Example:
+        >>> [t.name for t in declared_targets(["v5e-1x1", "7x-8x*", "v4-8", "*", "v5litepod-4x2"])]
+        ['v5e-1x1', 'v5e-4x2']
+    """
+    out: list[Target] = []
+    for glob in globs:
+        if any(c in glob for c in "*?["):
+            continue
+        try:
+            topology, slices = split_target(glob)
+        except TopologyError:
+            continue  # A typo is unmatched_globs' to name, when the config is built.
+        if slices is not None and Target(topology, slices) not in out:
+            out.append(Target(topology, slices))
+    return tuple(out)
+
+
 def unmatched_globs(globs: Sequence[str]) -> list[str]:
     """The globs of ``globs`` that no target names (:func:`target_matches`).
 

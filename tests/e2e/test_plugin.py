@@ -237,6 +237,26 @@ def test_host_cpu_topologies_need_no_libtpu_and_no_hbm(project):
     assert json.loads(golden(project, "toy/step@cpu-4x2.json").read_text())["figures"]["flops"] > 0
 
 
+DEPLOYED = """
+
+@aotcheck.register("served")
+def served():
+    return aotcheck.FunctionConfig(fn=lambda x, w: jnp.tanh(x @ w), make_args=make_args, targets=("cpu-4x2",))
+"""
+
+
+def test_a_config_that_names_its_target_is_compiled_there_and_the_header_says_so(project):
+    """Issue 54: one main-job command. ``served`` names its target (cpu-4x2); a run over cpu-2 compiles it
+    there too, says so before the first case, and skips it on the run's own target, saying why."""
+    project.makeconftest(CONFTEST + DEPLOYED)
+    result = run(project, "--aot-topologies=cpu-2", "--aot-configs=served", "--update-golden")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["aotcheck: served also on cpu-4x2: the targets it declares (its targets=), "
+                                 "whatever --aot-topologies lists"])
+    result.stdout.fnmatch_lines(["*served/step@cpu-4x2*-*created*"])
+    assert json.loads(golden(project, "served/step@cpu-4x2.json").read_text())["case"] == "served/step@cpu-4x2"
+
+
 @pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2).
 def test_no_libtpu_noise_reaches_the_terminal(project, monkeypatch):
     # Every process here would otherwise print libtpu's start-up errors: pytest's, each xdist worker's

@@ -57,6 +57,27 @@ def test_a_config_deployed_on_some_targets_skips_the_others_saying_which_it_is_d
     assert by_id["sized/step@cpu-2x1"].skip == ("sized is deployed on cpu-4x* only (its targets); cpu-2x1 is not one")
 
 
+def test_a_config_that_names_its_targets_is_planned_on_them_whatever_the_run_lists(tmp_path):
+    """Issue 54: the main job is one command. A config that names its targets (a server sized for one
+    slice) is compiled there under any run's topologies; one that globs them is only filtered by them, and
+    a run with no targets plans nothing."""
+    registry = _registry()
+    registry.register("sized", FunctionConfig(fn=lambda x: 2 * x, make_args=_args, targets=("cpu-4x1", "cpu-2x2")))
+    registry.register("globbed", FunctionConfig(fn=lambda x: 2 * x, make_args=_args, targets="cpu-4x*"))
+    settings = GateSettings.parse(rootdir=tmp_path, topologies="cpu-2")
+    plan = make_plan(settings, registry, GoldenStore(settings.golden_dir))
+    by_id = {p.case.id: p for p in plan.matrix}
+    assert by_id["sized/step@cpu-4x1"].skip is None and by_id["sized/step@cpu-2x2"].skip is None
+    assert "deployed on cpu-4x1, cpu-2x2 only" in by_id["sized/step@cpu-2x1"].skip
+    assert not any(i.startswith("globbed/") and "cpu-4" in i for i in by_id)  # A glob names no target of its own.
+    assert {c: [t.name for t in ts] for c, ts in plan.declared.items()} == {"sized": ["cpu-4x1", "cpu-2x2"]}
+    assert [t.name for t in plan.targets] == ["cpu-2x1", "cpu-4x1", "cpu-2x2"]
+    none = GateSettings.parse(rootdir=tmp_path, topologies="")
+    assert make_plan(none, registry, GoldenStore(none.golden_dir)).matrix == ()
+    listed = GateSettings.parse(rootdir=tmp_path, topologies="cpu-4,cpu-2x2")  # Listed by the run: nothing declared beyond.
+    assert make_plan(listed, registry, GoldenStore(listed.golden_dir)).declared == {}
+
+
 @pytest.mark.parametrize("fields, words", [
     ({"targets": ()}, r"targets=\(\): give globs over target names, e.g. targets=\('v5e-1x1',\)"),
     ({"targets": ("v5e-1x1", "")}, r"targets=\('v5e-1x1', ''\): give globs"),
