@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from timings import Row, append, here, new_run
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = "benchmarks/bench_configs.py"  # Not the ini's adapter models: nothing the bare run does not import.
@@ -225,8 +228,25 @@ def main() -> None:
     for name, num, den, target in rows:
         print(f"{name:40} {num / den:7.3f}  {num:9.1f}s {den:11.1f}s  {target}")
     print(f"bare: {bare_compile:.1f}s of lower+compile in {bare_wall:.1f}s of wall.")
+    record(f"{args.configs} on {args.topologies} x {args.slices}", rows)
     print(f"the warm run's {warm_s:.1f}s, phase by phase (measured alone, one process per family): "
           + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in split.items()))
+
+
+def record(what: str, rows: list) -> None:
+    """Each ratio's two sides as rows of benchmarks/timings.csv, one run id (docs/performance.md reads them)."""
+    run = new_run()
+    out: list[Row] = []
+    for name, num, den, _ in rows:
+        top, bottom = (side.strip() for side in name.split(" / ", 1))
+        probes = re.search(r" \(.*\)$", bottom)  # "none (12 probes)": the numerator's count.
+        top, bottom = (top + probes[0], bottom[:probes.start()]) if probes else (top, bottom)
+        bottom = {"none": "gate -n 0", "-n 0": "gate -n 0"}.get(bottom, bottom)
+        for side, seconds in ((bottom, den), (top, num)):
+            command = f"bench {what}: {side}"
+            if not any(r.command == command for r in out):
+                out.append(here(command, seconds, run=run, of="" if side == bottom else f"bench {what}: {bottom}"))
+    append(out)
 
 
 if __name__ == "__main__":

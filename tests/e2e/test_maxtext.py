@@ -29,7 +29,8 @@ import pytest
 from venvs import clean_env, make_env
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.toolchains
+# One venv for the file, so one xdist worker runs it (``--dist loadgroup``).
+pytestmark = [pytest.mark.toolchains, pytest.mark.xdist_group("maxtext-venv")]
 
 SMALL = dict(base_emb_dim=256, base_num_query_heads=4, base_num_kv_heads=4, base_mlp_dim=512,
              base_num_decoder_layers=2, head_dim=64, max_target_length=256, vocab_size=1024)
