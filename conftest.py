@@ -4,7 +4,7 @@
   default gate use it.
 - ``lm-1b``: a 1.04B-parameter LM (18 layers, d_model 2048) for the main job;
   its cases compile in minutes, so only the main job asks for it
-  (``--aot-configs=lm-1b``, see README).
+  (``--aot-configs=lm-1b``, see docs/reference-configs.md).
 - ``lm-flash``, ``lm-splash``: attention by jax's own Pallas TPU kernels inside the
   layer scan (flash declares its cost, splash none); ``lm-moe``: routed experts through
   ``jax.lax.ragged_dot``. The field's program shapes, for the main job.

@@ -22,7 +22,7 @@ Example:
     >>> plan_init(root, model="jax")
     Traceback (most recent call last):
     ...
-    aotcheck.scaffold.InitError: aotcheck init writes nothing: conftest.py, .github/workflows/aot-gate.yml already exist, pytest.ini already has pytest settings. Add to them by hand (see README, "Using it in your project"), or run it in an empty project.
+    aotcheck.scaffold.InitError: aotcheck init writes nothing: conftest.py, .github/workflows/aot-gate.yml already exist, pytest.ini already has pytest settings. Add to them by hand (see docs/getting-started.md, "Your first gate, by hand"), or run it in an empty project.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def plan_init(root: Path, *, model: str = "auto", topologies: str = "v5e-16") ->
     if existing or settings:
         said = [f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}"] if existing else []
         said += [f"{', '.join(settings)} already has pytest settings"] if settings else []
-        raise InitError(f"aotcheck init writes nothing: {', '.join(said)}. Add to them by hand (see README, "
-                        "\"Using it in your project\"), or run it in an empty project.")
+        raise InitError(f"aotcheck init writes nothing: {', '.join(said)}. Add to them by hand (see docs/getting-started.md, "
+                        "\"Your first gate, by hand\"), or run it in an empty project.")
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         _check_toml(pyproject)
@@ -123,7 +123,7 @@ def _check_writable(root: Path, paths: list[Path]) -> None:
             if where.exists() and not where.is_dir():
                 raise InitError(f"aotcheck init writes nothing: {where.relative_to(root).as_posix()} is a file, "
                                 f"and {path.relative_to(root).as_posix()} goes under it. Move it aside, or add "
-                                "the files by hand (see README, \"Using it in your project\").")
+                                "the files by hand (see docs/getting-started.md, \"Your first gate, by hand\").")
             if where.is_dir() and not os.access(where, os.W_OK | os.X_OK):
                 raise InitError(f"aotcheck init writes nothing: {where} is not writable.")
         if path.exists() and not os.access(path, os.W_OK):

@@ -1,4 +1,4 @@
-"""How much the compile-cost figures vary from run to run on this machine (README quotes the result).
+"""How much the compile-cost figures vary from run to run on this machine (docs/toolchains.md quotes the result).
 
 Runs the same uncached gate N times (``aotcheck check``: one compile at a time) and N times under
 load (the plugin with ``-n 2``: two compiles at once on a 2-core machine), and prints, per case,

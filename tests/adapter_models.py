@@ -9,7 +9,7 @@
   and :func:`aotcheck.fsdp`.
 - ``nnx-llama``: a Flax NNX Llama (grouped-query attention, RMSNorm, SwiGLU) written the way
   model libraries write theirs: parameters annotated with mesh axes (``fsdp``, ``tp``) and
-  activations constrained by a shard helper that looks for the mesh in context (see README, "How a
+  activations constrained by a shard helper that looks for the mesh in context (see docs/configs.md, "How a
   model finds its mesh"). ``llama_config(shard=...)`` builds it with another helper.
 - ``esm2-8m``: third-party code: ESM2 (the protein language model, 6 layers, 7.8M
   parameters) as the ``esm2quinox`` package publishes it, an Equinox port by Equinox's
@@ -191,7 +191,7 @@ class Llama(nnx.Module):
 
 def llama_config(*, shard=shard_by_context_mesh, batch: int = LLAMA_BATCH, seq: int = LLAMA_SEQ
                  ) -> aotcheck.TrainerConfig:
-    """The Llama train step, registered exactly as README shows (``flax_nnx.adapt``, mesh-axis names)."""
+    """The Llama train step, registered exactly as docs/getting-started.md shows (``flax_nnx.adapt``, mesh-axis names)."""
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
     adapted = flax_nnx.adapt(lambda: Llama(LLAMA, shard=shard, rngs=nnx.Rngs(0)))
     return adapted.trainer(batch_spec={"tokens": tokens}, optimizer=optax.adamw(3e-4), mesh=LLAMA_MESH,

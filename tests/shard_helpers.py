@@ -10,7 +10,7 @@
 - ``llama-as-target``: the same helper traced as the target (aotcheck's default): ``jax.devices()``
   says TPU, and the constraints are there.
 
-``nnx-llama`` itself decides by ``jax.sharding.get_abstract_mesh()``, as README advises.
+``nnx-llama`` itself decides by ``jax.sharding.get_abstract_mesh()``, as docs/configs.md advises.
 
 ``small_llama_config`` builds a one-layer Llama on a 2-D mesh ``(fsdp, tp)`` of any shape, for the
 lint's tests in mesh axes (compiled in-process by tests/unit/figures/test_sharding.py, not registered);

@@ -300,7 +300,7 @@ def test_every_module_has_its_test_file_or_says_where_its_tests_are():
 
 def test_tests_are_laid_out_as_unit_by_module_and_end_to_end_apart():
     top = sorted(p.name for p in TESTS.glob("test_*.py"))
-    assert top == ["test_architecture.py", "test_doctests.py", "test_repo.py"], top  # The repository's own shape.
+    assert top == ["test_architecture.py", "test_docs.py", "test_doctests.py", "test_repo.py"], top  # The repository's own shape.
     assert list(TESTS.glob("e2e/test_*.py")) and list(TESTS.glob("unit/*/test_*.py"))
     names = [p.name for p in TESTS.rglob("test_*.py")]
     if len(names) != len(set(names)):  # gate/ and render/ each have a test_upgrade.py: found by path, not name.

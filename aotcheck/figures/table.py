@@ -2,7 +2,7 @@
 and the names of the figures that come in families, built and read back here only.
 
 Comparison (:mod:`aotcheck.gate.compare`), the figures' wording (:mod:`aotcheck.render.text`) and
-README's figure table read this table; a new figure is one row. Rows are matched in order, the
+docs/figures.md's figure table (tools/gendocs.py) reads this table; a new figure is one row. Rows are matched in order, the
 first whose glob matches a figure's name describing it.
 
 A family's names are made by :func:`peak`, :func:`comm` and :func:`fit_max`, and read back by
@@ -49,7 +49,7 @@ class Figure(NamedTuple):
     rel: float  # The default tolerance: max(rel * |golden|, abs)...
     abs: float  # ...in the figure's unit.
     noisy: bool  # Differs from run to run (a timing): compared as a factor both ways; see ``near``.
-    meaning: str  # README's words for it.
+    meaning: str  # docs/figures.md's words for it.
     # Noisy figures: how near (rel of the smaller value, abs floor) a golden and a new value must be, both
     # ways, for --update-golden to keep the golden's value (so unchanged programs leave their goldens as
     # they were). Tighter than the tolerance: a golden kept far above its value would loosen the gate.
@@ -172,10 +172,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure(fit_max("*"), Unit.COUNT, Worse.LESS, 0.02, 0, False,
            "the largest size of a knob (`fit_max_batch`) that compiles and fits the chip's HBM: fewer is worse"),
     # Compile cost is CPU time: the same compile varied up to 2.2x across runs in one session on a
-    # 2-core machine, and 3.4x against its golden on another day (README). Only more than 5x, and
+    # 2-core machine, and 3.4x against its golden on another day (docs/toolchains.md). Only more than 5x, and
     # over 10 s more, is news: the hazard it catches (a toolchain's compile-time blowup) is larger.
     # Kept by --update-golden while within 2x or 1 s of the new value, both ways: one kind of run's spread
-    # (README: up to 1.97x) stays put; a golden from a machine 2.5x slower, or 50 s for a 0.5 s compile, goes.
+    # (docs/toolchains.md: up to 1.97x) stays put; a golden from a machine 2.5x slower, or 50 s for a 0.5 s compile, goes.
     Figure("*_cpu_seconds", Unit.SECONDS, Worse.MORE, 4.0, 10.0, True,
            "`compile_cpu_seconds`, `lower_cpu_seconds`: the compile's and the lowering's CPU seconds (user + sys of "
            "the compiling process, every thread; not wall time)", near=(1.0, 1.0)),

@@ -38,7 +38,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
 
 
 def figures_table() -> str:
-    """README's table of the figures, from :mod:`aotcheck.figures.table` (a test keeps README in step)."""
+    """docs/figures.md's table of the figures, from :mod:`aotcheck.figures.table` (tools/gendocs.py writes it; tests/test_docs.py keeps it in step)."""
 
     def amount(figure: Figure) -> str:
         if not figure.abs:

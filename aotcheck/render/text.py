@@ -261,7 +261,7 @@ UNSHARDED_CAUSES = (
     "jax.devices() or jax.default_backend(); decide by the mesh in context instead: "
     "jax.sharding.get_abstract_mesh().empty), or the partitioner dropped a constraint (constrain this "
     "activation's batch dimension). The figures are those of this program, which is not the one the accelerator "
-    "would run. See README, \"How a model finds its mesh\".")
+    "would run. See docs/configs.md, \"How a model finds its mesh\".")
 
 
 def unsharded_lines(outcome: Outcome, *, limit: int = 5) -> list[str]:

@@ -299,7 +299,7 @@ def test_cli_bad_input_is_one_clear_line(cli_dir, args, words, capsys, monkeypat
     monkeypatch.chdir(root if args[0] in ("compile", "fit") else cli_dir)
     code = cli.main(args)
     err = capsys.readouterr().err
-    assert code == 2 and words in err, (code, err)  # README: "exits ... 2 on bad input".
+    assert code == 2 and words in err, (code, err)  # docs/getting-started.md: "exits ... 2 on bad input".
     no_aotcheck_traceback(err)
 
 

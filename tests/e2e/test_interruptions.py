@@ -163,7 +163,7 @@ def test_a_worker_whose_run_was_killed_stops_at_once(project):
     proc.kill()
     killed = time.monotonic()
     proc.wait()
-    # README: "stops at once". The watchdog thread alone took 1.6 to 8 s (a trace holds the GIL); the kernel's
+    # docs/troubleshooting.md: "stops at once". The watchdog thread alone took 1.6 to 8 s (a trace holds the GIL); the kernel's
     # parent-death signal ends it as the session ends.
     while _processes_with(marker) and time.monotonic() < killed + 5:
         time.sleep(0.05)

@@ -1,5 +1,5 @@
 """MaxText's own train step through ``aotcheck[maxtext]``, installed for real in a fresh venv (marker
-``toolchains``: CI's third command, see README).
+``toolchains``: run by CI's test command, see DEVELOPING.md).
 
 The venv holds the lock (``requirements.lock``), then ``pip install -e .[maxtext]`` constrained by the lock
 and ``requirements-maxtext.lock``. A user module of five lines registers two small MaxText configs
@@ -45,7 +45,7 @@ MOE = dict(model_name="mixtral-8x7b", override_model_config=True, base_emb_dim=1
            base_num_kv_heads=8, head_dim=128, base_mlp_dim=2048, base_moe_mlp_dim=2048, base_num_decoder_layers=2,
            num_experts=8, num_experts_per_tok=2, vocab_size=32000, max_target_length=1024, sparse_matmul=True)
 
-# The user's module: what README's MaxText section shows.
+# The user's module: what docs/adapters.md's MaxText section shows.
 CONFTEST = f'''import aotcheck
 from aotcheck.adapters import maxtext
 SMALL, LONG, MOE, MID, KIMI = {SMALL!r}, {LONG!r}, {MOE!r}, {MID!r}, {KIMI!r}
@@ -213,7 +213,7 @@ def test_splash_counts_the_blocks_its_mask_visits_against_xlas_dense_attention(m
     """MaxText at 8192 tokens (d 256, 4 heads of 64, 2 layers, one sequence per device, v5e-16): its
     splash kernels (512-blocks, a causal mask: 136 of 256 block pairs) against the same step with
     dot-product attention, which computes every pair. The block grid puts the step at about 0.77 of
-    the dense one (README); it must fall in [0.68, 0.85], and splash's kernels are counted, not named."""
+    the dense one (docs/adapters.md); it must fall in [0.68, 0.85], and splash's kernels are counted, not named."""
     flops, results = {}, {}
     for attention in ("autoselected", "dot_product"):
         out = run(maxtext_env, "-m", "aotcheck", "compile", f"llama-long-{attention}", "--topology", "v5e-16",

@@ -1,4 +1,4 @@
-"""User-visible paths that had no test of their own: README's pytest-free script with real
+"""User-visible paths that had no test of their own: docs/library.md's pytest-free script with real
 workers, ``aotcheck check --shard``, ``aot_tolerances`` deciding a verdict, and a non-editable
 install (``pip install .``, as the action installs aotcheck). Real processes throughout."""
 
@@ -18,15 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_script() -> str:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "library.md").read_text()
     after = readme.split("The gate itself, without pytest, in a script")[1]
     return re.search(r"```python\n(.*?)```", after, re.S)[1]
 
 
 def test_readmes_stages_run_as_printed(tmp_path):
-    """README's library section, as printed: one case lowered, compiled and measured by the stages, in
+    """docs/library.md's library section, as printed: one case lowered, compiled and measured by the stages, in
     this process; the argument paths it prints, the peak and its largest buffer are real."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "library.md").read_text()
     block = re.search(r"```python\n(.*?)```", readme.split("One case through the pipeline's stages")[1], re.S)[1]
     (tmp_path / "stages.py").write_text(block)
     out = subprocess.run([sys.executable, "stages.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -39,7 +39,7 @@ def test_readmes_stages_run_as_printed(tmp_path):
 
 @pytest.mark.heavy
 def test_readmes_pytest_free_script_runs_the_gate_with_real_workers(tmp_path):
-    """README's script, as printed: its workers import it for the registration; each case has a
+    """docs/library.md's script, as printed: its workers import it for the registration; each case has a
     verdict (no goldens here: missing), and nothing but the script's own output is printed."""
     (tmp_path / "gate.py").write_text(_readme_script())
     out = subprocess.run([sys.executable, "gate.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)

@@ -169,7 +169,7 @@ def test_params_class_is_the_analytic_parameter_bytes_per_device(name, cfg):
         target = Target.parse(path.stem.split("@")[1])
         measured = json.loads(path.read_text())["figures"]["peak_params_bytes"]
         analytic = analytic_param_bytes(lm.trainer_config(cfg), target)
-        assert measured == analytic, (path.name, measured, analytic)  # README: "equals".
+        assert measured == analytic, (path.name, measured, analytic)  # docs/figures.md: "equals".
 
 
 @pytest.mark.heavy  # A real run of 15 s or more.

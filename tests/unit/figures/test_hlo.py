@@ -30,7 +30,7 @@ def train_figures(cfg, topology, **overrides):
 def test_loop_aware_flops_match_the_analytic_count(topology):
     figures = train_figures(NO_REMAT, topology)
     analytic = NO_REMAT.train_step_flops()
-    assert figures["flops_program"] == analytic  # README: "exactly".
+    assert figures["flops_program"] == analytic  # docs/figures.md: "exactly".
     # XLA's raw figure counts the scanned layers once: far below.
     assert figures["flops_xla"] * figures["flops_program"] / figures["flops"] < 0.5 * analytic
 

@@ -201,7 +201,7 @@ def test_the_field_shaped_reference_lms_match_the_analytic_count(name, attention
     cfg = getattr(lm, name)
     figures, analysis = _train_figures(cfg, "v5e-16")
     analytic = cfg.train_step_flops(attention=attention)
-    assert figures["flops_program"] == pytest.approx(analytic, rel=0.03)  # README: exact here; 3% asked.
+    assert figures["flops_program"] == pytest.approx(analytic, rel=0.03)  # docs/figures.md: exact here; 3% asked.
     names = {u.name for u in analysis.uncounted()}
     if name == "SPLASH":  # Counted over its mask's blocks (aotcheck.figures.known_kernels).
         assert {r.name for r in analysis.kernel_runs() if r.basis == "registered"} == {
