@@ -87,3 +87,18 @@ def test_flax_is_ranged_apart_where_jax_outgrew_it():
     flax = [Requirement(r) for r in project["optional-dependencies"]["flax"]]
     on_312 = [r for r in flax if r.marker.evaluate({"python_version": "3.12"})]
     assert len(on_312) == 1 and not on_312[0].specifier.contains("0.12.8") and on_312[0].specifier.contains("0.12.12")
+
+
+def test_every_main_job_test_runs_in_the_main_job():
+    """A test marked main_job is left out of CI's command (-m 'not main_job'); the main job (-m aotcheck)
+    runs it only if it is marked aotcheck too: one with the first mark alone would run nowhere."""
+    import ast
+
+    marked = []
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = {ast.unparse(d).split("(")[0].removeprefix("pytest.mark.") for d in node.decorator_list}
+                if "main_job" in marks:
+                    marked.append((path.name, node.name, "aotcheck" in marks))
+    assert len(marked) >= 2 and all(ok for *_, ok in marked), marked

@@ -38,7 +38,8 @@ def test_lm_tiny_and_the_reference_server_compile_on_one_chip(topology):
     assert server.figures["peak_params_bytes"] >= 18_000_000 * 4 and tiny.figures["peak_bytes"] < 2**30
 
 
-@pytest.mark.main_job
+@pytest.mark.main_job  # Two lm-1b compiles: with the main job (-m aotcheck), which has the room.
+@pytest.mark.aotcheck
 def test_lm_1b_prefills_on_one_v5e_chip_and_its_train_step_says_it_does_not_fit():
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "lm-1b", "--topology", "v5e-1", "--method",
                           "prefill", "--json"], cwd=ROOT, capture_output=True, text=True)
