@@ -198,6 +198,19 @@ def test_nothing_past_the_targets_asks_which_platform_or_chip():
     assert not found, found
 
 
+CHIP_TABLES = {"aotcheck.targets.tpu", "aotcheck.targets.gpu"}
+
+
+def test_only_targets_reads_the_chip_tables():
+    """Issue 55: the TPU and GPU tables are targets/' own; past it, a chip's figures come from its Topology
+    and DeviceSpec (a scoped VMEM default, an SMEM size, a runtime limit), its preset policy from
+    targets/presets.py. An import of targets.tpu or targets.gpu elsewhere is a second policy in the making."""
+    found = sorted(f"{m} imports {i}" for m in MODULES if not m.startswith("aotcheck.targets")
+                   for i in imports_of(m) & CHIP_TABLES)
+    assert not found, found
+    assert imports_of("aotcheck.targets.presets") & CHIP_TABLES  # The check reads imports (else it passes vacuously).
+
+
 def test_the_platform_check_bites(tmp_path, monkeypatch):
     # The check above passes vacuously if it reads nothing: a module that branches on a platform fails it.
     path = tmp_path / "branchy.py"

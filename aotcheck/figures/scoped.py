@@ -46,7 +46,7 @@ from aotcheck.figures.flops import kernel_name
 from aotcheck.figures.frames import metadata
 from aotcheck.figures.hlo import Computation, Instruction
 from aotcheck.figures.ledger import custom_call_target
-from aotcheck.targets.tpu import CHIPS
+from aotcheck.targets.topology import Topology, parse_topology
 
 FIGURES = {"vmem": ("vmem_scoped_bytes", "vmem_limit_bytes"), "smem": ("smem_bytes", "smem_limit_bytes")}
 VMEM_SPACE = "1"  # XLA's TPU memory space of VMEM (S(1) in a layout).
@@ -113,12 +113,12 @@ class ScopedUse:
                    Limit.from_json(data["limit"]))
 
 
-def default_limit(options: Mapping[str, str], family: str) -> Limit:
+def default_limit(options: Mapping[str, str], topology: str | Topology) -> Limit:
     """The scoped VMEM limit of a kernel that sets none: the compile's ``xla_tpu_scoped_vmem_limit_kib``
     (a preset's, the config's or the launch's), else the chip's default.
 
     Example:
-        >>> default_limit({}, "v5e"), default_limit({"xla_tpu_scoped_vmem_limit_kib": "98304"}, "v6e").bytes
+        >>> default_limit({}, "v5e-1"), default_limit({"xla_tpu_scoped_vmem_limit_kib": "98304"}, "v6e-8").bytes
         (Limit(bytes=16777216, source="v5e's default"), 100663296)
     """
     kib = options.get(FLAG)
@@ -127,15 +127,15 @@ def default_limit(options: Mapping[str, str], family: str) -> Limit:
             raise ConfigError(f"compiler option {FLAG}={kib!r} is not a count of KiB; give the scoped VMEM limit in "
                               f"decimal KiB, e.g. {FLAG}='98304' (96 MiB)")
         return Limit(int(kib) * 1024, f"--{FLAG}={kib}")
-    chip = CHIPS.get(family)
-    return Limit(chip.scoped_vmem_bytes if chip is not None else 0, f"{family}'s default")
+    topo = parse_topology(topology)
+    return Limit(topo.device.scoped_vmem_bytes or 0, f"{topo.family}'s default")
 
 
-def smem_limit(family: str) -> Limit | None:
-    """A core's SMEM, from jax's table (None where this jax has none)."""
-    chip = CHIPS.get(family)
-    found = chip.smem_bytes if chip is not None else None
-    return Limit(found, f"{family}'s SMEM") if found else None
+def smem_limit(topology: str | Topology) -> Limit | None:
+    """A core's SMEM, from jax's table (None where this jax has none, and off TPUs)."""
+    topo = parse_topology(topology)
+    found = topo.smem_bytes
+    return Limit(found, f"{topo.family}'s SMEM") if found else None
 
 
 _CONFIGS = re.compile(r'"(used_scoped_memory_configs|scoped_memory_configs)"\s*:\s*(\[[^\]]*\])')

@@ -46,7 +46,6 @@ from aotcheck.programs.xla_flags import unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
 from aotcheck.gate.worker import WorkerRequest
 from aotcheck.targets.topology import Topology
-from aotcheck.targets.tpu import CHIPS
 
 
 def describe_exit(code: int) -> str:
@@ -387,15 +386,15 @@ class Measurer:
         """The case's scoped VMEM limit (its config's launch flags, then the caller's) where it is below
         its chip's default, as ``{"kib", "default_kib"}``; None otherwise. Presets are not consulted
         (that would load libtpu here): none sets a limit below a chip's default."""
-        chip = CHIPS.get(case.topology.family)
+        default = case.topology.device.scoped_vmem_bytes
         try:
             options = {**self.registry.get(case.config).program(case.program).options, **self.compiler_options}
         except (RegistryError, OptionsError):
             options = dict(self.compiler_options)
         kib = str(options.get(SCOPED_VMEM_FLAG) or "")
-        if chip is None or not (kib.isascii() and kib.isdigit()) or int(kib) * 1024 >= chip.scoped_vmem_bytes:
+        if default is None or not (kib.isascii() and kib.isdigit()) or int(kib) * 1024 >= default:
             return None
-        return {"kib": int(kib), "default_kib": chip.scoped_vmem_bytes // 1024}
+        return {"kib": int(kib), "default_kib": default // 1024}
 
     def close(self, *, kill: bool = False) -> None:
         """Stops every worker process: all asked at once, then each given what is left of

@@ -32,7 +32,7 @@ from aotcheck.pipeline.store import SharedStore
 from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_main_script, import_sources, imported
 from aotcheck.programs.lowering import lower_function
-from aotcheck.programs.options import probe_notes, recheck_presets
+from aotcheck.targets.presets import probe_notes, recheck_presets
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
 
 
@@ -150,7 +150,7 @@ def serve(reply_fd: int, warm: str | None = None, *, parent: int | None = None, 
 def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | None = None) -> Measurement:
     """Measures the case a worker's request names, as the request says (its registry found the way the
     parent found it). A compile refused under presets a presets file said libtpu accepts is measured
-    once more after a fresh probe (:func:`aotcheck.programs.options.recheck_presets`)."""
+    once more after a fresh probe (:func:`aotcheck.targets.presets.recheck_presets`)."""
     caches = {} if caches is None else caches
     sources = list(request.sources)
     import_sources(sources)

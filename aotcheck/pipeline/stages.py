@@ -275,8 +275,8 @@ class CompiledCase:
         analysis = analyze_hlo(text, module=module, constants=self._constants(text))
         figures, uncounted = measure_program(self.compiled, num_devices=case.target.num_devices, analysis=analysis)
         figures.update(zip(COST_FIGURES, (self.cpu_seconds, self.lowered.lower_cpu_seconds)))
-        family = case.topology.family
-        scoped = kernel_memory(module, vmem=default_limit(self.lowered.options, family), smem=smem_limit(family))
+        scoped = kernel_memory(module, vmem=default_limit(self.lowered.options, case.topology),
+                               smem=smem_limit(case.topology))
         figures.update(space_figures(scoped))
         fallbacks = []
         if case.topology.platform.logs_warnings:  # Elsewhere the figure is absent, never a zero that was not read.

@@ -30,7 +30,8 @@ from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, Overflo
 from aotcheck.programs.config import BatchSpec, TrainerConfig, InferenceConfig
 from aotcheck.programs.lowering import LoweringError, lower_config, lower_function
 from aotcheck.programs.model import as_functions
-from aotcheck.programs.options import resolve_compiler_options, tiny_lowered
+from aotcheck.programs.options import resolve_compiler_options
+from aotcheck.targets.presets import tiny_lowered
 from aotcheck.targets.families import note_family
 from aotcheck.targets.topology import Target, Topology, parse_topology
 

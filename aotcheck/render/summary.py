@@ -29,12 +29,13 @@ from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.gate.shard import job_spans
 from aotcheck.gate.upgrade import find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
-from aotcheck.programs.options import format_libtpu_init_args, refusal_lines
+from aotcheck.programs.options import format_libtpu_init_args
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.tables import fmt_value, hbm_fraction, table, verdict_label
 from aotcheck.render.text import outcome_message, pools_lines, unsharded_lines
 from aotcheck.render.upgrade import upgrade_lines
 from aotcheck.spellings import ENVIRONMENT_FLAGS, SPELLINGS, flag_names
+from aotcheck.targets.presets import refusals
 from aotcheck.units import clip_runs, fmt_bytes, fmt_count, fmt_seconds, fmt_share
 
 
@@ -71,7 +72,7 @@ def header_lines(header: RunHeader) -> list[str]:
                      f"({h.foreign[0]}): their figures may differ for that reason alone; the summary's upgrade "
                      "table says which moved")
     if h.families is not None:
-        lines += refusal_lines(h.families)
+        lines += refusal_lines(h.families, h.toolchain.get("libtpu"))
     if h.launch_flags is not None:
         lines.append("aotcheck: your launch flags: " + (format_libtpu_init_args(h.launch_flags) or "none")
                      + (f" ({h.dropped} runtime-only dropped)" if h.dropped else "")
@@ -97,6 +98,25 @@ def header_lines(header: RunHeader) -> list[str]:
                      f"will be missing its golden. The rootdir is {h.rootdir}; if your goldens are elsewhere, "
                      f"pass {flags['golden_dir']}=PATH{with_equals}, or create them with {flags['update']}.")
     return [clip_runs(line) for line in lines]
+
+
+def refusal_lines(families: Sequence[str], libtpu: str | None) -> list[str]:
+    """What the header says about presets for these chip families under ``libtpu``.
+
+    Example:
+        >>> refusal_lines(["v5e", "h100"], "0.0.50.1"), len(refusal_lines(["v4"], "0.0.50.1"))
+        ([], 1)
+        >>> refusal_lines(["v4"], "9.9")[0].startswith("aotcheck: libtpu 9.9 is not in aotcheck's table")
+        True
+    """
+    refused, unknown = refusals(families, libtpu)
+    lines = [f"aotcheck: libtpu {libtpu} refuses aotcheck's presets {', '.join(sorted(names))} on "
+             f"{', '.join(fams)}: not sent there (each golden records the options sent)"
+             for names, fams in refused.items()]
+    if unknown:
+        lines.append(f"aotcheck: libtpu {libtpu} is not in aotcheck's table of accepted presets: each of "
+                     f"{', '.join(unknown)} is probed once with a tiny compile, and refused presets are not sent")
+    return lines
 
 
 def interruption_line(stop: Interrupted) -> str:

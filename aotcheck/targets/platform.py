@@ -42,6 +42,8 @@ class DeviceSpec:
         runtime_limit_evidence: How that was found: ``"measured"`` (read on a chip), ``"published"``
             (public logs and tools agree with it), ``"inferred"`` (the measured chip's rule applied).
         runtime_limit_source: Where, in words.
+        scoped_vmem_bytes: The compiler's default scoped VMEM limit of one kernel (its
+            ``xla_tpu_scoped_vmem_limit_kib`` unset); None off TPUs.
     """
 
     memory_bytes: int | None = None
@@ -52,6 +54,7 @@ class DeviceSpec:
     runtime_limit_bytes: int | None = None
     runtime_limit_evidence: str = ""
     runtime_limit_source: str = ""
+    scoped_vmem_bytes: int | None = None
 
     @property
     def runtime_bytes(self) -> int | None:

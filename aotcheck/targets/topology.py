@@ -80,6 +80,11 @@ class Topology:
         return self.hardware.vmem_bytes if isinstance(self.hardware, Chip) else None
 
     @property
+    def smem_bytes(self) -> int | None:
+        """One TensorCore's SMEM, from jax's table when asked (it imports Pallas); None off TPUs or without one."""
+        return self.hardware.smem_bytes if isinstance(self.hardware, Chip) else None
+
+    @property
     def num_chips(self) -> int:
         return math.prod(self.shape)
 

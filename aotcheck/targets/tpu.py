@@ -81,7 +81,8 @@ class Chip:
     def device(self) -> DeviceSpec:
         """One device's capacity and peak rates."""
         return DeviceSpec(self.hbm_bytes, self.hbm_limit_bytes, self.peak_bf16_flops, self.hbm_bandwidth, self.source,
-                          self.runtime_limit_bytes, self.runtime_limit_evidence, self.runtime_limit_source)
+                          self.runtime_limit_bytes, self.runtime_limit_evidence, self.runtime_limit_source,
+                          self.scoped_vmem_bytes)
 
     @property
     def vmem_bytes(self) -> int | None:

@@ -36,7 +36,7 @@ import aotcheck
 from aotcheck.gate.worker import WorkerRequest, measure_request
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.programs import options
+from aotcheck.targets import presets as options  # The chip's preset policy (targets/presets.py).
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
 from aotcheck.render.accept import accept_case_command

@@ -107,7 +107,7 @@ def test_the_nearest_kernel_gives_the_figures_and_the_details_round_trip():
     assert space_figures([]) == {}
     details = Details(scoped=[tight, wide, scalars])
     assert Details.from_json(details.to_json()) == details
-    assert default_limit({}, "7x").bytes == 32 << 20 and default_limit({}, "v4").bytes == 16 << 20
+    assert default_limit({}, "7x-8").bytes == 32 << 20 and default_limit({}, "v4-8").bytes == 16 << 20
 
 
 def test_a_program_without_a_tpu_kernel_has_no_vmem_figures():
@@ -115,7 +115,7 @@ def test_a_program_without_a_tpu_kernel_has_no_vmem_figures():
     m = measure(Case.of("mm", "step", "v5e-1"), config=config)
     assert m.details.scoped == [] and not {"vmem_scoped_bytes", "vmem_limit_bytes", "smem_bytes"} & set(m.figures)
     text = 'HloModule m\n\nENTRY %main (p: f32[8]) -> f32[8] {\n  ROOT %p = f32[8]{0} parameter(0)\n}\n'
-    assert kernel_memory(parse_module(text), vmem=default_limit({}, "v5e")) == []
+    assert kernel_memory(parse_module(text), vmem=default_limit({}, "v5e-1")) == []
 
 
 def _gather_kernel(table_ref, x_ref, o_ref, scratch_ref):

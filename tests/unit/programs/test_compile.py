@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import aotcheck
 from aotcheck.programs.compile import CompileError
 from aotcheck.programs.lowering import LoweringError
-from aotcheck.programs import options as presets
+from aotcheck.targets import presets
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args, resolve_compiler_options
 from aotcheck.models import lm
 from aotcheck._runtime import toolchain

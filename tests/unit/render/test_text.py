@@ -12,7 +12,7 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.programs.options import preset_options
+from aotcheck.targets.presets import preset_options
 from aotcheck.render.text import outcome_message
 
 CASE = Case.of("lm", "train_step", "v4-8")

@@ -15,7 +15,8 @@ def test_every_topology_has_its_platform_and_its_device():
     tpu, gpu, cpu = parse_topology("v5e-16"), parse_topology("h100-8"), parse_topology("cpu-4")
     assert (tpu.platform, gpu.platform, cpu.platform) == (TPU, GPU, CPU)
     assert tpu.device == DeviceSpec(16 * 2**30, int(15.75 * 2**30), 197e12, 819e9, tpu.device.source,
-                                    16_909_336_064, "measured", tpu.device.runtime_limit_source)
+                                    16_909_336_064, "measured", tpu.device.runtime_limit_source, 16 << 20)
+    assert gpu.device.scoped_vmem_bytes is None and cpu.device.scoped_vmem_bytes is None  # No scoped VMEM off TPUs.
     assert gpu.device.memory_limit_bytes == gpu.device.memory_bytes  # XLA's GPU compiler never refuses for size.
     assert cpu.device is HOST_DEVICE and cpu.device.memory_bytes is None and cpu.device.memory_bytes is None
 
