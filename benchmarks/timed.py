@@ -1,6 +1,6 @@
 """Runs a command and appends its wall time to benchmarks/timings.csv (a row, never prose).
 
-    python benchmarks/timed.py -- python -m pytest -n 2 --dist loadgroup -m 'not main_job'
+    python benchmarks/timed.py -- python -m pytest -n 2 --dist worksteal -m 'not main_job'
     python benchmarks/timed.py --as "the main job" -- python -m pytest -n 2 -m aotcheck --aot-configs='*'
 
 The command's output goes to the terminal as it runs; the exit status is the command's. Then

@@ -34,7 +34,7 @@ def test_readme_gives_three_commands_and_ci_runs_its_test_command_alone():
     ci_lines = [l.strip() for l in ci.splitlines() if l.strip() and not l.lstrip().startswith("#")]
     assert ci_lines[-1] == test and sum("pytest" in l for l in ci_lines) == 1, ci_lines
     # Every test but the main job's: the default run's markers are all undone (tox.ini's addopts).
-    assert "-m 'not main_job'" in test and "--dist loadgroup" in test
+    assert "-m 'not main_job'" in test and "--dist worksteal" in test
     assert "PYENV_VERSION=3.12 python3.12 -m venv" in ci and steps["Install:"][0].startswith("PYENV_VERSION=3.12")
     [main_job] = steps["The main job:"]
     assert "--aot-configs='*'" in main_job and "--aot-topologies" not in main_job

@@ -53,6 +53,25 @@ def make_env(version: str, lock: str, where: Path, install: tuple[str, ...] = ("
     return py
 
 
+def shared_env(factory: pytest.TempPathFactory, key: str, version: str, lock: str,
+               install: tuple[str, ...] = ("-e", ".")) -> str:
+    """:func:`make_env` once per test run, whichever xdist worker asks first: the others wait on a file lock
+    in the run's shared temporary directory, then use it. (xdist's ``--dist loadgroup`` would keep a venv's
+    tests on one worker, but it silently stops grouping under pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
+    base = factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # popen-gwN's parent: the run's.
+    where, done = root / f"venv-{key}", root / f"venv-{key}.python"
+    with open(root / f"venv-{key}.lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        if done.exists():
+            return done.read_text()
+        shutil.rmtree(where, ignore_errors=True)  # A build that failed half-way is built again, whole.
+        where.mkdir()
+        py = make_env(version, lock, where, install)
+        done.write_text(py)
+        return py
+
+
 # What this process's jax and aotcheck put into the environment when they loaded libtpu. TPU_LIBRARY_PATH
 # above all: jax sets it to the libtpu.so it loaded, and a child's jax would load that one, whatever
 # libtpu the child's own environment has (the oldest leg would compile with the current libtpu).

@@ -26,11 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from venvs import clean_env, make_env
+from venvs import clean_env, shared_env
 
 ROOT = Path(__file__).resolve().parents[2]
-# One venv for the file, so one xdist worker runs it (``--dist loadgroup``).
-pytestmark = [pytest.mark.toolchains, pytest.mark.xdist_group("maxtext-venv")]
+pytestmark = pytest.mark.toolchains
 
 SMALL = dict(base_emb_dim=256, base_num_query_heads=4, base_num_kv_heads=4, base_mlp_dim=512,
              base_num_decoder_layers=2, head_dim=64, max_target_length=256, vocab_size=1024)
@@ -70,9 +69,10 @@ MEMORY = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_si
 @pytest.fixture(scope="module")
 def maxtext_env(tmp_path_factory) -> dict[str, str]:
     """The venv's python, a project holding the user module, and a HOME of its own."""
+    # The venv is built once for the run, whichever xdist worker asks first; each worker has its own project.
+    py = shared_env(tmp_path_factory, "maxtext", "3.12", "requirements.lock",
+                    install=("-e", ".[maxtext]", "-c", "requirements.lock", "-c", "requirements-maxtext.lock"))
     where = tmp_path_factory.mktemp("maxtext")
-    py = make_env("3.12", "requirements.lock", where,
-                  install=("-e", ".[maxtext]", "-c", "requirements.lock", "-c", "requirements-maxtext.lock"))
     check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
     project, home = where / "project", where / "home"

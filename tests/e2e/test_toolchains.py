@@ -14,9 +14,9 @@ CI's test command runs them beside the rest; see DEVELOPING.md).
 
 An interpreter this machine lacks is skipped with the reason (in CI, where the legs must prove
 something, it fails instead); pyenv's versions are found directly, since its shims only answer for
-the versions a project selected. The oldest-toolchain tests share one venv, and one xdist worker runs
-them (``xdist_group``, under ``--dist loadgroup``); installs into the repository (``pip install -e .``)
-take turns all the same.
+the versions a project selected. The oldest-toolchain tests share one venv, built once for the run by
+whichever xdist worker asks first (``venvs.shared_env``); installs into the repository
+(``pip install -e .``) take turns all the same.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from venvs import clean_env, make_env
+from venvs import clean_env, make_env, shared_env
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.toolchains
@@ -43,7 +43,7 @@ def aotcheck(py: str, *args: str, timeout: int = 1500) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def oldest(tmp_path_factory) -> str:
-    py = make_env("3.11", "requirements-oldest.lock", tmp_path_factory.mktemp("oldest"))
+    py = shared_env(tmp_path_factory, "oldest", "3.11", "requirements-oldest.lock")  # Once, for every worker.
     versions = subprocess.run([py, "-c", "import sys, jax, importlib.metadata as m; "
                                "print(sys.version_info[:2], jax.__version__, m.version('libtpu'))"],
                               capture_output=True, text=True).stdout
@@ -55,7 +55,6 @@ def verdicts(report: Path) -> dict[str, str]:
     return {c["case"]: c["verdict"] for c in json.loads(report.read_text())["cases"]}
 
 
-@pytest.mark.xdist_group("oldest-lock")  # The tests on the oldest lock share its venv: one worker runs them.
 def test_the_oldest_toolchain_runs_the_whole_gate(oldest, tmp_path):
     golden, cache = tmp_path / "golden", tmp_path / "cache"
     # lm-tiny on every family (libtpu's side); the adapters' models on one (the oldest flax and equinox).
@@ -96,7 +95,6 @@ def test_the_oldest_toolchain_runs_the_whole_gate(oldest, tmp_path):
     assert len(found) == 3 * 5 + 5
 
 
-@pytest.mark.xdist_group("oldest-lock")
 def test_an_older_toolchain_than_the_goldens_explains_itself(oldest, tmp_path):
     # The committed goldens were made with the current lock; the oldest toolchain is behind them: a
     # downgrade, said as such, with the goldens' toolchain to install and no command that accepts it.
@@ -147,7 +145,6 @@ def test_compile_lm_tiny_on_every_family_without_any_option_of_the_users():
         assert "E0000" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
 
 
-@pytest.mark.xdist_group("oldest-lock")
 def test_the_oldest_libtpu_carries_state_across_chip_families(oldest, tmp_path):
     # Why aotcheck compiles each chip family in its own process (tests/unit/gate/test_isolation.py has the
     # locked libtpu, where this program no longer shows it).
