@@ -154,30 +154,31 @@ def _server(name: str, group: Sequence[tuple[Case, Any, Measurement]], runtime: 
             toolchain: Mapping[str, str | None], on_chip: Callable[[], ContextManager[Any]]) -> Calibration:
     """A server's buckets started on the chip at the predicted largest pool, and at 1% more."""
     target = group[0][0].target
-    by_id = {case.program_id: (case, config, m) for case, config, m in group}
-    figures = {pid: _kept(m.figures) for pid, (_, _, m) in by_id.items()}
+    by_id = {(case.program, case.bucket): (case, config, m) for case, config, m in group}
+    kept = {key: _kept(m.figures) for key, (_, _, m) in by_id.items()}
     programs = list(dict.fromkeys(case.program for case, _, _ in group))
     kv = next(((case, config) for case, config, m in group if m.figures.get("peak_kv_cache_bytes")), None)
     pages = kv[1].knobs["pages"].size if kv is not None and "pages" in (kv[1].knobs or {}) else None
-    page_bytes = int(by_id[kv[0].program_id][2].figures["peak_kv_cache_bytes"] // pages) if kv and pages else 0
+    page_bytes = int(by_id[(kv[0].program, kv[0].bucket)][2].figures["peak_kv_cache_bytes"] // pages) if kv and pages else 0
     limit = runtime.memory().limit
-    boot = boot_budget(list(figures.items()), target.topology, pages=pages, usable=Usable(limit), programs=programs)
+    boot = boot_budget(list(kept.items()), target.topology, pages=pages, usable=Usable(limit), programs=programs)
     largest = boot.kv_evict_max_pages if boot is not None and boot.kv_evict_max_pages is not None else 0
     trials = []
     for n in (largest, math.ceil(largest * (1 + ABOVE))):
         buckets = []
         with on_chip():
-            for pid in load_order(list(by_id), programs):
-                case, config, _ = by_id[pid]
-                if "pages" in (config.knobs or {}) and by_id[pid][2].figures.get("peak_kv_cache_bytes"):
+            for key in load_order(list(by_id), programs):
+                case, config, measured = by_id[key]
+                if "pages" in (config.knobs or {}) and measured.figures.get("peak_kv_cache_bytes"):
                     config = knob_of(config, "pages", case.target).rebuild(n)
                 lowered = lower(case, config)
                 leaves = argument_kinds(lowered.config, lowered.lowered.args_info[0])
                 kinds = [k[0] if len(set(k)) == 1 else "batch" for k in leaves]
-                buckets.append((pid, lowered.lowered, kinds, run_inputs(config)))
+                buckets.append((case.program_id, lowered.lowered, kinds, run_inputs(config)))
             trials.append({"pages": n, **start_server(runtime, buckets)})
     section = {"page_bytes": page_bytes, "programs": programs, "trials": trials,
                "largest_started": max((t["pages"] for t in trials if t["started"]), default=0)}
+    figures = {by_id[key][0].program_id: f for key, f in kept.items()}  # The record keys a program by its id.
     return Calibration(f"{name}/*@{target}", dict(toolchain), CALIBRATED, limit, figures, boot=section, figures_equal=None)
 
 

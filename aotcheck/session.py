@@ -54,7 +54,6 @@ from aotcheck.pipeline.store import SharedStore
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import Plan, check_cases, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
-from aotcheck.programs.names import parse_program_id
 from aotcheck.programs.options import runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
 from aotcheck.programs.serving import KV_KNOB
@@ -322,7 +321,7 @@ class GateSession:
                 programs = self.registry.get(config).programs()
             except RegistryError:
                 continue
-            order[config] = tuple(dict.fromkeys(parse_program_id(i)[0] for i in programs))
+            order[config] = tuple(dict.fromkeys(c.program for c in programs.values()))
             pool = next((c.knobs[KV_KNOB].size for c in programs.values() if KV_KNOB in c.knobs), None)
             if pool is not None:
                 pages[config] = pool

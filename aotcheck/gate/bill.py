@@ -176,7 +176,7 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
 def _boot(group: Sequence[Outcome], figures: Callable[[Outcome], Mapping[str, float] | None],
           usable: Usable | None, programs: Sequence[str], pages: int | None = None) -> Boot | None:
     """The boot budget of one server's buckets on one target, by ``figures``."""
-    found = [(o.case.program_id, figures(o)) for o in group]
+    found = [((o.case.program, o.case.bucket), figures(o)) for o in group]
     if any(f is None for _, f in found):
         return None
     fits = [o.details.fit for o in group if o.details is not None and o.details.fit is not None]

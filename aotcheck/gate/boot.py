@@ -34,7 +34,7 @@ Example (FAKE figures, as a server's buckets record them; nothing compiles):
     >>> from aotcheck.targets.topology import parse_topology
     >>> GiB = 2**30
     >>> def bucket(tokens, code, temp, io=0):
-    ...     return (f"step[tokens={tokens}]", {"peak_params_bytes": 10 * GiB, "peak_kv_cache_bytes": 4 * GiB,
+    ...     return (("step", Bucket(tokens=tokens)), {"peak_params_bytes": 10 * GiB, "peak_kv_cache_bytes": 4 * GiB,
     ...                                        "generated_code_bytes": code, "temp_bytes": temp,
     ...                                        "argument_bytes": 14 * GiB + io, "output_bytes": 0, "alias_bytes": 0})
     >>> boot = boot_budget([bucket(16, GiB // 8, GiB // 2), bucket(64, GiB // 8, GiB, io=GiB // 4)], parse_topology("v5e-1"))
@@ -54,7 +54,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aotcheck.programs.names import parse_program_id
+from aotcheck.programs.names import Bucket, program_id
 from aotcheck.targets.topology import Topology
 from aotcheck.targets.usable import Usable, usable_memory
 
@@ -176,21 +176,26 @@ def engine_base(topology: Topology) -> int:
     return int(device.memory_bytes or 0)
 
 
-def load_order(program_ids: Sequence[str], programs: Sequence[str] = ()) -> list[str]:
+Program = tuple[str, Bucket]
+"""A server's program as a value: its name and its bucket (a case's ``program`` and ``bucket``)."""
+
+
+def load_order(buckets: Sequence[Program], programs: Sequence[str] = ()) -> list[Program]:
     """The order a server loads its buckets as it warms up: its programs in the order it declares them
     (``programs``, the names; any other after, by name), each program's buckets ascending, as
     tpu-inference's ``capture_model`` precompiles the backbone, then sampling, then structured decoding.
 
     Example:
-        >>> load_order(["sample[tokens=64,seqs=8]", "step[tokens=64]", "step[tokens=16]"], ["step", "sample"])
-        ['step[tokens=16]', 'step[tokens=64]', 'sample[tokens=64,seqs=8]']
+        >>> load_order([("sample", Bucket(tokens=64, seqs=8)), ("step", Bucket(tokens=64)), ("step", Bucket(tokens=16))],
+        ...            ["step", "sample"])
+        [('step', Bucket(tokens=16)), ('step', Bucket(tokens=64)), ('sample', Bucket(tokens=64, seqs=8))]
     """
-    def key(program_id: str) -> tuple[int, str, tuple[int, ...]]:
-        name, bucket = parse_program_id(program_id)
+    def key(program: Program) -> tuple[int, str, tuple[int, ...]]:
+        name, bucket = program
         rank = list(programs).index(name) if name in programs else len(programs)
         return rank, name, tuple(bucket.values())
 
-    return sorted(program_ids, key=key)
+    return sorted(buckets, key=key)
 
 
 def bucket_io(figures: Mapping[str, float]) -> int:
@@ -206,10 +211,10 @@ def bucket_io(figures: Mapping[str, float]) -> int:
     return max(0, int(held - figures["peak_params_bytes"] - figures["peak_kv_cache_bytes"]))
 
 
-def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: Topology, *,
+def boot_budget(buckets: Sequence[tuple[Program, Mapping[str, float]]], topology: Topology, *,
                 pages: int | None = None, environ: Mapping[str, str] | None = None,
                 usable: Usable | None = None, programs: Sequence[str] = ()) -> Boot | None:
-    """The boot budget of a server whose buckets (program id, figures) run on ``topology``, each run
+    """The boot budget of a server whose buckets (:data:`Program`, figures) run on ``topology``, each run
     once in :func:`load_order` of its ``programs`` (what tips it is the first whose run finds no room);
     None when a bucket lacks a figure the budget needs. ``pages``: the configured pages of the KV pool,
     to say the largest pool in pages too; ``usable``: what a device may hold, as the gate's run found it
@@ -246,11 +251,11 @@ def boot_budget(buckets: Sequence[tuple[str, Mapping[str, float]]], topology: To
             loaded += code[p]
             resident = code[p] if tpu else loaded
             if weights + kv + resident + ask[p] > room.bytes:
-                tips, asked = p, temp[p]
+                tips, asked = program_id(*p), temp[p]  # The record names a program by its id.
                 free = max(0, room.bytes - weights - kv - resident - (ask[p] - temp[p]))
                 break
     total_code = sum(code.values())
     kv_max = max(0, room.bytes - weights - total_code - ask[running])
     kv_evict = max(0, room.bytes - weights - max(code[p] + ask[p] for p in order)) if tpu else kv_max
-    return Boot(weights, kv, total_code, temp[running], io[running], room, len(buckets), running, tips, kv_max,
-                kv_evict, engine_base(topology), kv / pages if pages and kv else None, asked, free)
+    return Boot(weights, kv, total_code, temp[running], io[running], room, len(buckets), program_id(*running), tips,
+                kv_max, kv_evict, engine_base(topology), kv / pages if pages and kv else None, asked, free)

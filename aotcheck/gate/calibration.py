@@ -38,6 +38,7 @@ from typing import Any
 from aotcheck import _files
 from aotcheck.errors import AotcheckError
 from aotcheck.gate.boot import Boot, boot_budget
+from aotcheck.programs.names import parse_program_id
 from aotcheck.targets.usable import Usable
 from aotcheck.targets.topology import Topology, split_target
 
@@ -233,6 +234,8 @@ def boot_of(record: Calibration, pages: int) -> Boot:
                               "output_bytes": f["output_bytes"] - f["alias_bytes"] + pages * page,
                               "alias_bytes": pages * page} if f["peak_kv_cache_bytes"] else {})})
                for program, f in record.figures.items()]
+    # The record (a JSON file) keys its programs by id: read as values here, where it is decoded.
+    buckets = [(parse_program_id(program), f) for program, f in buckets]
     return boot_budget(buckets, record.topology, pages=pages, usable=Usable(record.bytes_limit),
                        programs=(record.boot or {})["programs"])
 

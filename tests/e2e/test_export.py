@@ -63,9 +63,11 @@ jax.monitoring.register_event_duration_secs_listener(
     lambda name, secs, **kw: compiles.append(name) if name == "/jax/core/compile/backend_compile_duration" else None)
 import aotcheck
 from aotcheck.gate.boot import load_order
+from aotcheck.programs.names import program_id
 dest, ids = sys.argv[1], json.loads(sys.argv[2])
 seconds = {}
-for case in load_order([i.split("/", 1)[1].split("@")[0] for i in ids], ["step", "sample"]):
+cases = [aotcheck.Case.parse(i) for i in ids]
+for case in (program_id(*key) for key in load_order([(c.program, c.bucket) for c in cases], ["step", "sample"])):
     start = time.perf_counter()
     aotcheck.load(dest, f"llm/{case}@cpu-8x1")
     seconds[case] = time.perf_counter() - start

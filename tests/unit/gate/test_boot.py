@@ -17,6 +17,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.render.serving import boot_line, usable_words
+from aotcheck.programs.names import Bucket, parse_program_id, program_id
 from aotcheck.targets.topology import parse_topology
 
 GiB, MiB = 2**30, 2**20
@@ -36,7 +37,7 @@ V5E_BYTES_LIMIT = 16_909_336_064  # memory_stats()["bytes_limit"] on a v5e chip 
 def test_a_tpu_server_holds_every_code_and_the_largest_run_of_temporaries_and_io(programs, weights, kv):
     """The chip's rules (libtpu 0.0.42.1 on v5e): code enters at a program's first run and stays unless
     memory runs short; temporaries are one reservation sized to the program running, beside its I/O."""
-    buckets = [(f"step[tokens={16 << i}]", figures(weights, kv, code, temp, io)) for i, (code, temp, io) in enumerate(programs)]
+    buckets = [(("step", Bucket(tokens=16 << i)), figures(weights, kv, code, temp, io)) for i, (code, temp, io) in enumerate(programs)]
     boot = boot_budget(buckets, parse_topology("v5e-1"))
     limit, code = V5E_BYTES_LIMIT, sum(c for c, _, _ in programs)
     run = max(t + i for _, t, i in programs)
@@ -67,9 +68,9 @@ def test_on_a_gpu_only_the_largest_buckets_temporaries_count_and_what_tips_it_is
     h100 = parse_topology("h100-1")
     usable = int(h100.device.memory_bytes * 0.75)
     big = figures(weights=usable - 10 * GiB, kv=4 * GiB, code=0, temp=5 * GiB)
-    boot = boot_budget([("step[tokens=16]", {**big, "temp_bytes": 3 * GiB}), ("step[tokens=64]", big)], h100, environ={})
+    boot = boot_budget([(parse_program_id("step[tokens=16]"), {**big, "temp_bytes": 3 * GiB}), (parse_program_id("step[tokens=64]"), big)], h100, environ={})
     assert boot.temp_bytes == 5 * GiB and boot.total_bytes == usable - 10 * GiB + 9 * GiB and boot.boots
-    tight = boot_budget([("step[tokens=16]", {**big, "temp_bytes": 3 * GiB}), ("step[tokens=64]", {**big, "temp_bytes": 7 * GiB})],
+    tight = boot_budget([(parse_program_id("step[tokens=16]"), {**big, "temp_bytes": 3 * GiB}), (parse_program_id("step[tokens=64]"), {**big, "temp_bytes": 7 * GiB})],
                         h100, environ={})
     # 3 GiB with the first bucket, then only 4 more with the second (the pool gives the first's back).
     assert not tight.boots and tight.tips == "step[tokens=64]" and tight.temp_bytes == 7 * GiB
@@ -142,7 +143,7 @@ def test_an_engines_utilization_is_a_share_of_the_runtimes_limit_on_a_tpu_and_of
     assert engine_base(parse_topology("v5e-1")) == V5E_BYTES_LIMIT == int(15.75 * GiB) - 2 * MiB - 512
     assert engine_base(parse_topology("7x-8")) == int(94.75 * GiB) - 2 * MiB - 512
     assert engine_base(parse_topology("h100-8")) == parse_topology("h100-8").device.memory_bytes
-    boot = boot_budget([("step[tokens=16]", figures(weights=8 * GiB, kv=GiB, code=0, temp=0))], parse_topology("7x-8"))
+    boot = boot_budget([(parse_program_id("step[tokens=16]"), figures(weights=8 * GiB, kv=GiB, code=0, temp=0))], parse_topology("7x-8"))
     assert boot.kv_max_bytes == int(94.75 * GiB) - 2 * MiB - 512 - 8 * GiB and boot.kv_max_fraction == 1.0
 
 
@@ -159,14 +160,15 @@ def test_each_tpu_rows_runtime_limit_says_whether_it_was_measured_or_published()
 def test_a_server_loads_its_programs_in_the_order_it_declares_them_each_buckets_ascending():
     """tpu-inference warms up the backbone, then sampling, then structured decoding; within each, its
     buckets ascending (numerically: 1024 after 512). What tips it is named in that order."""
-    assert load_order(["step[tokens=1024]", "sample[tokens=512,seqs=512]", "step[tokens=512]",
-                       "sample[tokens=512,seqs=256]", "structured_decode[seqs=256]"], ["step", "sample"]) == [
+    ids = ["step[tokens=1024]", "sample[tokens=512,seqs=512]", "step[tokens=512]", "sample[tokens=512,seqs=256]",
+           "structured_decode[seqs=256]"]
+    assert [program_id(*p) for p in load_order([parse_program_id(i) for i in ids], ["step", "sample"])] == [
         "step[tokens=512]", "step[tokens=1024]", "sample[tokens=512,seqs=256]", "sample[tokens=512,seqs=512]",
         "structured_decode[seqs=256]"]
     # Weights and pool leave 0.748 GiB of the chip's bytes_limit; each bucket's run alone asks 0.875 GiB.
     small, big = figures(weights=8 * GiB, kv=7 * GiB, code=0, temp=7 * GiB // 8), figures(weights=8 * GiB, kv=7 * GiB, code=0,
                                                                                         temp=7 * GiB // 8)
-    buckets = [("step[tokens=16]", big), ("sample[tokens=16,seqs=8]", small)]
+    buckets = [(parse_program_id("step[tokens=16]"), big), (parse_program_id("sample[tokens=16,seqs=8]"), small)]
     v5e = parse_topology("v5e-1")
     assert boot_budget(buckets, v5e, programs=("step", "sample")).tips == "step[tokens=16]"
     assert boot_budget(buckets, v5e, programs=("sample", "step")).tips == "sample[tokens=16,seqs=8]"
@@ -174,7 +176,7 @@ def test_a_server_loads_its_programs_in_the_order_it_declares_them_each_buckets_
 
 def test_a_bucket_without_the_figures_the_budget_needs_leaves_it_unknown():
     partial = {k: v for k, v in figures().items() if k != "temp_bytes"}
-    assert boot_budget([("step[tokens=16]", partial)], parse_topology("v5e-1")) is None
+    assert boot_budget([(parse_program_id("step[tokens=16]"), partial)], parse_topology("v5e-1")) is None
 
 
 def small(temp):
@@ -248,7 +250,7 @@ def test_the_reference_servers_boot_from_its_goldens_adds_up(target):
     budget is their figures summed by hand, and the pool that still starts fills what is left."""
     docs = [json.loads(p.read_text()) for p in sorted((ROOT / "golden/llm").glob(f"*@{target}.json"))]
     cases = [Case.parse(d["case"]) for d in docs]
-    boot = boot_budget([(c.program_id, d["figures"]) for c, d in zip(cases, docs)], cases[0].topology)
+    boot = boot_budget([((c.program, c.bucket), d["figures"]) for c, d in zip(cases, docs)], cases[0].topology)
     code = sum(d["figures"]["generated_code_bytes"] for d in docs)
     # A TPU holds one reservation for the program running, beside its I/O; XLA's GPU client takes a
     # run's temporaries from its pool, the largest's at most.
@@ -287,7 +289,7 @@ def _committed_boot(config: str, target: str) -> Boot:
     docs = [json.loads(p.read_text()) for p in sorted((ROOT / "golden" / config).glob(f"*@{target}.json"))]
     cases = [Case.parse(d["case"]) for d in docs]
     cfg = {"llm-256k": serve.LLM_256K, "llm-31b": serve.LLM_31B}[config]
-    return boot_budget([(c.program_id, d["figures"]) for c, d in zip(cases, docs)], cases[0].topology,
+    return boot_budget([((c.program, c.bucket), d["figures"]) for c, d in zip(cases, docs)], cases[0].topology,
                        pages=cfg.pages, programs=list(serve.serving_config(cfg).bucketed))
 
 
