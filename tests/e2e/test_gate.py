@@ -357,7 +357,8 @@ def test_the_action_and_the_workflow_that_uses_it_are_valid(tmp_path):
     for name in ("conftest.py", "tox.ini"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "golden", tmp_path / "golden")
-    shutil.copytree(ROOT / "tests", tmp_path / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    for tree in ("tests", "tools", "benchmarks"):  # tests/test_docs.py imports tools/ and benchmarks/.
+        shutil.copytree(ROOT / tree, tmp_path / tree, ignore=shutil.ignore_patterns("__pycache__"))
     out = run_step(action_step("Check this shard of the matrix"), {**inputs, "shard": "2"}, cwd=tmp_path,
                    env={"PYTEST_ADDOPTS": "--collect-only -q -p no:randomly"})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
