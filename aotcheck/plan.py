@@ -87,11 +87,6 @@ class Plan:
     complete: bool = True
     declared: Mapping[str, tuple[Target, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
-    @property
-    def targets(self) -> tuple[Target, ...]:
-        """Every target of the matrix, the run's first, in order: what its workers and header name."""
-        return tuple(dict.fromkeys(p.case.target for p in self.matrix))
-
     def knob(self, case: Case) -> str | None:
         """The knob the plan searches on ``case`` (None: no search)."""
         return self._knobs.get(case.id)

@@ -20,12 +20,10 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from aotcheck.errors import ConfigError
 from aotcheck.targets.presets import preset_options, refused_presets
