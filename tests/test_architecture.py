@@ -16,7 +16,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "aotcheck"
 
 LAYERS = [
-    ("aotcheck._runtime", "aotcheck.units", "aotcheck._files", "aotcheck.errors", "aotcheck.spellings"),
+    ("aotcheck._runtime", "aotcheck.units", "aotcheck._files", "aotcheck.errors", "aotcheck.spellings",
+     "aotcheck.records"),
     ("aotcheck.targets",),
     ("aotcheck.programs", "aotcheck.models", "aotcheck.adapters"),
     ("aotcheck.figures",),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from aotcheck import records
 from aotcheck.programs.config import FunctionConfig
 from aotcheck.programs.names import Bucket, parse_program_id, program_id
 from aotcheck.targets.topology import Target, Topology
@@ -84,3 +85,6 @@ class Case:
 
     def __repr__(self) -> str:
         return f"Case.parse({self.id!r})"
+
+
+records.leaf(Case, lambda case: case.id, Case.parse)  # A case's JSON is its id.

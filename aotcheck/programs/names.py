@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from aotcheck import records
 from aotcheck.errors import ConfigError
 
 
@@ -107,3 +108,6 @@ def name_problem(name: object, what: str) -> str | None:
 
 # A config names a golden directory, a program a golden file beside its target (``@v5e-16x2.json``).
 MAX_NAME_BYTES = 200
+
+
+records.leaf(Bucket, dict, Bucket)  # A bucket's JSON is its sizes by axis, in their order.

@@ -2,11 +2,11 @@
 
 A user names a TPU slice the way Cloud TPU does (``v4-8``, ``v5e-16``, ``v5p-128``,
 ``v6e-256``, ``7x-8``; the table is :mod:`aotcheck.targets.tpu`). A GPU target is named
-by its model and its NVLink domain (``h100-8``: one host of 8; ``gb200-72``: one NVL72
-rack; the table is :mod:`aotcheck.targets.gpu`); several hosts are several "slices"
-(``h100-8x2``, also written ``h100-16``): the network between them plays DCN's part.
-This module reads those names (with the closest valid one when a name is wrong), checks
-slice counts and the bounds on a target, and writes and reads a target's text form.
+by its model and its NVLink domain (``h100-8``: one host of 8; ``gb200-72``: one NVL72 rack; the
+table is :mod:`aotcheck.targets.gpu`); several hosts are several "slices" (``h100-8x2``, also written
+``h100-16``): the network between them plays DCN's part. This module reads those names (with the
+closest valid one when a name is wrong), checks slice counts and the bounds on a target, and writes
+and reads a target's text form (its JSON too).
 
 Example:
     >>> from aotcheck.targets.topology import parse_topology, split_target
@@ -16,9 +16,8 @@ Example:
     >>> h100 = parse_topology("h100-8")
     >>> h100.platform.name, h100.family, h100.num_devices, h100.device.memory_bytes
     ('gpu', 'h100', 8, 84942979072)
-    >>> topology, hosts = split_target("h100-16")
-    >>> topology.name, hosts
-    ('h100-8', 2)
+    >>> [(t.name, hosts) for t, hosts in [split_target("h100-16")]]
+    [('h100-8', 2)]
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from aotcheck import records
 from aotcheck.errors import ConfigError
 from aotcheck.units import fmt_bytes, fmt_count, read_count
 from aotcheck.targets.gpu import GPUS, Gpu
@@ -420,10 +420,10 @@ def split_target(text: str) -> tuple[Topology, int | None]:
             family, n = gpus["family"], read_count(gpus["n"])
             domain = max(GPUS[family].domain_sizes)
             unit = "hosts" if domain == GPUS[family].gpus_per_host else "domains"
-            raise TopologyError(
-                f"{text.strip()} asks for {slices} x {family}-{n}, and {family}-{n} is already {n // domain} x "
-                f"{family}-{domain} ({unit} joined by the network, as slices are): that is {n // domain * slices} "
-                f"x {family}-{domain}; {_spell_target(family, domain, n // domain * slices)}")
+            raise TopologyError(f"{text.strip()} asks for {slices} x {family}-{n}, and {family}-{n} is already "
+                                f"{n // domain} x {family}-{domain} ({unit} joined by the network, as slices are): that "
+                                f"is {n // domain * slices} x {family}-{domain}; "
+                                f"{_spell_target(family, domain, n // domain * slices)}")
         return parse_topology(match["topo"]), slices
     gpus = _NAME_RE.match(text.strip().lower())
     target = _gpu_target_text(gpus["family"], read_count(gpus["n"])) if gpus and gpus["family"] in GPUS else None
@@ -439,11 +439,9 @@ def expand_targets(texts: Sequence[str], slices: Sequence[int] = (1,)) -> list[T
         >>> [t.name for t in expand_targets(["v4-8", "v5e-16x2", "v4-8x2"], [1, 2])]
         ['v4-8x1', 'v4-8x2', 'v5e-16x2']
     """
-    out: list[Target] = []
-    for text in texts:
-        topology, fixed = split_target(text)
-        for n in [fixed] if fixed else slices:
-            target = Target(topology, check_num_slices(n))
-            if target not in out:
-                out.append(target)
-    return out
+    pairs = [split_target(text) for text in texts]
+    return list(dict.fromkeys(Target(topology, check_num_slices(n)) for topology, fixed in pairs
+                              for n in ([fixed] if fixed else slices)))
+
+
+records.leaf(Target, lambda target: target.name, Target.parse)  # A target's JSON is its name (v5e-16x2).
