@@ -35,6 +35,7 @@ Example:
 """
 
 from __future__ import annotations
+from aotcheck.records import Record
 
 import builtins
 import dataclasses
@@ -101,7 +102,7 @@ class OutOfMemory(CompileError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Overflow:
+class Overflow(Record):
     """What XLA's refusal says about a memory space other than HBM that an op overflowed, in bytes.
 
     Attributes:
@@ -133,14 +134,6 @@ class Overflow:
     tag: str | None = None
     kernel: bool = False
     source: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Overflow":
-        """The inverse of :meth:`to_json`; fields it does not know are left out, missing ones default."""
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
 class OutOfMemorySpace(OutOfMemory):

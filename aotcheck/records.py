@@ -58,7 +58,8 @@ class Spec:
     omit: Omit | None = None
     skip: bool = False  # Not in the JSON at all (what a process holds: a compiled executable, a path read).
     encode: Callable[[Any], Any] | None = None
-    decode: Callable[[Any, Mapping[str, Any]], Any] | None = None  # (value, the fields read before it).
+    # Converters of a value that is not None: decode's second argument holds the fields read before it.
+    decode: Callable[[Any, Mapping[str, Any]], Any] | None = None
 
     def omits(self, record: Any, value: Any) -> bool:
         if self.omit is None:
@@ -116,7 +117,8 @@ def to_json(record: Any) -> dict[str, Any]:
         value = getattr(record, f.name)
         if spec.skip or spec.omits(record, value):
             continue
-        out[spec.key or f.name] = spec.encode(value) if spec.encode else _encode(value, hints[f.name])
+        out[spec.key or f.name] = None if value is None else spec.encode(value) if spec.encode else \
+            _encode(value, hints[f.name])
     for key, compute in getattr(type(record), "__json_extra__", {}).items():
         out[key] = _encode(compute(record), Any)
     return out
@@ -141,7 +143,8 @@ def from_json(cls: type, data: Mapping[str, Any], **given: Any) -> Any:
             if has_default or spec.skip:
                 continue
             raise KeyError(spec.key or f.name)
-        values[f.name] = spec.decode(value, values) if spec.decode else _decode(hints[f.name], value)
+        values[f.name] = None if value is None else spec.decode(value, values) if spec.decode else \
+            _decode(hints[f.name], value)
     return cls(**{k: v for k, v in values.items() if _init(cls, k)})
 
 

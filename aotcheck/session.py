@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from aotcheck.gate.bill import accept_bills, served, split_groups, startup_bills
@@ -49,8 +50,6 @@ from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.gate.ship import ship
 from aotcheck.interruption import Interruption
 from aotcheck.gate.verdict import GoldenAction
-from aotcheck.pipeline.cache import FiguresCache
-from aotcheck.pipeline.store import SharedStore
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import Plan, check_cases, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
@@ -75,9 +74,7 @@ class GateSession:
         self.registry = registry
         self.store = GoldenStore(settings.golden_dir)
         # A golden is what a compile says: an update run writes the cache but takes no answer from it.
-        shared = SharedStore(settings.cache_url, write=settings.cache_shares) if settings.cache_url else None
-        self.cache = FiguresCache(settings.cache_dir, read=not settings.update, shared=shared) \
-            if settings.cache_dir else None
+        self.cache = settings.cache.open() if settings.cache else None
         # Each case's executable is staged by its compile; those that pass their gate ship (gate.ship).
         self._staging = tempfile.mkdtemp(prefix="aotcheck-export-") if settings.export else None
         self._measurer = None if measure else Measurer(cache=self.cache, hbm_headroom=settings.hbm_headroom,
@@ -184,7 +181,7 @@ class GateSession:
         """The command that accepts this case's current figures as its golden, as a record: the case by
         its id, the golden directory as given (it may override the ini's, even "golden"), the run's options."""
         given = self.settings.golden_dir_option
-        return Accept(case.id, (*([option("golden_dir", given)] if given else []), *self.accept_args()))
+        return Accept(case, (*([option("golden_dir", given)] if given else []), *self.accept_args()))
 
     def golden_file(self, case: Case) -> str:
         return str(self.store.path(case))
@@ -340,9 +337,7 @@ class GateSession:
         plan = self.plan()
         return RunHeader(
             targets=tuple(t.name for t in s.targets), golden_dir=str(self.store.root), update=s.update,
-            cache_dir=str(self.cache.root) if self.cache else None, shard=s.shard,
-            cache_url=self.cache.shared.url if self.cache and self.cache.shared else None,
-            cache_shares=bool(self.cache and self.cache.shared and self.cache.shared.write),
+            cache=self.cache.spec if self.cache else None, shard=s.shard,
             shard_seconds=plan.shard_seconds(), toolchain=self.toolchain(),
             foreign=tuple(self.foreign_toolchain_goldens()),
             families=tuple(sorted({t.topology.family for t in self.targets()})) if s.presets else None,

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from aotcheck.gate.compare import Tolerance
+from aotcheck.pipeline.cache import CacheSpec
 from aotcheck.pipeline.case import Case
 from aotcheck.programs.options import OptionsError, parse_libtpu_init_args
 from aotcheck.readers import (MISSING_VALUE, Reading, SettingsError, read_cache_dir, read_cache_url, read_cases,
@@ -384,6 +384,11 @@ class GateSettings:
         return cls(rootdir=reading.rootdir, front_end=front_end, golden_dir_option=golden_dir_option,
                    libtpu_init_args_option=libtpu_init_args_option, environment_flags=environment_flags,
                    environment_flags_used=used, unused_cache=unused, said=dict(reading.said), **fields)
+
+    @property
+    def cache(self) -> CacheSpec | None:
+        """The figures cache this run uses, as the one value the session and its workers open (None: none)."""
+        return CacheSpec(self.cache_dir, not self.update, self.cache_url, self.cache_shares) if self.cache_dir else None
 
     @property
     def flags(self) -> dict[str, str]:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from aotcheck.pipeline.case import Case
+from aotcheck.records import Record
 
 
 def export_cases(config: str, wanted: Sequence[str] | None, topology: str, slices: int | None, *,
@@ -46,7 +47,7 @@ def export_cases(config: str, wanted: Sequence[str] | None, topology: str, slice
 
 
 @dataclasses.dataclass(frozen=True)
-class LoadCheck:
+class LoadCheck(Record):
     """What ``load --check`` found for one manifest.
 
     Attributes:
@@ -59,15 +60,11 @@ class LoadCheck:
     """
 
     case: str
-    mismatches: tuple[Any, ...] = ()
+    mismatches: tuple[Any, ...] = ()  # Mismatch records (pipeline.export, imported only when used).
     load_seconds: float | None = None
     compile_seconds: float | None = None
     equal: bool | None = None
     differing: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "mismatches": [m.to_json() for m in self.mismatches],
-                "differing": list(self.differing)}
 
 
 def check_loads(dest: str, *, only: Sequence[str] = (), registry: Any = None) -> list[LoadCheck]:

@@ -66,6 +66,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aotcheck.records import Record, field, same_line
 from aotcheck.figures.dump import AttributionError, dump_file, off_chip_colors, parse_assignment, peak_live
 from aotcheck.figures.frames import Lines, instruction_library, instruction_source, metadata, stack_frames
 from aotcheck.figures.hlo import Computation, Instruction, parse_arrays, parse_module
@@ -92,7 +93,7 @@ _COPIES = frozenset({
 
 
 @dataclasses.dataclass(frozen=True)
-class PeakBuffer:
+class PeakBuffer(Record):
     """Buffers of one name live at the peak: their bytes per device (all ``count`` of them)."""
 
     bytes: int
@@ -101,29 +102,12 @@ class PeakBuffer:
     shape: str  # dtype[dims] of the largest of them.
     source: str | None = None  # "file.py:88": the Python line that made it (the user's).
     count: int = 1
-    library: str | None = None  # "esm2quinox/_esm2.py:123": the model library's line, where it is another.
+    library: str | None = field(default=None, omit=same_line)  # "esm2quinox/_esm2.py:123": the model library's line, where it is another.
 
     @property
     def key(self) -> tuple[str, str]:
         """What identifies a buffer across two compiles of one case."""
         return self.kind, self.name
-
-    def to_json(self) -> dict[str, Any]:
-        """Its fields; ``library`` only where set (a model of the user's own code names one line).
-
-        Example:
-            >>> PeakBuffer(8, "temp", "jit(f)/exp", "f32[2]", "train.py:9", library="esm2quinox/_esm2.py:123").to_json()
-            {'bytes': 8, 'kind': 'temp', 'name': 'jit(f)/exp', 'shape': 'f32[2]', 'source': 'train.py:9', 'count': 1, 'library': 'esm2quinox/_esm2.py:123'}
-        """
-        out = dataclasses.asdict(self)
-        if not self.library or self.library == self.source:
-            del out["library"]
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "PeakBuffer":
-        return cls(int(data["bytes"]), str(data["kind"]), str(data["name"]), str(data["shape"]),
-                   data.get("source"), int(data.get("count", 1)), data.get("library"))
 
 
 @dataclasses.dataclass(frozen=True)

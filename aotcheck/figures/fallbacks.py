@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from aotcheck.records import Record
 from aotcheck.figures.frames import instruction_source, metadata
 from aotcheck.figures.hlo import parse_instruction
 
@@ -44,7 +45,7 @@ _OTHER = re.compile(r"\[SPMD\] (?P<what>Falling back to [^.%]*?)(?: for)?(?: HLO
 
 
 @dataclasses.dataclass(frozen=True)
-class Fallback:
+class Fallback(Record):
     """One op the partitioner fell back on, and how often per compile: ``kind`` ``remat`` (replicated and
     sliced again) or ``replicated`` (run replicated); ``moved``: the shardings it could not move between.
 
@@ -66,14 +67,6 @@ class Fallback:
             return (f"XLA replicated {self.name}{where} in full to reshard it ({self.moved}){times}: a sharding "
                     "annotation is missing")
         return f"XLA's partitioner fell back on {self.name}{where}: {self.moved}{times}"
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Fallback":
-        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]),
-                   str(data.get("moved", "")))
 
 
 def read_fallbacks(lines: Iterable[str], *, frames: Mapping[int, Any]) -> list[Fallback]:

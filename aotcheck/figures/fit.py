@@ -32,8 +32,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from aotcheck.records import Record, field
 from aotcheck.errors import Overflow
 from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.targets.usable import Usable
@@ -59,7 +60,7 @@ class Probe(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Fit:
+class Fit(Record):
     """What a fit search found.
 
     Attributes:
@@ -93,25 +94,9 @@ class Fit:
     smallest_peak: int | None = None
     split_at_max: dict[str, int] = dataclasses.field(default_factory=dict)
     buffers_at_max: list[PeakBuffer] = dataclasses.field(default_factory=list)
-    refused: Overflow | None = None
-    usable: Usable | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = {**dataclasses.asdict(self), "buffers_at_max": [b.to_json() for b in self.buffers_at_max]}
-        # Each written only when there is one: goldens of TPU searches bound by HBM stay as they were.
-        out.pop("refused"), out.pop("usable")
-        return {**out, **({"refused": self.refused.to_json()} if self.refused is not None else {}),
-                **({"usable": self.usable.to_json()} if self.usable is not None else {})}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Fit":
-        """The inverse of :meth:`to_json`; KeyError/TypeError/ValueError if malformed."""
-        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
-        fields["buffers_at_max"] = [PeakBuffer.from_json(b) for b in data.get("buffers_at_max") or []]
-        fields["split_at_max"] = {str(k): int(v) for k, v in (data.get("split_at_max") or {}).items()}
-        fields["refused"] = Overflow.from_json(data["refused"]) if data.get("refused") else None
-        fields["usable"] = Usable.from_json(data["usable"]) if data.get("usable") else None
-        return cls(**fields)
+    # Each written only when there is one: goldens of TPU searches bound by HBM stay as they were.
+    refused: Overflow | None = field(default=None, omit="none")
+    usable: Usable | None = field(default=None, omit="none")
 
 
 def search(
@@ -211,7 +196,7 @@ def _predict(seen: Mapping[int, Probe], limit: int) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pools:
+class Pools(Record):
     """A fit over several pools a job may land on (a scheduler's fallbacks: v5p-8, else v4-8).
 
     Attributes:
@@ -227,15 +212,13 @@ class Pools:
     max_size: int
     step: int
     limiting: tuple[str, ...]
-    fits: dict[str, Fit]
+    fits: dict[str, Fit] = field(key="pools")
+
+    __json_extra__ = {"probes": lambda pools: pools.probes}
 
     @property
     def probes(self) -> int:
         return sum(f.probes for f in self.fits.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {"knob": self.knob, "max_size": self.max_size, "step": self.step, "limiting": list(self.limiting),
-                "probes": self.probes, "pools": {name: fit.to_json() for name, fit in self.fits.items()}}
 
 
 def over_pools(fits: Mapping[str, Fit]) -> Pools:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
 
+from aotcheck.records import Record
 from aotcheck.errors import Overflow
 from aotcheck.figures.fit import Fit
 from aotcheck.figures.frames import instruction_source, metadata, short_source, stack_frames
@@ -28,7 +27,7 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 @dataclasses.dataclass(frozen=True)
-class HbmVerdict:
+class HbmVerdict(Record):
     """A compiled peak over the HBM a device may use, in bytes per device (worded by
     :func:`aotcheck.render.text.hbm_words`).
 
@@ -50,14 +49,6 @@ class HbmVerdict:
     def share(self) -> float:
         """The peak's share of the capacity."""
         return self.peak_bytes / self.capacity_bytes
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "HbmVerdict":
-        return cls(int(data["peak_bytes"]), int(data["capacity_bytes"]), int(data["limit_bytes"]),
-                   float(data["headroom"]), str(data["topology"]))
 
 
 def hbm_verdict(peak_bytes: int, topology: str | Topology, *, headroom: float = 1.0) -> HbmVerdict | None:

@@ -39,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from aotcheck.records import Record, field, same_line
 from aotcheck.figures import kernels
 from aotcheck.figures.flops import Outer, instruction_flops, kernel_count
 from aotcheck.figures.frames import instruction_library, instruction_source, metadata, stack_frames
@@ -72,7 +73,7 @@ class Loop:
 
 
 @dataclasses.dataclass(frozen=True)
-class Uncounted:
+class Uncounted(Record):
     """Work the figures may miss, named so that a reader can check it by hand.
 
     ``kind``: ``loop`` (a while loop whose trip count the HLO does not say: its body is counted
@@ -118,16 +119,9 @@ class Uncounted:
         return ("flops is below three quarters of XLA's own raw count, which counts each loop body once: "
                 "matrix work is missed")
 
-    def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Uncounted":
-        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]))
-
 
 @dataclasses.dataclass(frozen=True)
-class KernelRun:
+class KernelRun(Record):
     """A custom kernel of the program, loop-aware: how many run per step, the FLOPs they count per
     step and on what basis (``declared``, ``registered`` or ``none``: see
     :class:`aotcheck.figures.flops.KernelCount`); ``bound``: the count is over the kernel's whole
@@ -155,14 +149,6 @@ class KernelRun:
         where = f" ({self.source}, {self.count} per step)" if self.source else f" ({self.count} per step)"
         return (f"kernel {self.name}{where} counts its whole static buffer ({self.basis}): flops holds an upper "
                 "bound on its run-time work")
-
-    def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "KernelRun":
-        return cls(str(data["name"]), data.get("source"), int(data["count"]), float(data["flops"]),
-                   str(data["basis"]), bool(data.get("bound", False)))
 
 
 @dataclasses.dataclass
@@ -226,7 +212,7 @@ def _op_name(inst: Instruction) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectiveOp:
+class CollectiveOp(Record):
     """The collectives one JAX op became, loop-aware: how many run per step and their bytes per device.
     ``engine``: where they run when not on the TensorCore (``sparsecore``: offloaded to 7x's SparseCore)."""
 
@@ -235,26 +221,13 @@ class CollectiveOp:
     source: str | None  # The user's line ("train.py:88").
     count: int
     bytes: int
-    library: str | None = None  # The model library's line, where it is another ("esm2quinox/_esm2.py:123").
-    engine: str | None = None
+    library: str | None = field(default=None, omit=same_line)  # The model library's line, where it is another ("esm2quinox/_esm2.py:123").
+    engine: str | None = field(default=None, omit="empty")
 
     @property
     def key(self) -> tuple[str, str, str | None, str | None, str | None]:
         """What identifies a collective across two compiles of one case (one op can make several)."""
         return self.kind, self.name, self.source, self.library, self.engine
-
-    def to_json(self) -> dict[str, object]:
-        out = dataclasses.asdict(self)
-        if not self.library or self.library == self.source:  # Written only where there are two lines.
-            del out["library"]
-        if not self.engine:
-            del out["engine"]
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict) -> "CollectiveOp":
-        return cls(str(data["kind"]), str(data["name"]), data.get("source"), int(data["count"]), int(data["bytes"]),
-                   data.get("library"), data.get("engine"))
 
 
 def top_collectives(analysis: "HloAnalysis", limit: int = 10) -> list[CollectiveOp]:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from aotcheck.records import Record, field
 from aotcheck.figures.attribution import LATER_PEAK_FIGURES, PEAK_FIGURES, PeakBuffer
 from aotcheck.figures.fallbacks import Fallback
 from aotcheck.figures.fit import Fit
@@ -34,7 +35,7 @@ REQUIRED_FIGURES = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Details:
+class Details(Record):
     """What explains a program's figures, not gated one by one: the largest buffers at its peak
     (:mod:`aotcheck.figures.attribution`) and its largest collectives, with their source lines;
     the buffers at the peak that keep a sharded batch whole (:mod:`aotcheck.figures.sharding`).
@@ -45,34 +46,21 @@ class Details:
         True
     """
 
-    peak_buffers: list[PeakBuffer] = dataclasses.field(default_factory=list)
-    collectives: list[CollectiveOp] = dataclasses.field(default_factory=list)
-    fit: Fit | None = None  # The fit search, for configs that ask for one.
-    peak_excess_bytes: int = 0  # How much more XLA lists live at the peak than its peak figure (temp is net).
-    unsharded: list[Unsharded] = dataclasses.field(default_factory=list)  # The lint's findings.
-    uncounted: list[Uncounted] = dataclasses.field(default_factory=list)  # What ``flops`` may miss.
-    kernels: list[KernelRun] = dataclasses.field(default_factory=list)  # Custom kernels: how each was counted.
-    fallbacks: list[Fallback] = dataclasses.field(default_factory=list)  # Where XLA's partitioner fell back.
-    scoped: list[ScopedUse] = dataclasses.field(default_factory=list)  # Each Pallas TPU kernel's VMEM and SMEM.
+    peak_buffers: list[PeakBuffer] = field(default_factory=list)
+    collectives: list[CollectiveOp] = field(default_factory=list)
+    # The rest is written only where there is some: details without it read as they did before it was.
+    fit: Fit | None = field(default=None, omit="none")  # The fit search, for configs that ask for one.
+    # How much more XLA lists live at the peak than its peak figure (temp is net).
+    peak_excess_bytes: int = field(default=0, omit="empty")
+    unsharded: list[Unsharded] = field(default_factory=list, omit="empty")  # The lint's findings.
+    uncounted: list[Uncounted] = field(default_factory=list, omit="empty")  # What ``flops`` may miss.
+    kernels: list[KernelRun] = field(default_factory=list, omit="empty")  # Custom kernels: how each was counted.
+    fallbacks: list[Fallback] = field(default_factory=list, omit="empty")  # Where XLA's partitioner fell back.
+    scoped: list[ScopedUse] = field(default_factory=list, omit="empty")  # Each Pallas TPU kernel's VMEM and SMEM.
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"peak_buffers": [b.to_json() for b in self.peak_buffers],
-                               "collectives": [c.to_json() for c in self.collectives]}
-        if self.fit is not None:
-            out["fit"] = self.fit.to_json()
-        if self.peak_excess_bytes:
-            out["peak_excess_bytes"] = self.peak_excess_bytes
-        if self.unsharded:
-            out["unsharded"] = [u.to_json() for u in self.unsharded]
-        if self.uncounted:
-            out["uncounted"] = [u.to_json() for u in self.uncounted]
-        if self.kernels:
-            out["kernels"] = [k.to_json() for k in self.kernels]
-        if self.fallbacks:
-            out["fallbacks"] = [f.to_json() for f in self.fallbacks]
-        if self.scoped:
-            out["scoped"] = [u.to_json() for u in self.scoped]
-        return out
+    @classmethod
+    def __json_read__(cls, data: Mapping[str, Any] | None) -> Mapping[str, Any]:
+        return {} if data is None else data  # None: no details.
 
     def incomplete(self) -> set[str]:
         """The figures (and globs of them: ``comm_*``) that what is uncounted may leave short.
@@ -128,19 +116,6 @@ class Details:
         return dataclasses.replace(self, peak_buffers=moved(self.peak_buffers), collectives=moved(self.collectives),
                                    unsharded=moved(self.unsharded), uncounted=moved(self.uncounted),
                                    kernels=moved(self.kernels), fallbacks=moved(self.fallbacks), fit=fit)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "Details":
-        """The inverse of :meth:`to_json` (None: no details); KeyError/TypeError/ValueError if malformed."""
-        data = data or {}
-        return cls([PeakBuffer.from_json(b) for b in data.get("peak_buffers") or []],
-                   [CollectiveOp.from_json(c) for c in data.get("collectives") or []],
-                   Fit.from_json(data["fit"]) if data.get("fit") else None, int(data.get("peak_excess_bytes") or 0),
-                   [Unsharded.from_json(u) for u in data.get("unsharded") or []],
-                   [Uncounted.from_json(u) for u in data.get("uncounted") or []],
-                   [KernelRun.from_json(k) for k in data.get("kernels") or []],
-                   [Fallback.from_json(f) for f in data.get("fallbacks") or []],
-                   [ScopedUse.from_json(u) for u in data.get("scoped") or []])
 
 
 def details_problem(data: object) -> str | None:

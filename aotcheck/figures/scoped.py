@@ -39,8 +39,8 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
+from aotcheck.records import Record
 from aotcheck.errors import ConfigError
 from aotcheck.figures.flops import kernel_name
 from aotcheck.figures.frames import metadata
@@ -61,23 +61,16 @@ _CURE = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Limit:
+class Limit(Record):
     """A memory space's limit for a kernel and where it comes from (``"the kernel's vmem_limit_bytes"``,
     the flag, a chip's default, its SMEM)."""
 
     bytes: int
     source: str
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Limit":
-        return cls(int(data["bytes"]), str(data["source"]))
-
 
 @dataclasses.dataclass(frozen=True)
-class ScopedUse:
+class ScopedUse(Record):
     """One kernel's use of one memory space (the largest of its calls), against its limit."""
 
     space: str  # "vmem" or "smem".
@@ -102,15 +95,6 @@ class ScopedUse:
         what = "scoped VMEM" if self.space == "vmem" else "SMEM"
         return (f"{self.kernel} ({self.op}) uses {size(self.bytes)} of its {size(self.limit.bytes)} of {what} "
                 f"({self.share:.1%}; the limit: {self.limit.source}), within 5% of it: {_CURE[self.space]}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"space": self.space, "kernel": self.kernel, "op": self.op, "bytes": self.bytes,
-                "limit": self.limit.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "ScopedUse":
-        return cls(str(data["space"]), str(data["kernel"]), str(data["op"]), int(data["bytes"]),
-                   Limit.from_json(data["limit"]))
 
 
 def default_limit(options: Mapping[str, str], topology: str | Topology) -> Limit:

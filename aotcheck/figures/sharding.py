@@ -65,6 +65,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from aotcheck.records import Record, field, same_line
 from aotcheck.figures.attribution import PeakBuffer
 from aotcheck.figures.hlo import Computation, parse_arrays
 from aotcheck.figures.splits import Shardings, Split, device_coords
@@ -125,7 +126,7 @@ class BatchInput(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Unsharded:
+class Unsharded(Record):
     """One buffer at the peak that keeps a sharded batch input's whole leading dimension."""
 
     bytes: int
@@ -140,7 +141,7 @@ class Unsharded:
     split_axes: tuple[str, ...] = ()  # The mesh axes that split this buffer.
     replicated: tuple[str, ...] = ()  # The input's axes this buffer is (partly) replicated over.
     shards: int = 0  # How many of the input's shards each device's copy serves (0: not known).
-    library: str | None = None  # The model library's own line, when it is not ``source`` (figures.frames).
+    library: str | None = field(default=None, omit=same_line)  # The model library's own line, when it is not ``source`` (figures.frames).
 
     def describe(self) -> str:
         """One line, as data: what it keeps and how it is split (render words the rest)."""
@@ -152,20 +153,6 @@ class Unsharded:
         said = ([f"replicated over {','.join(self.replicated)}"] if self.replicated else []) + \
             ([f"{self.shards} of its {self.ways} shards on each device"] if self.shards else [])
         return text + (": " + ", ".join(said) if said else "")
-
-    def to_json(self) -> dict[str, Any]:
-        out = {**dataclasses.asdict(self), "batch_axes": list(self.batch_axes), "split_axes": list(self.split_axes),
-               "replicated": list(self.replicated)}
-        if self.library is None or self.library == self.source:
-            del out["library"]
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Unsharded":
-        return cls(int(data["bytes"]), str(data["name"]), str(data["shape"]), data.get("source"), str(data["input"]),
-                   int(data["batch"]), int(data["ways"]), int(data["split"]),
-                   *(tuple(str(a) for a in data.get(key) or ()) for key in ("batch_axes", "split_axes", "replicated")),
-                   int(data.get("shards", 0)), data.get("library"))
 
 
 def batch_inputs(args: Sequence[Argument], module: Mapping[str, Computation]) -> list[BatchInput]:

@@ -35,6 +35,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from aotcheck.records import Record, field
 from aotcheck.gate.boot import Boot, Start, boot_budget
 from aotcheck.targets.usable import Usable, usable_memory
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Row, Tolerance, compare_metric, tolerance_for
@@ -47,7 +48,7 @@ FIGURE = "compile_cpu_seconds"
 
 
 @dataclasses.dataclass(frozen=True)
-class Bill:
+class Bill(Record):
     """The compile CPU seconds of one server's buckets on one target.
 
     Attributes:
@@ -78,7 +79,7 @@ class Bill:
     tolerance: Tolerance | None = None
     accepted: bool = False
     boot: Boot | None = None
-    booted: Start | None = None
+    booted: Start | None = field(default=None, decode=lambda value, _: _start(value))
     usable: Usable | None = None
     load_order: tuple[str, ...] = ()
     pages: int | None = None
@@ -97,25 +98,6 @@ class Bill:
     @property
     def failed(self) -> bool:
         return self.grew or self.boot_lost
-
-    def to_json(self) -> dict[str, Any]:
-        return {"config": self.config, "target": self.target, "buckets": self.buckets, "seconds": self.seconds,
-                "complete": self.complete, "row": self.row.to_json() if self.row is not None else None,
-                "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
-                "accepted": self.accepted, "boot": self.boot.to_json() if self.boot is not None else None,
-                "booted": self.booted.value if self.booted is not None else None, "usable": self.usable.to_json() if self.usable is not None else None,
-                "load_order": list(self.load_order), "pages": self.pages}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Bill":
-        row, tolerance = data.get("row"), data.get("tolerance")
-        boot, booted, usable = data.get("boot"), data.get("booted"), data.get("usable")
-        return cls(str(data["config"]), str(data["target"]), int(data["buckets"]), float(data["seconds"]),
-                   bool(data["complete"]), Row.from_json(row) if row else None,
-                   Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)),
-                   Boot.from_json(boot) if boot else None, _start(booted),
-                   Usable.from_json(usable) if usable else None, tuple(map(str, data.get("load_order") or ())),
-                   None if data.get("pages") is None else int(data["pages"]))
 
 
 def _start(value: Any) -> Start | None:

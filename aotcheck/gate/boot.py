@@ -51,9 +51,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from aotcheck.records import Record
 from aotcheck.programs.names import Bucket, program_id
 from aotcheck.targets.topology import Topology
 from aotcheck.targets.usable import Usable, usable_memory
@@ -76,7 +77,7 @@ class Start(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True)
-class Boot:
+class Boot(Record):
     """A server's boot budget on one target, per device.
 
     Attributes:
@@ -117,6 +118,10 @@ class Boot:
     asked_bytes: int | None = None
     free_bytes: int | None = None
 
+    # Its verdicts, written beside the figures for a reader of the report; never read back.
+    __json_extra__ = {name: operator.attrgetter(name) for name in (
+        "usable_bytes", "boots", "start", "total_bytes", "kv_max_fraction", "kv_max_pages", "kv_evict_max_pages")}
+
     @property
     def usable_bytes(self) -> int:
         return self.usable.bytes
@@ -150,18 +155,6 @@ class Boot:
     @property
     def kv_evict_max_pages(self) -> int | None:
         return int(self.kv_evict_max_bytes // self.bytes_per_page) if self.bytes_per_page else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "usable": self.usable.to_json(), "usable_bytes": self.usable_bytes,
-                "boots": self.boots, "start": self.start.value, "total_bytes": self.total_bytes,
-                "kv_max_fraction": self.kv_max_fraction, "kv_max_pages": self.kv_max_pages,
-                "kv_evict_max_pages": self.kv_evict_max_pages}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Boot":
-        """The inverse of :meth:`to_json` (its derived fields recomputed); KeyError/ValueError if malformed."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{**{k: v for k, v in data.items() if k in names}, "usable": Usable.from_json(data["usable"])})
 
 
 def engine_base(topology: Topology) -> int:

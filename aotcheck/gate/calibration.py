@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aotcheck.records import Record
 from aotcheck import _files
 from aotcheck.errors import AotcheckError
 from aotcheck.gate.boot import Boot, boot_budget
@@ -62,7 +63,7 @@ class CalibrationError(AotcheckError, ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Calibration:
+class Calibration(Record):
     """One case x target x toolchain against one chip.
 
     Attributes:
@@ -78,33 +79,20 @@ class Calibration:
     """
 
     case: str
-    toolchain: Mapping[str, str]
+    toolchain: Mapping[str, str | None]
     source: str
     bytes_limit: int
-    figures: Mapping[str, Mapping[str, float]]
+    figures: Mapping[str, Mapping[str, int | float]]
     step: Mapping[str, Any] | None = None
     fit: Mapping[str, Any] | None = None
     boot: Mapping[str, Any] | None = None
     figures_equal: bool | None = None
 
-    @property
-    def target(self) -> str:
-        return self.case.rpartition("@")[2]
-
-    @property
-    def config(self) -> str:
-        return self.case.partition("/")[0]
-
-    @property
-    def topology(self) -> Topology:
-        return split_target(self.target)[0]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, **dataclasses.asdict(self)}
+    __json_extra__ = {"schema": lambda record: SCHEMA}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Calibration":
-        """A record read back, checked whole; :class:`CalibrationError` naming what is missing."""
+    def __json_read__(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The record checked whole before it is read; :class:`CalibrationError` naming what is missing."""
         if data.get("schema") != SCHEMA:
             raise CalibrationError(f"schema {data.get('schema')!r}, not {SCHEMA}")
         missing = [k for k in ("case", "toolchain", "source", "bytes_limit", "figures") if k not in data]
@@ -120,10 +108,19 @@ class Calibration:
             raise CalibrationError(f"missing {', '.join(missing)}")
         if not isinstance(data["bytes_limit"], int) or data["bytes_limit"] <= 0:
             raise CalibrationError(f"bytes_limit {data['bytes_limit']!r}: a positive integer")
-        return cls(str(data["case"]), dict(data["toolchain"]), str(data["source"]), int(data["bytes_limit"]),
-                   {str(k): dict(v) for k, v in data["figures"].items()},
-                   *(dict(data[name]) if data.get(name) is not None else None for name in SECTIONS),
-                   data.get("figures_equal"))
+        return data
+
+    @property
+    def target(self) -> str:
+        return self.case.rpartition("@")[2]
+
+    @property
+    def config(self) -> str:
+        return self.case.partition("/")[0]
+
+    @property
+    def topology(self) -> Topology:
+        return split_target(self.target)[0]
 
     @property
     def file_name(self) -> str:

@@ -22,8 +22,8 @@ import enum
 import fnmatch
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
 
+from aotcheck.records import Record
 from aotcheck.errors import AotcheckError
 from aotcheck.figures.scoped import FIGURES as SCOPED_FIGURES
 from aotcheck.figures.table import ANY_KNOB, FIGURES, Unit, Worse, describe, fit_max, parse
@@ -35,7 +35,7 @@ class ToleranceError(AotcheckError, ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Tolerance:
+class Tolerance(Record):
     """Allowed change: ``max(rel * |golden|, abs)``."""
 
     rel: float = 0.0
@@ -49,13 +49,6 @@ class Tolerance:
         if self.abs:
             parts.append(f"{self.abs:g}")
         return " + ".join(parts) or "exact"
-
-    def to_json(self) -> dict[str, float]:
-        return {"rel": float(self.rel), "abs": float(self.abs)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Tolerance":
-        return cls(float(data["rel"]), float(data["abs"]))
 
 
 # Defaults, first match wins (aotcheck.figures.table). Figures are bit-identical across runs on one
@@ -215,23 +208,14 @@ class Change(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True)
-class Row:
+class Row(Record):
     """One metric's comparison."""
 
     metric: str
-    golden: float | None
-    now: float | None
+    golden: int | float | None  # Bytes stay integers, FLOPs floats, as the figures hold them.
+    now: int | float | None
     tolerance: Tolerance
     change: Change
-
-    def to_json(self) -> dict[str, Any]:
-        return {"metric": self.metric, "golden": self.golden, "now": self.now, "change": self.change.value,
-                "tolerance": self.tolerance.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Row":
-        return cls(data["metric"], data["golden"], data["now"], Tolerance.from_json(data["tolerance"]),
-                   Change(data["change"]))
 
     @property
     def delta(self) -> float | None:

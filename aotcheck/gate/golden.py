@@ -28,6 +28,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from aotcheck.records import Record, field
 from aotcheck.errors import AotcheckError
 from aotcheck._files import atomic_write_text, probe_writable
 from aotcheck.pipeline.case import Case
@@ -43,7 +44,7 @@ class GoldenError(AotcheckError, ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Golden:
+class Golden(Record):
     """What a golden file holds (:meth:`to_json` is its body, as an outcome carries it).
 
     Example:
@@ -55,21 +56,15 @@ class Golden:
     figures: dict[str, int | float]
     toolchain: dict[str, str | None]
     compiler_options: dict[str, str]
-    path: Path = dataclasses.field(compare=False)  # Where it was read: not what it holds.
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)  # What explains the figures (not gated).
+    path: Path = field(compare=False, skip=True)  # Where it was read: not what it holds.
+    details: dict[str, Any] = field(default_factory=dict)  # What explains the figures (not gated).
     # A server's bucket: what a device could hold when it was made (targets.usable.Usable's JSON), so that its
     # start-up is judged then as it was (a memory fraction lowered since is a start lost, not a start never had).
-    usable: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"figures": dict(self.figures), "toolchain": dict(self.toolchain),
-                "compiler_options": dict(self.compiler_options), "details": dict(self.details),
-                **({"usable": dict(self.usable)} if self.usable is not None else {})}
+    usable: dict[str, Any] | None = field(default=None, omit="none", decode=lambda value, _: _usable(value))
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, path: Path) -> "Golden":
-        return cls(dict(data["figures"]), dict(data.get("toolchain") or {}), dict(data.get("compiler_options") or {}),
-                   path, dict(data.get("details") or {}), _usable(data.get("usable")))
+    def __json_read__(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {**data, "toolchain": data.get("toolchain") or {}, "compiler_options": data.get("compiler_options") or {}}
 
 
 def _usable(value: Any) -> dict[str, Any] | None:

@@ -44,7 +44,7 @@ from aotcheck.programs.loader import LoaderError, loaded_sources, main_has_no_fi
 from aotcheck.programs.options import SCOPED_VMEM_FLAG, OptionsError
 from aotcheck.programs.xla_flags import unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
-from aotcheck.gate.worker import WorkerRequest
+from aotcheck.gate.worker import WorkerReply, WorkerRequest
 from aotcheck.targets.topology import Topology
 
 
@@ -156,7 +156,7 @@ class FamilyWorker:
             _write_stderr("".join(held))
         return tuple(line.rstrip("\n") for line in held)
 
-    def request(self, request: WorkerRequest) -> dict[str, Any]:
+    def request(self, request: WorkerRequest) -> WorkerReply:
         """Sends one request and waits for its reply; WorkerCrashed if the worker dies first."""
         assert self.proc.stdin is not None
         with self._tail_lock:
@@ -172,7 +172,7 @@ class FamilyWorker:
             raise
         if line:
             self._release(show=True)
-            return json.loads(line)
+            return WorkerReply.from_json(json.loads(line))
         code = self.proc.wait()
         self._pump.join(timeout=5)
         log = self._release(show=False)
@@ -300,15 +300,12 @@ class Measurer:
         worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(case.topology))
         try:
             reply = worker.request(WorkerRequest(
-                case=case.id,
+                case=case,
                 sources=tuple(dict.fromkeys([*loaded_sources(), *self.registry.sources()])),
                 registry=self.locate(),
                 main=main_script(),
                 build=self._build_seen(case),
-                cache_dir=str(self.cache.root) if self.cache else None,
-                cache_read=self.cache.read if self.cache else True,
-                cache_url=self.cache.shared.url if self.cache and self.cache.shared else None,
-                cache_shares=bool(self.cache and self.cache.shared and self.cache.shared.write),
+                cache=self.cache.spec if self.cache else None,
                 hlo=self.keep_hlo,
                 hbm_headroom=self.hbm_headroom,
                 memory_fraction=self.memory_fraction,
@@ -324,11 +321,11 @@ class Measurer:
         if family in case.topology.platform.fresh_worker_families:
             self._workers.pop(family).close()
             self.prestart([case.topology])  # The next case of the family finds its fresh worker started.
-        for note in reply.get("notes", []):
+        for note in reply.notes:
             if note not in self.notes:
                 self.notes.append(note)
-        if "error" in reply:
-            error = error_from_json(reply["error"])
+        if reply.error is not None:
+            error = error_from_json(reply.error)
             host = _runtime.memory_limit_problem(str(error)) if isinstance(error, _runtime.HostError) else None
             if host is not None:  # libtpu could not be mapped: the host's limit, not "reinstall libtpu".
                 raise _runtime.HostError(host) from None
@@ -339,7 +336,9 @@ class Measurer:
                     "register them in a module or script file (python -m aotcheck check --module FILE, "
                     "aot_config_modules, conftest.py), or measure in this process (measure=...).") from None
             raise error
-        return Measurement.from_json(reply["measurement"])
+        if reply.measurement is None:
+            raise WorkerCrashed(f"The compile process for {case.id} answered neither figures nor an error.")
+        return reply.measurement
 
     def _build_seen(self, case: Case) -> dict[str, Any] | None:
         """What this process's build of the case's config looks like (its fingerprint's digest) and

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aotcheck.records import Record, field
 from aotcheck.errors import Overflow, error_to_json
 from aotcheck.figures.hbm import HbmVerdict
 from aotcheck.figures.program import Details, Figures
@@ -61,7 +62,7 @@ _REASON_OF_VERDICT = {Verdict.CRASHED: Reason.CRASHED, Verdict.OUT_OF_MEMORY: Re
 
 
 @dataclasses.dataclass(frozen=True)
-class Failure:
+class Failure(Record):
     """What went wrong with a case, as a record: why (``reason``), and the error that said so in its
     one JSON form (:func:`aotcheck.errors.error_to_json`: ``type``, its message as ``text``, its
     ``fields``, those a reader needs typed: ``details``, ``log``, ``overflow``); or, for figures
@@ -92,13 +93,13 @@ class Failure:
 
     reason: Reason
     text: str = ""
-    type: str | None = None
-    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    type: str | None = field(default=None, omit="none")
+    fields: dict[str, Any] = field(default_factory=dict, omit="empty")
     details: Details | None = None
     log: tuple[str, ...] = ()
-    overflow: Overflow | None = None
-    hbm: HbmVerdict | None = None
-    path: str | None = None
+    overflow: Overflow | None = field(default=None, omit="none")
+    hbm: HbmVerdict | None = field(default=None, omit="none")
+    path: str | None = field(default=None, omit="none")
 
     @classmethod
     def of(cls, reason: Reason, error: BaseException, **more: Any) -> "Failure":
@@ -128,52 +129,24 @@ class Failure:
             return None
         return str(self.fields.get("type_name") or self.type.rpartition(".")[2])
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"text": self.text, "details": self.details.to_json() if self.details is not None else None,
-                               "log": list(self.log)}
-        if self.overflow is not None:
-            out["overflow"] = self.overflow.to_json()
-        out["reason"] = self.reason.value
-        more = {"type": self.type, "fields": self.fields or None, "hbm": self.hbm.to_json() if self.hbm else None,
-                "path": self.path}
-        return {**out, **{k: v for k, v in more.items() if v is not None}}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, reason: Reason = Reason.INPUT) -> "Failure":
-        """The inverse of :meth:`to_json`; ``reason``: what a document written before reasons were means."""
-        details, overflow, hbm = data.get("details"), data.get("overflow"), data.get("hbm")
-        return cls(Reason(data["reason"]) if data.get("reason") else reason, str(data.get("text") or ""),
-                   data.get("type"), dict(data.get("fields") or {}),
-                   Details.from_json(details) if details is not None else None,
-                   tuple(str(line) for line in data.get("log") or ()),
-                   Overflow.from_json(overflow) if overflow else None,
-                   HbmVerdict.from_json(hbm) if hbm else None, data.get("path"))
-
 
 @dataclasses.dataclass(frozen=True)
-class Accept:
+class Accept(Record):
     """The command that accepts a case's current figures as its golden, as a record: the case, and the
     options of its run that decide the figures or where goldens are (:mod:`aotcheck.render.accept` words it).
 
     Example:
-        >>> accept = Accept("lm/step[tokens=16]@v5e-16x1", ("--aot-golden-dir=ci/golden",))
+        >>> accept = Accept(Case.parse("lm/step[tokens=16]@v5e-16x1"), ("--aot-golden-dir=ci/golden",))
         >>> Accept.from_json(accept.to_json()) == accept
         True
     """
 
-    case: str
+    case: Case
     args: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"case": self.case, "args": list(self.args)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Accept":
-        return cls(str(data["case"]), tuple(str(a) for a in data.get("args") or ()))
 
 
 @dataclasses.dataclass(frozen=True)
-class Shipped:
+class Shipped(Record):
     """Where a passing case's executable went (``--aot-export``) and its size: a figure of the report,
     not gated.
 
@@ -185,16 +158,9 @@ class Shipped:
     manifest: str
     payload_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"manifest": self.manifest, "payload_bytes": self.payload_bytes}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Shipped":
-        return cls(str(data["manifest"]), int(data["payload_bytes"]))
-
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class Outcome(Record):
     """What checking one case found.
 
     Attributes:
@@ -216,16 +182,33 @@ class Outcome:
     case: Case
     verdict: Verdict
     failed: bool = False
-    measured: Measurement | None = None
-    golden: Golden | None = None
-    changes: list[Row] = dataclasses.field(default_factory=list)
+    # The program's text is --explain's, never the report's; a golden is read where its case says.
+    measured: Measurement | None = field(default=None, encode=lambda m: _without("hlo_text", m),
+                                         decode=lambda data, read: Measurement.from_json(data, case=read["case"]))
+    golden: Golden | None = field(default=None, decode=lambda data, read: Golden.from_json(
+        data, path=Path(read["case"].golden_relpath)))
+    changes: list[Row] = field(default_factory=list)
     error: Failure | None = None
     golden_action: GoldenAction | None = None
-    notes: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     reason: str = ""
     golden_file: str = ""
     accept: Accept | None = None
-    shipped: Shipped | None = None
+    shipped: Shipped | None = field(default=None, omit="none")
+
+    # Written for a reader of the report file, who should not have to parse the case's id; never read back.
+    __json_extra__ = {"config": lambda o: o.case.config, "program": lambda o: o.case.program,
+                      "bucket": lambda o: dict(o.case.bucket), "topology": lambda o: o.case.topology.name,
+                      "num_slices": lambda o: o.case.num_slices, "golden_path": lambda o: o.golden_path}
+
+    @classmethod
+    def __json_read__(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        error = data.get("error") if isinstance(data, Mapping) else None
+        if not isinstance(error, Mapping) or error.get("reason"):
+            return data
+        # A report written before reasons were recorded: what its verdict meant.
+        reason = _REASON_OF_VERDICT.get(Verdict(data["verdict"]), Reason.INPUT)
+        return {**data, "error": {**error, "reason": reason.value}}
 
     @classmethod
     def skip(cls, case: Case, reason: str) -> "Outcome":
@@ -287,53 +270,9 @@ class Outcome:
         """Metrics that grew or dropped beyond tolerance."""
         return [r for r in self.changes if r.change in (Change.REGRESSION, Change.IMPROVEMENT)]
 
-    def to_json(self) -> dict[str, Any]:
-        measured = self.measured.to_json() if self.measured is not None else None
-        if measured is not None:
-            measured.pop("hlo_text")  # The program's text is --explain's, never the report's.
-        return {
-            "case": self.case.id,
-            "config": self.case.config,
-            "program": self.case.program,
-            "bucket": dict(self.case.bucket),
-            "topology": self.case.topology.name,
-            "num_slices": self.case.num_slices,
-            "verdict": self.verdict.value,
-            "failed": self.failed,
-            "measured": measured,
-            "golden": self.golden.to_json() if self.golden is not None else None,
-            "golden_path": self.golden_path,
-            "changes": [r.to_json() for r in self.changes],
-            "error": self.error.to_json() if self.error is not None else None,
-            "golden_action": self.golden_action.value if self.golden_action else None,
-            "notes": list(self.notes),
-            "reason": self.reason,
-            "golden_file": self.golden_file,
-            "accept": self.accept.to_json() if self.accept is not None else None,
-            **({"shipped": self.shipped.to_json()} if self.shipped is not None else {}),
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Outcome":
-        """The inverse of :meth:`to_json`; KeyError/ValueError on a document that is not one."""
-        case = Case.parse(data["case"])
-        measured, golden, error = data.get("measured"), data.get("golden"), data.get("error")
-        return cls(
-            case=case,
-            verdict=Verdict(data["verdict"]),
-            failed=bool(data.get("failed")),
-            measured=Measurement.from_json(measured, case=case) if measured is not None else None,
-            golden=Golden.from_json(golden, path=Path(case.golden_relpath)) if golden is not None else None,
-            changes=[Row.from_json(r) for r in data.get("changes") or []],
-            error=Failure.from_json(error, reason=_REASON_OF_VERDICT.get(Verdict(data["verdict"]), Reason.INPUT))
-            if error is not None else None,
-            golden_action=GoldenAction(data["golden_action"]) if data.get("golden_action") else None,
-            notes=list(data.get("notes") or []),
-            reason=str(data.get("reason") or ""),
-            golden_file=str(data.get("golden_file") or ""),
-            accept=Accept.from_json(data["accept"]) if data.get("accept") else None,
-            shipped=Shipped.from_json(data["shipped"]) if data.get("shipped") else None,
-        )
+def _without(key: str, record: Any) -> dict[str, Any]:
+    return {k: v for k, v in record.to_json().items() if k != key}
 
 
 def sort_outcomes(outcomes: list[Outcome]) -> list[Outcome]:

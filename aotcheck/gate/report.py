@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aotcheck.records import Record, field
 from aotcheck.errors import AotcheckError
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
@@ -43,7 +44,7 @@ class ReportError(AotcheckError, ValueError):
 
 
 @dataclasses.dataclass
-class Report:
+class Report(Record):
     """What one session (or several merged shards) found.
 
     Attributes:
@@ -64,18 +65,28 @@ class Report:
             each of its shards; None in a merged report or one from before it was recorded.
     """
 
-    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+    # A case fails by its verdict whatever its ``failed`` field says (a regression said to pass still fails);
+    # the field can only add a failure: an improvement's, which fails under strict (recorded only there).
+    outcomes: list[Outcome] = field(default_factory=list, key="cases", decode=lambda cases, _: [
+        o if o.failed or not o.verdict.fails() else dataclasses.replace(o, failed=True)
+        for o in map(Outcome.from_json, cases)])
     golden_dir: str = "golden"
-    stale: list[str] = dataclasses.field(default_factory=list)
-    removed: list[str] = dataclasses.field(default_factory=list)
-    broken: dict[str, str] = dataclasses.field(default_factory=dict)
+    stale: list[str] = field(default_factory=list, key="stale_goldens")
+    removed: list[str] = field(default_factory=list, key="removed_goldens")
+    broken: dict[str, str] = field(default_factory=dict, key="broken_configs")
     shard: tuple[int, int] | None = None
-    toolchain: dict[str, str | None] = dataclasses.field(default_factory=_runtime.toolchain)
-    notes: list[str] = dataclasses.field(default_factory=list)
-    bills: list[Bill] = dataclasses.field(default_factory=list)
-    accept_args: list[str] = dataclasses.field(default_factory=list)
+    toolchain: dict[str, str | None] = field(default_factory=_runtime.toolchain)
+    notes: list[str] = field(default_factory=list)
+    bills: list[Bill] = field(default_factory=list, key="startup_bills")
+    accept_args: list[str] = field(default_factory=list)
     interrupted: Interrupted | None = None
     matrix: str | None = None
+
+    __json_extra__ = {"aotcheck_report": lambda report: REPORT_FORMAT}
+
+    @classmethod
+    def __json_read__(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"toolchain": {}, **data}  # A report that recorded none: not this process's toolchain.
 
     def __post_init__(self) -> None:
         self.outcomes = sort_outcomes(list(self.outcomes))
@@ -88,46 +99,6 @@ class Report:
     def passed(self) -> bool:
         """No case failed, every config built, and no server's start-up bill grew beyond its tolerance."""
         return not self.failed and not self.broken and not any(b.failed for b in self.bills)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "aotcheck_report": REPORT_FORMAT,
-            "toolchain": dict(self.toolchain),
-            "shard": list(self.shard) if self.shard else None,
-            "golden_dir": self.golden_dir,
-            "cases": [o.to_json() for o in self.outcomes],
-            "stale_goldens": list(self.stale),
-            "removed_goldens": list(self.removed),
-            "broken_configs": dict(self.broken),
-            "notes": list(self.notes),
-            "startup_bills": [b.to_json() for b in self.bills],
-            "accept_args": list(self.accept_args),
-            "interrupted": self.interrupted.to_json() if self.interrupted is not None else None,
-            "matrix": self.matrix,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "Report":
-        """The inverse of :meth:`to_json`. A case fails by its verdict whatever its ``failed`` field says (a
-        regression said to pass still fails); the field can only add a failure: an improvement's, which
-        fails under strict, and the report records strictness only there."""
-        shard = doc.get("shard")
-        outcomes = [Outcome.from_json(c) for c in doc["cases"]]
-        return cls(
-            outcomes=[o if o.failed or not o.verdict.fails() else dataclasses.replace(o, failed=True)
-                      for o in outcomes],
-            golden_dir=doc.get("golden_dir") or "golden",
-            stale=list(doc.get("stale_goldens") or []),
-            removed=list(doc.get("removed_goldens") or []),
-            broken=dict(doc.get("broken_configs") or {}),
-            shard=(int(shard[0]), int(shard[1])) if shard else None,
-            toolchain=dict(doc.get("toolchain") or {}),
-            notes=list(doc.get("notes") or []),
-            bills=[Bill.from_json(b) for b in doc.get("startup_bills") or []],
-            accept_args=[str(a) for a in doc.get("accept_args") or []],
-            interrupted=Interrupted.from_json(doc["interrupted"]) if doc.get("interrupted") else None,
-            matrix=str(doc["matrix"]) if doc.get("matrix") else None,
-        )
 
 
 def dumps_report(report: Report) -> str:

@@ -9,27 +9,21 @@ Example:
 """
 
 from __future__ import annotations
+from aotcheck.pipeline.cache import CacheSpec
+from aotcheck.records import Record
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
-class Interrupted:
+class Interrupted(Record):
     """A run ended early (Ctrl-C, SIGTERM, SIGHUP): what ended it and how far it got."""
 
     signal: str
     done: int
     planned: int
     update: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Interrupted":
-        return cls(str(data["signal"]), int(data["done"]), int(data["planned"]), bool(data["update"]))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,8 +38,8 @@ class RunHeader:
             the run does not update), with the ``rootdir`` the path is relative to; ``golden_dir_state``:
             what it is instead, where it is no directory: ``"absent"``, ``"a file"``, ``"a dangling link"``.
         update: Whether it writes goldens.
-        cache_dir: The figures cache (None: none); ``cache_url``: the store the runners share behind it,
-            ``cache_shares``: whether this run writes to it.
+        cache: The figures cache (None: none): its directory, the store the runners share behind it and
+            whether this run writes to it.
         shard: ``(K, N)`` when sharded, with ``shard_seconds``: (this shard's expected compile seconds, the matrix's).
         toolchain: The versions behind its figures.
         foreign: Golden files made with another toolchain, each with the versions it names.
@@ -62,9 +56,7 @@ class RunHeader:
     targets: tuple[str, ...]
     golden_dir: str
     update: bool
-    cache_dir: str | None
-    cache_url: str | None = None
-    cache_shares: bool = True
+    cache: CacheSpec | None = None
     shard: tuple[int, int] | None = None
     shard_seconds: tuple[float, float] | None = None
     toolchain: Mapping[str, str | None] = dataclasses.field(default_factory=dict)

@@ -22,13 +22,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aotcheck.records import Record, field
 from aotcheck import _runtime
 from aotcheck.errors import CompileError, OutOfMemory, error_to_json
-from aotcheck.pipeline.cache import FiguresCache
+from aotcheck.pipeline.cache import CacheSpec, FiguresCache
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measure import measure
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.pipeline.store import SharedStore
 from aotcheck.programs.compile import warm_up
 from aotcheck.programs.loader import import_main_script, import_sources, imported
 from aotcheck.programs.lowering import lower_function
@@ -37,48 +37,43 @@ from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, Regis
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class WorkerRequest:
+class WorkerRequest(Record):
     """What the session asks a compile worker: one case, measured as the plan decided, with one JSON form.
 
     Example:
-        >>> request = WorkerRequest(case="lm/prefill@v4-8x1", sources=(("conftest", "/p/conftest.py"),), fit="batch")
+        >>> from pathlib import Path
+        >>> request = WorkerRequest(case=Case.parse("lm/prefill@v4-8x1"), sources=(("conftest", "/p/conftest.py"),),
+        ...                         cache=CacheSpec(Path(".aotcheck-cache")), fit="batch")
         >>> WorkerRequest.from_json(json.loads(json.dumps(request.to_json()))) == request
         True
     """
 
-    case: str  # Case id.
+    case: Case
     # What the parent imported to register (conftest files, config modules), then the modules defining
     # what the registry holds (a builder imported from elsewhere, a script's own): (module, path) pairs.
     sources: tuple[tuple[str, str], ...] = ()
     registry: tuple[str, str] | None = None  # Where the registry is (module, name); None: aotcheck.REGISTRY.
     main: str | None = None  # The parent's own script, imported there when nothing else registered the config.
     build: Mapping[str, Any] | None = None  # The session's build of the config (its digest; whether builds differ).
-    cache_dir: str | None = None
-    cache_read: bool = True  # False under update: a golden takes no figures (nor presets) from a cache.
-    cache_url: str | None = None  # The shared store behind the cache (pipeline.store).
-    cache_shares: bool = False  # Whether this run writes to it.
+    cache: CacheSpec | None = None  # The session's figures cache, opened here as it is there.
     hlo: bool = False  # Bring back the optimized HLO text (--explain, --dump-hlo).
     hbm_headroom: float = 1.0  # What a fit search may fill.
     # A GPU process's share of memory as the run gives it (the ini's), with its name: a GPU fit search's limit.
     memory_fraction: tuple[float | None, str] | None = None
     export: str | None = None  # Where the case's executable and manifest are staged (pipeline.export).
     fit: str | None = None  # The knob whose largest fitting size to search (the plan chose it), or None.
-    compiler_options: Mapping[str, str] = dataclasses.field(default_factory=dict)  # The user's launch flags.
+    compiler_options: Mapping[str, str] = field(default_factory=dict)  # The user's launch flags.
     presets: bool = True  # aotcheck's per-chip presets under them.
 
-    def to_json(self) -> dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-                "sources": [list(s) for s in self.sources],
-                "registry": list(self.registry) if self.registry else None,
-                "build": dict(self.build) if self.build is not None else None,
-                "compiler_options": dict(self.compiler_options)}
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "WorkerRequest":
-        return cls(**{**data, "sources": tuple(tuple(s) for s in data["sources"]),
-                      "registry": tuple(data["registry"]) if data.get("registry") else None,
-                      "hbm_headroom": float(data["hbm_headroom"]),
-                      "memory_fraction": tuple(data["memory_fraction"]) if data.get("memory_fraction") else None})
+@dataclasses.dataclass(frozen=True)
+class WorkerReply(Record):
+    """What a compile worker answers a request: the measurement, or the error's JSON form
+    (:func:`aotcheck.errors.error_to_json`), with what its caches and probes had to say."""
+
+    measurement: Measurement | None = field(default=None, omit="none")
+    error: dict[str, Any] | None = field(default=None, omit="none")
+    notes: list[str] = field(default_factory=list)
 
 
 def _watch_parent(parent: int) -> None:
@@ -134,20 +129,19 @@ def serve(reply_fd: int, warm: str | None = None, *, parent: int | None = None, 
     os.dup2(2, 1)  # Anything printed to stdout (libtpu, user code) goes to stderr.
     if warm:
         warm_up(warm)  # While the parent still collects: the first case's compile cost is its own.
-    caches: dict[str, FiguresCache] = {}
+    caches: dict[CacheSpec, FiguresCache] = {}
     for line in sys.stdin:
+        measured, error = None, None
         try:
-            request = WorkerRequest.from_json(json.loads(line))
-            measured = measure_request(request, caches)
-            reply: dict[str, Any] = {"measurement": measured.to_json()}
+            measured = measure_request(WorkerRequest.from_json(json.loads(line)), caches)
         except Exception as e:  # Reported to the parent, which re-raises it as its own class.
-            reply = {"error": error_to_json(e)}
-        reply["notes"] = [n for c in caches.values() for n in c.notes] + probe_notes()
-        replies.write(json.dumps(reply) + "\n")
+            error = error_to_json(e)
+        notes = [n for c in caches.values() for n in c.notes] + probe_notes()
+        replies.write(json.dumps(WorkerReply(measured, error, notes).to_json()) + "\n")
         replies.flush()
 
 
-def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | None = None) -> Measurement:
+def measure_request(request: WorkerRequest, caches: dict[CacheSpec, FiguresCache] | None = None) -> Measurement:
     """Measures the case a worker's request names, as the request says (its registry found the way the
     parent found it). A compile refused under presets a presets file said libtpu accepts is measured
     once more after a fresh probe (:func:`aotcheck.targets.presets.recheck_presets`)."""
@@ -155,7 +149,7 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
     sources = list(request.sources)
     import_sources(sources)
     registry = _registry(request.registry)
-    case = Case.parse(request.case)
+    case = request.case
     main = request.main
     try:
         entry = registry.get(case.config)
@@ -169,7 +163,8 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
             raise ConfigNotFound(f"{e} The compile process imported what registers configs in the session "
                                  f"({looked}), and none of it registered {case.config!r} at its top level.") from None
     _check_same_program(entry, case, request.build)
-    cache = _cache(request, caches)
+    cache = None if request.cache is None else caches.get(request.cache) or caches.setdefault(
+        request.cache, request.cache.open())  # One per process: a shared store found down stays down.
     presets = request.presets
 
     def once() -> Measurement:
@@ -187,17 +182,6 @@ def measure_request(request: WorkerRequest, caches: dict[str, FiguresCache] | No
         result = once()
     hlo = result.compiled.as_text() if request.hlo and result.compiled is not None else None
     return dataclasses.replace(result, host_peak_bytes=_runtime.peak_rss_bytes(), hlo_text=hlo)
-
-
-def _cache(request: WorkerRequest, caches: dict[str, FiguresCache]) -> FiguresCache | None:
-    """The figures cache a request names, one per process (a shared store found down stays down)."""
-    if not request.cache_dir:
-        return None
-    key = f"{request.cache_dir}:{request.cache_read}:{request.cache_url}:{request.cache_shares}"
-    if key not in caches:
-        shared = SharedStore(request.cache_url, write=request.cache_shares) if request.cache_url else None
-        caches[key] = FiguresCache(request.cache_dir, read=request.cache_read, shared=shared)
-    return caches[key]
 
 
 def _check_same_program(entry: Any, case: Case, seen: dict[str, Any] | None) -> None:

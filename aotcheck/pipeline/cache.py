@@ -31,6 +31,7 @@ files anyone can edit coherently, and a golden is what a compile said.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ from typing import Any
 from aotcheck.figures.program import REQUIRED_FIGURES, details_problem, figures_problem
 from aotcheck.figures.sources import anchors_problem
 from aotcheck._files import atomic_write_bytes, probe_writable
+from aotcheck.records import Record
 from aotcheck.pipeline.store import SharedStore
 from aotcheck.programs import reads
 
@@ -174,6 +176,27 @@ def entry_problem(entry: Any, *, key: str, toolchain: Mapping[str, Any]) -> str 
             or anchors_problem(entry.get("anchors", {})))
 
 
+@dataclasses.dataclass(frozen=True)
+class CacheSpec(Record):
+    """Where a run's figures cache is and how the run uses it: made once from the settings, opened by the
+    session and, from the request that carries it, by each compile worker (:meth:`open`).
+
+    Example:
+        >>> spec = CacheSpec(Path(".aotcheck-cache"), read=False)
+        >>> CacheSpec.from_json(spec.to_json()) == spec, spec.open().read
+        (True, False)
+    """
+
+    dir: Path
+    read: bool = True  # False under update: a golden takes no figures (nor presets) from a cache.
+    url: str | None = None  # The shared store behind it (pipeline.store), its URL checked by the settings.
+    shares: bool = False  # Whether this run writes to the shared store.
+
+    def open(self) -> "FiguresCache":
+        shared = SharedStore(self.url, write=self.shares) if self.url else None
+        return FiguresCache(self.dir, read=self.read, shared=shared, spec=self)
+
+
 class FiguresCache:
     """A directory of ``<key>.json`` entries, safe for concurrent xdist workers, with an optional
     :class:`~aotcheck.pipeline.store.SharedStore` behind it (``shared``: runners' common cache).
@@ -190,7 +213,9 @@ class FiguresCache:
     being lowered (:meth:`key_for`, :meth:`remember`).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, read: bool = True, shared: SharedStore | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, read: bool = True, shared: SharedStore | None = None,
+                 spec: CacheSpec | None = None) -> None:
+        self.spec = spec or CacheSpec(Path(root), read, shared.url if shared else None, bool(shared and shared.write))
         self.root = Path(root)
         self.read = read  # False: entries are written, never answered from (an update run).
         self.shared = shared

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aotcheck import _runtime
+from aotcheck.records import Record
 from aotcheck._files import atomic_write_bytes
 from aotcheck.errors import AotcheckError
 from aotcheck.pipeline.case import Case
@@ -68,7 +68,7 @@ class ExportMismatch(AotcheckError, ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Aval:
+class Aval(Record):
     """One argument or result of the executable: its path in the pytree, shape, dtype, sharding and
     layout as jax prints them, and whether it is donated."""
 
@@ -79,29 +79,18 @@ class Aval:
     layout: str = ""
     donated: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "shape": list(self.shape)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Aval":
-        return cls(str(data["path"]), tuple(int(n) for n in data["shape"]), str(data["dtype"]),
-                   str(data["sharding"]), str(data.get("layout", "")), bool(data.get("donated", False)))
-
 
 @dataclasses.dataclass(frozen=True)
-class Mismatch:
+class Mismatch(Record):
     """One field of a manifest that differs in this process: its value there and here."""
 
     field: str
     exported: Any
     here: Any
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclasses.dataclass(frozen=True)
-class Manifest:
+class Manifest(Record):
     """What an exported executable was compiled for, and what the gate measured of it.
 
     Attributes:
@@ -136,18 +125,6 @@ class Manifest:
     payload_sha256: str
     payload_bytes: int
     format: int = FORMAT
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "devices": list(self.devices), "inputs": [a.to_json() for a in self.inputs],
-                "outputs": [a.to_json() for a in self.outputs]}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Manifest":
-        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
-        fields.update(devices=tuple(int(d) for d in data["devices"]),
-                      inputs=tuple(Aval.from_json(a) for a in data["inputs"]),
-                      outputs=tuple(Aval.from_json(a) for a in data["outputs"]))
-        return cls(**fields)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -261,4 +261,4 @@ def by_inputs(cache: FiguresCache, inputs: str, case: Case, options: dict[str, s
     if not set(details.sources()) <= set(lines):
         return None
     return Measurement.from_json(entry, case=case, compiler_options=options, cached=True, lowered=False,
-                                 details=details.with_sources(lines).to_json())
+                                 details=details.with_sources(lines))

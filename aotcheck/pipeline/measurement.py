@@ -12,9 +12,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
+from aotcheck.records import Record, field
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fallbacks import FIGURE as FALLBACKS
 from aotcheck.figures.fit import Fit
@@ -47,7 +47,7 @@ def figure_names() -> tuple[str, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Measurement:
+class Measurement(Record):
     """What measuring a case produced: one record, with one JSON form (:meth:`to_json`). The compile
     worker's reply is that form; the figures cache, the golden file and ``aotcheck compile --json``
     keep views of it (:meth:`view`)."""
@@ -57,42 +57,21 @@ class Measurement:
     compiler_options: dict[str, str]
     compile_seconds: float
     # The executable, in the process that compiled it (None from the cache, and across a pipe): not data.
-    compiled: Any = dataclasses.field(default=None, repr=False, compare=False)
+    compiled: Any = field(default=None, repr=False, compare=False, skip=True)
     cached: bool = False
     lowered: bool = True  # False: answered by its unchanged inputs, without tracing (pipeline.inputs).
     host_peak_bytes: int | None = None  # Peak RSS of the process that measured it (not gated).
-    details: Details = dataclasses.field(default_factory=Details)  # The peak's largest buffers, collectives.
+    details: Details = field(default_factory=Details)  # The peak's largest buffers, collectives.
     attribution_problem: str | None = None  # Why the peak could not be split by class (then no peak_* figures).
     # The optimized HLO, when asked for (--explain): an artifact of the run, like the executable.
-    hlo_text: str | None = dataclasses.field(default=None, repr=False, compare=False)
+    hlo_text: str | None = field(default=None, repr=False, compare=False)
     # Where a cached answer came from when another runner wrote it: the shared store's entry (its URL).
-    cached_from: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as JSON: every field but the executable."""
-        return {"case": self.case.id, "figures": dict(self.figures), "compiler_options": dict(self.compiler_options),
-                "compile_seconds": self.compile_seconds, "cached": self.cached,
-                "lowered": self.lowered, "host_peak_bytes": self.host_peak_bytes, "details": self.details.to_json(),
-                "attribution_problem": self.attribution_problem, "hlo_text": self.hlo_text,
-                **({"cached_from": self.cached_from} if self.cached_from else {})}
+    cached_from: str | None = field(default=None, omit="empty")
 
     def view(self, *fields: str) -> dict[str, Any]:
         """Some fields of :meth:`to_json`, in the order asked: what a cache entry or a golden keeps."""
         whole = self.to_json()
         return {name: whole[name] for name in fields}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], **given: Any) -> "Measurement":
-        """The inverse of :meth:`to_json` (or of a view, the missing fields ``given``); KeyError names
-        a field neither has."""
-        data = {**data, **given}
-        case = data["case"]
-        return cls(case if isinstance(case, Case) else Case.parse(case), dict(data["figures"]),
-                   dict(data["compiler_options"]), float(data["compile_seconds"]), cached=bool(data.get("cached")),
-                   lowered=bool(data.get("lowered", True)), host_peak_bytes=data.get("host_peak_bytes"),
-                   details=Details.from_json(data.get("details")),
-                   attribution_problem=data.get("attribution_problem"), hlo_text=data.get("hlo_text"),
-                   cached_from=data.get("cached_from"))
 
     def with_fit(self, fit: Fit) -> "Measurement":
         """This measurement with a fit search's result: the figure ``fit_max_<knob>`` and the search in its details."""

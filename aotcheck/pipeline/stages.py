@@ -136,7 +136,7 @@ class LoweredCase:
             return None
         self.lines, self.entry = lines, {"details": entry.get("details"), "anchors": entry.get("anchors", {})}
         return Measurement.from_json(entry, case=self.case, compiler_options=self.options, cached=True,
-                                     details=details.with_sources(lines).to_json())
+                                     details=details.with_sources(lines))
 
     def compile(self) -> "CompiledCase":
         """Runs XLA, dumping its buffer assignment and live ranges into a directory the result owns

@@ -43,10 +43,10 @@ def accept_case_command(accept: Accept) -> str:
     its run's options, quoted for a shell.
 
     Example:
-        >>> accept_case_command(Accept("llm/step[tokens=16]@v5e-16x1", ("--aot-golden-dir=ci golden",)))
+        >>> accept_case_command(Accept(Case.parse("llm/step[tokens=16]@v5e-16x1"), ("--aot-golden-dir=ci golden",)))
         "pytest --update-golden '--aot-case=llm/step[tokens=16]@v5e-16x1' '--aot-golden-dir=ci golden'"
     """
-    return shlex.join(["pytest", UPDATE, option("cases", accept.case), *accept.args])
+    return shlex.join(["pytest", UPDATE, option("cases", accept.case.id), *accept.args])
 
 
 def golden_dir_option(golden_dir: str | None) -> list[str]:

@@ -47,13 +47,14 @@ def header_lines(header: RunHeader) -> list[str]:
     flags = flag_names(h.front_end)
     # An update reads no cache; a read-only store is then not read either (hardening round 5, V23: the two
     # asides said "(read only) (written, not read)" of one run).
-    store = ("" if not h.cache_url else f", shared through {h.cache_url}" if h.cache_shares and not h.update else
-             f", shared through {h.cache_url} (read only)" if not h.update else
-             f", shared through {h.cache_url} (written: not read, goldens take figures from compiles only)"
-             if h.cache_shares else f", shared through {h.cache_url} (neither read nor written by an update)")
-    cache = (f"figures cache {h.cache_dir}{store}"
-             f"{' (written, not read: goldens take figures from compiles only)' if h.update and not h.cache_url else ''}"
-             if h.cache_dir else "no figures cache")
+    url, shares = (h.cache.url, h.cache.shares) if h.cache else (None, False)
+    store = ("" if not url else f", shared through {url}" if shares and not h.update else
+             f", shared through {url} (read only)" if not h.update else
+             f", shared through {url} (written: not read, goldens take figures from compiles only)"
+             if shares else f", shared through {url} (neither read nor written by an update)")
+    cache = (f"figures cache {h.cache.dir}{store}"
+             f"{' (written, not read: goldens take figures from compiles only)' if h.update and not url else ''}"
+             if h.cache else "no figures cache")
     expected = (f" (expected {h.shard_seconds[0]:.1f} s of the matrix's {h.shard_seconds[1]:.1f} s of compile CPU)"
                 if h.shard and h.shard_seconds else "")
     lines = [f"aotcheck: {', '.join(h.targets)}; goldens in {h.golden_dir}{' (updating)' if h.update else ''}; {cache}"

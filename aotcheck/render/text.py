@@ -124,7 +124,7 @@ def outcome_message(outcome: Outcome) -> str:
     and its accept command worded (a flag of 100,000 digits shown by its ends)."""
     return clip_runs(_message(outcome, golden_file=outcome.golden_file or outcome.golden_path,
                               accept=accept_case_command(outcome.accept) if outcome.accept is not None else
-                              accept_case_command(Accept(outcome.case.id))))
+                              accept_case_command(Accept(outcome.case))))
 
 
 def _message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
@@ -136,7 +136,7 @@ def _message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
             return f"{case.id} crashed: {detail}\n{small_vmem_limit_words(small, case.topology.family)}"
         return (f"{case.id} crashed: {detail}\nA crash of the compiler (or the host's out-of-memory killer), "
                 f"not a figure of your program: the other cases were checked. Try this case alone "
-                f"({accept_case_command(Accept(case.id)).split(' ', 2)[2]}) to see whether it repeats; a newer {case.topology.platform.upgrade} may fix it.")
+                f"({accept_case_command(Accept(case)).split(' ', 2)[2]}) to see whether it repeats; a newer {case.topology.platform.upgrade} may fix it.")
     if verdict is Verdict.COMPILE_ERROR:
         return f"{case.id} does not compile:\n{trim_error(detail)}"
     if verdict is Verdict.OUT_OF_MEMORY:

@@ -17,11 +17,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from aotcheck.records import Record
 from aotcheck.targets.topology import Topology
 
 
 @dataclasses.dataclass(frozen=True)
-class Usable:
+class Usable(Record):
     """What a device may hold, and where that comes from.
 
     Attributes:
@@ -38,15 +39,12 @@ class Usable:
     variable: str | None = None
     source: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Usable":
-        fraction, variable = data.get("fraction"), data.get("variable")
+    def __json_read__(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
         # Reports before the source was recorded said only whether the variable gave it.
-        source = data.get("source", variable if data.get("given") else None)
-        return cls(int(data["bytes"]), None if fraction is None else float(fraction), variable, source)
+        if "source" in data or not isinstance(data, Mapping):
+            return data
+        return {**data, "source": data.get("variable") if data.get("given") else None}
 
 
 def first_share(*shares: tuple[float | None, str]) -> tuple[float, str] | None:

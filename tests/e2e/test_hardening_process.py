@@ -34,6 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import aotcheck
 from aotcheck.gate.worker import WorkerRequest, measure_request
+from aotcheck.pipeline.cache import CacheSpec
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.targets import presets as options  # The chip's preset policy (targets/presets.py).
@@ -154,8 +155,8 @@ def test_a_stale_presets_file_is_probed_again_when_libtpu_refuses_what_it_said_w
     path = options.presets_file(tmp_path / "cache", "v4-8", 1)
     options._write_presets_file(path, options.parse_topology("v4-8"), 1, ())
     assert options.read_presets_file(path, "v4-8") == (frozenset(), None)
-    request = WorkerRequest(case="hp-toy/step@v4-8x1", registry=(__name__, "REGISTRY"),
-                            cache_dir=str(tmp_path / "cache"), presets=True)
+    request = WorkerRequest(case=Case.parse("hp-toy/step@v4-8x1"), registry=(__name__, "REGISTRY"),
+                            cache=CacheSpec(tmp_path / "cache"), presets=True)
     measured = measure_request(request)  # Without the re-probe: a compile error naming an option aotcheck sent.
     assert not refused & set(measured.compiler_options)
     assert options.read_presets_file(path, "v4-8") == (refused, None)  # Rewritten with the probe's answer.
@@ -171,8 +172,8 @@ def test_a_presets_file_that_refuses_presets_is_probed_again_before_it_is_truste
     path = options.presets_file(tmp_path / "cache", "v4-8", 1)
     every = options.preset_options("v4-8", 1)
     options._write_presets_file(path, options.parse_topology("v4-8"), 1, every)  # "libtpu refuses them all"
-    request = WorkerRequest(case="hp-toy/step@v4-8x1", registry=(__name__, "REGISTRY"),
-                            cache_dir=str(tmp_path / "cache"), presets=True)
+    request = WorkerRequest(case=Case.parse("hp-toy/step@v4-8x1"), registry=(__name__, "REGISTRY"),
+                            cache=CacheSpec(tmp_path / "cache"), presets=True)
     checked = measure_request(request)
     probed = options.probe_refused_presets("v4-8", 1)
     assert set(every) - probed, "this libtpu refuses every preset: nothing tells the file from a probe"

@@ -112,3 +112,11 @@ def test_a_stored_cache_entry_reads_and_writes_back_byte_for_byte(name):
     assert details.to_json() == entry["details"]
     rebuilt = {k: v for k, v in entry.items() if k != "seal"} | {"details": details.to_json()}
     assert sealed(rebuilt) == raw.rstrip(b"\n")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "calibration").glob("*.json")), ids=lambda p: p.name)
+def test_a_calibration_record_reads_and_writes_back_byte_for_byte(path):
+    from aotcheck.gate.calibration import Calibration
+
+    text = path.read_text()
+    assert json.dumps(Calibration.from_json(json.loads(text)).to_json(), indent=2, sort_keys=True) + "\n" == text

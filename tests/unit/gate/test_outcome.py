@@ -27,7 +27,7 @@ def regressed():
                    changes=[Row("peak_bytes", 100.0, 130.0, Tolerance(0.01), Change.REGRESSION),
                             Row("flops", 7.0, 7.0, Tolerance(0.01), Change.OK)],
                    notes=["a note"], reason="peak_bytes grew", golden_file="golden/llm/x.json",
-                   accept=Accept(CASE.id, ("-o", "aot_default_options=none")))
+                   accept=Accept(CASE, ("-o", "aot_default_options=none")))
 
 
 @pytest.mark.parametrize("outcome", [

@@ -5,7 +5,6 @@ v5e compiles; libtpu's E0101 read."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 

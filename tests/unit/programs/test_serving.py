@@ -14,7 +14,6 @@ from hypothesis import given, strategies as st
 from aotcheck import REGISTRY
 from aotcheck.errors import ConfigError
 from aotcheck.models import serve
-from aotcheck.pipeline.case import Case
 from aotcheck.programs.registry import Registry, RegistryError
 from aotcheck.programs.serving import (
     BucketError, Bucketed, Limits, bucket_problems, doubling, padded,

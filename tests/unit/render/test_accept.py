@@ -19,7 +19,7 @@ ARGS = st.lists(st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_si
 @given(AXES, ARGS)
 def test_a_cases_command_splits_back_to_its_id_and_its_runs_options(axes, args):
     case = Case("llm", "step", Case.of("llm", "step", "v5e-16").target, Bucket(axes))
-    words = shlex.split(accept_case_command(Accept(case.id, tuple(args))))
+    words = shlex.split(accept_case_command(Accept(case, tuple(args))))
     assert words == ["pytest", "--update-golden", f"--aot-case={case.id}", *args]
     assert Case.parse(words[2].split("=", 1)[1]) == case  # The bucket comes back as a value.
 

@@ -14,7 +14,7 @@ from aotcheck.render.markdown import annotations, markdown
 CASE = Case.of("llm", "step[tokens=16]", "v5e-16")
 GREW = Outcome(CASE, Verdict.REGRESSION, failed=True, measured=Measurement(CASE, {"peak_bytes": 2**31}, {}, 1.0),
                changes=[Row("peak_bytes", 2**30, 2**31, Tolerance(0.01), Change.REGRESSION)],
-               accept=Accept(CASE.id, ("--aot-golden-dir=ci/golden",)))
+               accept=Accept(CASE, ("--aot-golden-dir=ci/golden",)))
 
 
 def test_a_failed_case_is_explained_with_its_accept_command_from_its_record():

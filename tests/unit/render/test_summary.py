@@ -3,11 +3,14 @@
 FAKE: outcomes made by hand (no compile); the real runs are tests/e2e/test_plugin.py's and test_cli.py's.
 """
 
+from pathlib import Path
+
 import pytest
 
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.gate.run import Interrupted
+from aotcheck.pipeline.cache import CacheSpec
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
@@ -38,7 +41,7 @@ def test_a_compiler_that_is_not_installed_is_said_so_in_the_header():
     from aotcheck.gate.run import RunHeader
     from aotcheck.render.summary import header_lines
 
-    header = RunHeader(targets=("h100-8x1",), golden_dir="golden", update=False, cache_dir=None,
+    header = RunHeader(targets=("h100-8x1",), golden_dir="golden", update=False,
                        toolchain={"jax": "0.10.2", "jax-cuda12-pjrt": None})
     assert header_lines(header)[0].endswith("no figures cache; jax 0.10.2, jax-cuda12-pjrt not installed")
 
@@ -73,8 +76,8 @@ def test_the_header_says_once_what_a_run_does_with_its_shared_store(shares, upda
     from aotcheck.gate.run import RunHeader
     from aotcheck.render.summary import header_lines
 
-    header = RunHeader(targets=("v4-8x1",), golden_dir="golden", update=update, cache_dir="c",
-                       cache_url="s3://b/aot", cache_shares=shares)
+    header = RunHeader(targets=("v4-8x1",), golden_dir="golden", update=update,
+                       cache=CacheSpec(Path("c"), not update, "s3://b/aot", shares))
     assert said in header_lines(header)[0] and header_lines(header)[0].count("(") <= 2
 
 
@@ -105,7 +108,7 @@ def test_a_golden_dir_that_is_no_directory_is_said_as_what_it_is(state, said):
     from aotcheck.gate.run import RunHeader
     from aotcheck.render.summary import header_lines
 
-    header = RunHeader(targets=("v4-8x1",), golden_dir="golden", update=False, cache_dir=None, golden_dir_missing=True,
+    header = RunHeader(targets=("v4-8x1",), golden_dir="golden", update=False, golden_dir_missing=True,
                        golden_dir_state=state)
     warning = [line for line in header_lines(header) if "WARNING" in line]
     assert len(warning) == 1 and said in warning[0] and "does not exist, so every case" not in warning[0]
