@@ -17,7 +17,7 @@ Public surface::
 """
 
 from aotcheck import _runtime  # noqa: F401  (sets libtpu's environment first)
-from aotcheck.errors import CompileError, ConfigError, OutOfMemory, OutOfMemorySpace, Overflow, WorkerCrashed
+from aotcheck.errors import Allocation, CompileError, ConfigError, OutOfMemory, OutOfMemorySpace, Overflow, WorkerCrashed
 from aotcheck.figures import known_kernels  # noqa: F401  (the costs of the kernels jax ships)
 from aotcheck.figures.kernels import KernelCall, KernelCostError, kernel_cost
 from aotcheck.figures.program import program_figures
@@ -65,6 +65,7 @@ __all__ = [
     "doubling",
     "padded",
     "Case",
+    "Allocation",
     "CompileError",
     "ConfigError",
     "ConfigNotFound",

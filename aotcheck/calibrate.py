@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ContextManager
 
 from aotcheck import _runtime
-from aotcheck.figures.hbm import oom_bytes
+from aotcheck.programs.oom import overflow_of
 from aotcheck.gate.boot import boot_budget, load_order
 from aotcheck.targets.usable import Usable
 from aotcheck.gate.calibration import CALIBRATED, Calibration, write_record
@@ -146,8 +146,10 @@ def _with_fit(record: Calibration, runtime: Runtime, case: Case, config: Any, fi
 
 
 def _needed(message: str) -> int | None:
-    """What XLA's out-of-memory message says the program needed (``HLO temporaries (15.78G)``)."""
-    return oom_bytes(message)
+    """What the chip's compiler said the program needed (``HLO temporaries (15.78G)``): its refusal read as
+    a compile's is (:func:`aotcheck.programs.oom.overflow_of`), the chip's compile having raised it bare."""
+    overflow = overflow_of(message)
+    return overflow.size_bytes if overflow is not None and overflow.hbm else None
 
 
 def _server(name: str, group: Sequence[tuple[Case, Any, Measurement]], runtime: Runtime,

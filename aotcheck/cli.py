@@ -35,11 +35,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from aotcheck.pipeline.case import Case
-from aotcheck.errors import AotcheckError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_type
-from aotcheck.figures.hbm import explain_overflow, hbm_verdict
+from aotcheck.errors import AotcheckError, OutOfMemory, WorkerCrashed
+from aotcheck.figures.hbm import hbm_verdict
 from aotcheck.figures.fit import Fit, over_pools
 from aotcheck.figures.program import Details
+from aotcheck.gate.check import failure_of
 from aotcheck.gate.isolation import Measurer
+from aotcheck.gate.outcome import Outcome, Reason
 from aotcheck.gate.report import merge_reports
 from aotcheck.gate.shard import MAX_JOBS, github_layout, job_spans
 from aotcheck.ini import find_ini
@@ -183,20 +185,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
     options = compile_options(args)
     headroom = options.pop("hbm_headroom")  # The ini's aot_hbm_headroom: the verdict --json says.
     measurer = Measurer(keep_hlo=bool(args.dump_hlo or args.explain), **options)
+    results, case = [], None
     try:
-        with _stdout_to_stderr():  # The session builds the config again (a builder must give the same one).
-            results = [measurer(Case.for_config(entry.name, entry.program(program), target)) for program in programs]
-    except WorkerCrashed as e:
-        print(f"aotcheck: error: {crash_words(e, target.topology.family)}", file=sys.stderr)
-        return 3
-    except OutOfMemorySpace as e:  # A kernel's VMEM or SMEM, not HBM: said as such, never XLA's raw text.
-        print(f"aotcheck: error: {entry.name} {explain_overflow(e.overflow, target.topology)}", file=sys.stderr)
-        return 2
-    except AotcheckError:
-        raise
-    except Exception as e:  # User code raised while building or tracing (a ValueError of its own too): name it.
-        print(f"aotcheck: error: {error_type(e)} while building or lowering {entry.name}: {e}", file=sys.stderr)
-        return 2
+        for program in programs:
+            case = None  # Until this program's case is built: a failure before it is not another case's.
+            case = Case.for_config(entry.name, entry.program(program), target)
+            with _stdout_to_stderr():  # The session builds the config again (a builder must give the same one).
+                results.append(measurer(case))
+    except Exception as e:  # Classified as the gate classifies it, and worded from its record as the gate words it.
+        verdict, failure = failure_of(e)
+        if failure.reason is Reason.INPUT or case is None:
+            raise  # aotcheck's own error explains itself: one line, exit status 2.
+        print(f"aotcheck: error: {outcome_message(Outcome(case, verdict, error=failure))}", file=sys.stderr)
+        return 3 if failure.reason is Reason.CRASHED else 2
     finally:
         measurer.close()
     if args.dump_hlo:

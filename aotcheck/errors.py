@@ -12,9 +12,11 @@ class                      what went wrong
 :class:`ConfigError`       the config, mesh, rules, topology or a name in it (a ValueError)
 :class:`UserCodeError`     code of the user's raised while building or lowering (its class named)
 :class:`CompileError`      XLA refused the program
-:class:`OutOfMemory`       ... because it does not fit HBM: what filled the memory in ``details``
+:class:`OutOfMemory`       ... because it does not fit HBM (a GPU's memory too): what XLA said in an
+                           :class:`Overflow` (needed, available, XLA's breakdown, its largest
+                           allocations), what filled the memory in ``details``
 :class:`OutOfMemorySpace`  ... because an op overflows another memory space (a Pallas kernel's VMEM
-                           or SMEM): which, how much, the limit and the op in an :class:`Overflow`
+                           or SMEM): which, how much, the limit and the op, in the same :class:`Overflow`
 :class:`WorkerCrashed`     the compile process died (a signal, the host's OOM killer)
 =========================  ==============================================================
 
@@ -29,13 +31,18 @@ Example:
     >>> again = error_from_json(error_to_json(OutOfMemorySpace("E1001: CompileTimeScopedVmemOom", overflow=vmem)))
     >>> type(again).__name__, again.overflow == vmem, isinstance(again, OutOfMemory)
     ('OutOfMemorySpace', True, True)
+    >>> hbm = Overflow("hbm", 20 * 2**30, 15 * 2**30, breakdown={"program": 20 * 2**30},
+    ...                allocations=(Allocation(4 * 2**30, "bf16[16,2048,8192]", kind="HLO temp"),))
+    >>> again = error_from_json(error_to_json(OutOfMemory("Ran out of memory in memory space hbm", overflow=hbm)))
+    >>> type(again).__name__, again.overflow == hbm, again.overflow.hbm
+    ('OutOfMemory', True, True)
     >>> error = error_from_json({"type": "somewhere.Else", "message": "boom"})
     >>> error, error_type(error)
     (UserCodeError('somewhere.Else: boom'), 'Else')
 """
 
 from __future__ import annotations
-from aotcheck.records import Record
+from aotcheck.records import Record, field
 
 import builtins
 import dataclasses
@@ -80,35 +87,37 @@ class CompileError(AotcheckError, RuntimeError):
     """XLA refused to compile a program; the message says which and why."""
 
 
-class OutOfMemory(CompileError):
-    """XLA refused the program because it does not fit the device's HBM. ``details``: what filled
-    the memory (the JSON form of :class:`aotcheck.figures.program.Details`), when XLA's dump said;
-    after a fit search, the search too."""
+@dataclasses.dataclass(frozen=True)
+class Allocation(Record):
+    """One of the largest allocations XLA names when it runs out of memory, as its message lists them.
 
-    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.details = dict(details) if details is not None else None
+    Attributes:
+        size_bytes: Its size (XLA rounds it to 0.01 of its unit).
+        shape: Its shape, without XLA's layout (``bf16[16,2048,8192]``).
+        op_name: JAX's name of the op that made it, from XLA's ``Operator:`` line.
+        source: The Python line XLA's ``Operator:`` line names (``model.py:88``), where it names one.
+        instruction: XLA's name of the instruction (its ``XLA label``).
+        kind: What it is for, as XLA says (``HLO temp``, ``scratch operand``, ``parameter``).
+    """
 
-    def with_details(self, details: Mapping[str, Any]) -> "OutOfMemory":
-        """The same error (its class and every field), saying what filled the memory."""
-        return type(self).from_fields(str(self), {**self.fields(), "details": dict(details)})
-
-    def fields(self) -> dict[str, Any]:
-        return {"details": self.details} if self.details is not None else {}
-
-    @classmethod
-    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "OutOfMemory":
-        return cls(message, details=fields.get("details"))
+    size_bytes: int | None
+    shape: str | None = field(default=None, omit="none")
+    op_name: str | None = field(default=None, omit="none")
+    source: str | None = field(default=None, omit="none")
+    instruction: str | None = field(default=None, omit="none")
+    kind: str | None = field(default=None, omit="none")
 
 
 @dataclasses.dataclass(frozen=True)
 class Overflow(Record):
-    """What XLA's refusal says about a memory space other than HBM that an op overflowed, in bytes.
+    """What XLA's out-of-memory refusal says, in any memory space (HBM, a GPU's memory, VMEM, SMEM), in
+    bytes: read once, where XLA says it (:mod:`aotcheck.programs.oom`), and worded by :mod:`aotcheck.render`.
 
     Attributes:
-        space: The memory space as XLA names it: ``vmem``, ``smem``, ...
+        space: The memory space as XLA names it: ``hbm`` (a GPU's memory too), ``vmem``, ``smem``, ...
         size_bytes: What the op (or the program, in that space) needs; XLA rounds it to 0.01 of its unit.
-        limit_bytes: What it may use there.
+            None where XLA does not say.
+        limit_bytes: What it may use there (None where XLA does not say: a GPU's allocator).
         limit: ``"scoped"``: XLA's scoped limit for one op, which launch flags (and a Pallas kernel's
             ``vmem_limit_bytes``) set; ``"capacity"``: the memory itself, which nothing raises.
         excess_bytes: By how much it is over, as XLA says (exact where the sizes are rounded).
@@ -120,6 +129,9 @@ class Overflow(Record):
         kernel: The op is a Pallas (Mosaic) kernel: ``custom_call_target="tpu_custom_call"``.
         source: The Python line that made the op (``model.py:88``; several, when the program has
             several ops XLA's words fit), from its metadata or the lowered program; None when unknown.
+        breakdown: XLA's own split of what it needed, category by category in its words and order
+            (``reserved``, ``program``, ``arguments``, ``HLO temp``; a GPU's ``parameter allocation``, ...).
+        allocations: The largest allocations XLA names, largest first.
     """
 
     space: str
@@ -134,6 +146,46 @@ class Overflow(Record):
     tag: str | None = None
     kernel: bool = False
     source: str | None = None
+    # Written only when XLA said them: a record written before they were read stays byte for byte.
+    breakdown: dict[str, int] = field(default_factory=dict, omit="empty")
+    allocations: tuple[Allocation, ...] = field(default=(), omit="empty")
+
+    @property
+    def hbm(self) -> bool:
+        """Whether the space is the device's memory (a TPU's HBM, a GPU's), not an op's on-chip space."""
+        return self.space.lower() == "hbm"
+
+class OutOfMemory(CompileError):
+    """XLA refused the program because it does not fit a memory space: ``overflow`` is what XLA said
+    (None where its words were not read); this class itself is HBM's (a GPU's memory too). ``details``:
+    what filled the memory (the JSON form of :class:`aotcheck.figures.program.Details`), when XLA's
+    dump said; after a fit search, the search too."""
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None,
+                 overflow: Overflow | None = None) -> None:
+        super().__init__(message)
+        self.details = dict(details) if details is not None else None
+        self.overflow = overflow
+
+    def with_details(self, details: Mapping[str, Any]) -> "OutOfMemory":
+        """The same error (its class and every field), saying what filled the memory."""
+        return type(self).from_fields(str(self), {**self.fields(), "details": dict(details)})
+
+    def located(self, source: str | None) -> "OutOfMemory":
+        """The same error, naming the Python line that made the op (unchanged when ``source`` is None)."""
+        if source is None or self.overflow is None:
+            return self
+        return type(self).from_fields(str(self), {**self.fields(), "overflow": dataclasses.replace(
+            self.overflow, source=source).to_json()})
+
+    def fields(self) -> dict[str, Any]:
+        return {**({"details": self.details} if self.details is not None else {}),
+                **({"overflow": self.overflow.to_json()} if self.overflow is not None else {})}
+
+    @classmethod
+    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "OutOfMemory":
+        overflow = fields.get("overflow")
+        return cls(message, details=fields.get("details"), overflow=Overflow.from_json(overflow) if overflow else None)
 
 
 class OutOfMemorySpace(OutOfMemory):
@@ -141,23 +193,10 @@ class OutOfMemorySpace(OutOfMemory):
     kernel's VMEM scratch over the scoped VMEM limit, SMEM over the chip's. ``overflow`` says which
     space, how much, the limit and the op. No HBM figure explains it: ``details`` holds at most a fit search."""
 
-    def __init__(self, message: str, *, overflow: Overflow, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(message, details=details)
-        self.overflow = overflow
+    overflow: Overflow
 
-    def located(self, source: str | None) -> "OutOfMemorySpace":
-        """The same error, naming the Python line that made the op (unchanged when ``source`` is None)."""
-        if source is None:
-            return self
-        return type(self)(str(self), overflow=dataclasses.replace(self.overflow, source=source), details=self.details)
-
-    def fields(self) -> dict[str, Any]:
-        return {**super().fields(), "overflow": self.overflow.to_json()}
-
-    @classmethod
-    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "OutOfMemorySpace":
-        return cls(message, overflow=Overflow.from_json(fields.get("overflow") or {"space": "unknown",
-                   "size_bytes": None, "limit_bytes": None}), details=fields.get("details"))
+    def __init__(self, message: str, *, overflow: Overflow | None, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message, details=details, overflow=overflow or Overflow("unknown", None, None))
 
 
 def out_of_memory(message: str) -> bool:

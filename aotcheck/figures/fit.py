@@ -45,7 +45,8 @@ DEFAULT_UPPER = 4096  # The search's upper bound, in multiples of the configured
 class Probe(NamedTuple):
     """One compile of the program at ``size``: its peak (None when XLA ran out of memory) and whether it
     fits; ``refused``: XLA refused it for a memory space other than HBM (a kernel's VMEM), not for HBM;
-    ``needed``: what XLA said it needs when it ran out of HBM (a point on the line all the same)."""
+    ``needed``: what XLA said it needs when it ran out of HBM (its record's ``size_bytes``: a point on the
+    line all the same)."""
 
     size: int
     peak_bytes: int | None

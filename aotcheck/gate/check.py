@@ -86,6 +86,28 @@ def check_case(
     return dataclasses.replace(outcome, failed=outcome.verdict.fails(strict=strict))
 
 
+def failure_of(error: Exception) -> tuple[Verdict, Failure]:
+    """The verdict and the record of an error that measuring a case raised: the one classification, the
+    gate's and ``aotcheck compile``'s (the first rows of the module's table).
+
+    Example:
+        >>> failure_of(OutOfMemory("RESOURCE_EXHAUSTED: Ran out of memory"))[1].reason
+        <Reason.OUT_OF_MEMORY: 'out-of-memory'>
+        >>> verdict, failure = failure_of(KeyError("vocab"))
+        >>> verdict, failure.reason, failure.type_name
+        (<Verdict.ERROR: 'error'>, <Reason.USER_CODE: 'user-code'>, 'KeyError')
+    """
+    if isinstance(error, WorkerCrashed):
+        return Verdict.CRASHED, Failure.of(Reason.CRASHED, error)
+    if isinstance(error, OutOfMemory):  # Any space: its Overflow says which (HBM, a kernel's VMEM, ...).
+        return Verdict.OUT_OF_MEMORY, Failure.of(Reason.OUT_OF_MEMORY, error)
+    if isinstance(error, CompileError):
+        return Verdict.COMPILE_ERROR, Failure.of(Reason.COMPILE_ERROR, error)
+    if isinstance(error, AotcheckError) and not isinstance(error, UserCodeError):
+        return Verdict.ERROR, Failure.of(Reason.INPUT, error)  # aotcheck's own error, which explains itself.
+    return Verdict.ERROR, Failure.of(Reason.USER_CODE, error)
+
+
 def with_later_classes(golden: Mapping[str, float]) -> dict[str, float]:
     """A golden's figures with the peak's classes added after it was written read as 0, where it holds the
     rest of the split (a golden of figures version 17 or older has no ``peak_kv_cache_bytes``: its KV pool,
@@ -111,18 +133,9 @@ def _decide(
 ) -> Outcome:
     try:
         result = measure(case)
-    except WorkerCrashed as e:
-        return Outcome(case, Verdict.CRASHED, error=Failure.of(Reason.CRASHED, e))
-    except OutOfMemory as e:  # HBM's, or another memory space's (a kernel's VMEM: its Overflow says which).
-        return Outcome(case, Verdict.OUT_OF_MEMORY, error=Failure.of(Reason.OUT_OF_MEMORY, e))
-    except CompileError as e:
-        return Outcome(case, Verdict.COMPILE_ERROR, error=Failure.of(Reason.COMPILE_ERROR, e))
-    except UserCodeError as e:
-        return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.USER_CODE, e))
-    except AotcheckError as e:
-        return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.INPUT, e))
-    except Exception as e:  # User code (tracing, building, make_args) raised: named by its class, never a traceback.
-        return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.USER_CODE, e))
+    except Exception as e:  # User code (tracing, building, make_args) too: named by its class, never a traceback.
+        found, failure = failure_of(e)
+        return Outcome(case, found, error=failure)
     figures = result.figures
     # What the figures may miss is said on the case every run (its golden records it too).
     doubts = [f"{case.id}: {line}" for line in result.details.doubts()]

@@ -76,7 +76,8 @@ class Failure(Record):
         fields: The error's other fields (a crash's signal and last lines, a user error's class name).
         details: What filled the memory of a compile that ran out of it (and a fit search after it).
         log: What a compile process that died printed, whole.
-        overflow: Which memory space other than HBM an op overflowed.
+        overflow: What XLA said of the memory it ran out of, in any space (HBM's too: needed, available, its
+            breakdown and largest allocations), read once where the compile raised it.
         hbm: The peak over the HBM the project allows (``OVER_HBM``).
         path: The golden file it concerns (``GOLDEN_UNWRITABLE``).
 

@@ -27,7 +27,7 @@ from typing import Any
 from aotcheck.errors import ConfigError, OutOfMemory, OutOfMemorySpace
 from aotcheck.figures.attribution import PEAK_FIGURES
 from aotcheck.figures.fit import Fit, Probe, search
-from aotcheck.figures.hbm import hbm_verdict, oom_bytes
+from aotcheck.figures.hbm import hbm_verdict
 from aotcheck.figures.program import Details
 from aotcheck.pipeline.cache import FiguresCache, entry_digest
 from aotcheck.pipeline.case import Case
@@ -187,8 +187,8 @@ def fit_search(
                                      presets=presets, registering=registering)
             except OutOfMemorySpace as e:  # Not HBM: a kernel's VMEM (say). Too large all the same, and said.
                 return Probe(size, None, False, refused=e.overflow)
-            except OutOfMemory as e:  # What XLA says it needs is a point on the line too.
-                return Probe(size, None, False, needed=oom_bytes(str(e)))
+            except OutOfMemory as e:  # What XLA says it needs (its record) is a point on the line too.
+                return Probe(size, None, False, needed=e.overflow.size_bytes if e.overflow is not None else None)
         measured_at[size] = measured
         peak = int(measured.figures["peak_bytes"])
         return Probe(size, peak, hbm_verdict(peak, case.topology, headroom=hbm_headroom) is None

@@ -25,7 +25,7 @@ from typing import Any
 from aotcheck.errors import WorkerCrashed
 from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
 from aotcheck.figures.fit import Fit, Pools
-from aotcheck.figures.hbm import HbmVerdict, explain_oom, explain_overflow, overflow_phrase
+from aotcheck.figures.hbm import HbmVerdict
 from aotcheck.figures.sharding import Unsharded
 from aotcheck.figures.table import comm, parse
 from aotcheck.gate.compare import Change, Row
@@ -35,6 +35,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.export import mismatch_words
 from aotcheck.gate.why import class_growth, grown
 from aotcheck.render.accept import accept_case_command
+from aotcheck.render.memory import oom_words, overflow_phrase
 from aotcheck.render.serving import usable_words
 from aotcheck.render.tables import buffers_table, clip, fmt_value, source_line, table
 from aotcheck.targets.topology import Topology
@@ -141,15 +142,14 @@ def _message(outcome: Outcome, *, golden_file: str, accept: str) -> str:
         return f"{case.id} does not compile:\n{trim_error(detail)}"
     if verdict is Verdict.OUT_OF_MEMORY:
         overflow = failure.overflow if failure is not None else None
-        if overflow is not None:  # An op's VMEM or SMEM, not HBM: its own words, never an HBM table.
-            fit = outcome.details.fit if outcome.details is not None else None
-            message = f"{case.id} {explain_overflow(overflow, case.topology, fit=fit)}"
+        fit = outcome.details.fit if outcome.details is not None else None  # How far down it fits, when searched.
+        if overflow is not None and not overflow.hbm:  # An op's VMEM or SMEM, not HBM: its own words, never an HBM table.
+            message = f"{case.id} {oom_words(overflow, case.topology, fit=fit)}"
             found = fit_lines(case.id, fit, case.topology) if fit is not None and fit.max_size else []
             return "\n\n".join([message, *(["\n".join(found)] if found else [])])
-        message = f"{case.id} {explain_oom(detail, case.topology)}"
+        message = f"{case.id} {oom_words(overflow, case.topology, text=trim_error(detail))}"
         if outcome.details is not None and outcome.details.peak_buffers:
             message += "\nThe largest buffers at XLA's peak (from its dump):\n" + buffers_table(outcome.details.peak_buffers)
-        fit = outcome.details.fit if outcome.details is not None else None  # How far down it fits, when searched.
         found = ["\n".join(fit_lines(case.id, fit, case.topology))] if fit is not None else []
         return "\n\n".join([message, *found, *unsharded_lines(outcome)])
     if verdict is Verdict.OVER_HBM:

@@ -219,6 +219,9 @@ if __name__ == "__main__":
                           == (cold.figures, cold.compiler_options, cold.details.to_json()),
         "peak": cold.figures["peak_bytes"],
         "oom": [type(oom).__name__, bool(oom.details["peak_buffers"]), str(oom).startswith("Compiling oom/step@v5e-4x1 failed: RESOURCE_EXHAUSTED")],
+        # XLA's words read once, in the worker's compile: the record crosses the pipe with the error.
+        "overflow": [oom.overflow.space, oom.overflow.size_bytes > oom.overflow.limit_bytes == round(15.75 * 2**30),
+                     sorted(oom.overflow.breakdown)],
     }))
 '''
 
@@ -227,7 +230,7 @@ def test_one_measurement_record_through_the_worker_the_cache_and_the_golden(tmp_
     """A measurement is one record with one JSON form: the compile worker's reply rebuilds the same
     object, a cache hit gives it back (but for being a hit, not lowered, and the process's memory), the golden holds
     its figures, options and details unchanged; an out-of-memory compile crosses the worker as an
-    OutOfMemory with what filled the memory. Real worker, real compiles."""
+    OutOfMemory with what filled the memory and XLA's words as its record. Real worker, real compiles."""
     (tmp_path / "shapes.py").write_text(textwrap.dedent(PACKAGE["myconfigs/shapes.py"]))
     (tmp_path / "record.py").write_text(RECORD)
     out = subprocess.run([sys.executable, "record.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -236,3 +239,4 @@ def test_one_measurement_record_through_the_worker_the_cache_and_the_golden(tmp_
     assert found["peak"] > 0 and (found["cold_cached"], found["warm_cached"], found["warm_lowered"]) == (False, True, False)
     assert found["json_round_trip"] and found["warm_is_cold"] and found["golden_is_cold"], found
     assert found["oom"] == ["OutOfMemory", True, True], found
+    assert found["overflow"] == ["hbm", True, ["HLO temporaries"]], found

@@ -21,7 +21,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import aotcheck
 from aotcheck.errors import Overflow, error_from_json, error_to_json
 from aotcheck.figures.fit import Fit, Probe, search
-from aotcheck.figures.hbm import explain_overflow, locate
+from aotcheck.figures.hbm import locate
+from aotcheck.render.memory import explain_overflow
 from aotcheck.gate.check import check_case
 from aotcheck.gate.golden import GoldenStore
 from aotcheck.gate.outcome import Outcome

@@ -13,7 +13,8 @@ import aotcheck
 from aotcheck.figures.program import roofline
 from aotcheck.figures.hlo import parse_module
 from aotcheck.figures.loops import analyze_hlo, trip_count
-from aotcheck.figures.hbm import HbmVerdict, explain_oom, hbm_verdict
+from aotcheck.figures.hbm import HbmVerdict, hbm_verdict
+from aotcheck.render.memory import oom_words
 from aotcheck.models import lm
 from aotcheck.targets.tpu import CHIPS
 
@@ -101,31 +102,16 @@ def test_hbm_verdict_is_a_record_in_plain_words():
     assert hbm_verdict(2**40, "cpu-4") is None  # No HBM known: nothing to check against.
 
 
-def test_xla_out_of_memory_is_explained():
+def test_xla_out_of_memory_is_one_record_read_where_the_compile_raises():
+    """A real HBM refusal on a deviceless v5e-1: typed and read once, its record worded without XLA's text."""
     cfg = dataclasses.replace(lm.ONE_B, n_layers=4, batch=64, mesh=aotcheck.MeshSpec(("data", "model"), (-1, 1)))
     with pytest.raises(aotcheck.OutOfMemory) as e:  # Typed where XLA says so: nothing downstream reads the text.
         aotcheck.compile_trainer_programs(lm.trainer_config(cfg), topology="v5e-1")
-    text = explain_oom(str(e.value), "v5e-1")
+    o = e.value.overflow
+    assert type(e.value) is aotcheck.OutOfMemory and o.hbm and o.limit_bytes == round(15.75 * 2**30)
+    assert o.size_bytes > o.limit_bytes and sum(o.breakdown.values()) >= o.size_bytes
+    text = oom_words(o, "v5e-1")
     assert text.startswith("does not fit: XLA needs ") and "of the 15.75 GiB HBM a device can use on v5e-1" in text
-
-
-def test_explain_oom_reads_the_long_form():
-    """FAKE: the text of XLA's long out-of-memory error, as MaxText's issues quote it (v4, 33.27G of
-    30.75G); no compile produces it here."""
-    error = """RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 33.27G of 30.75G hbm.
-Total hbm usage >= 33.52G:
-    reserved        258.00M
-    program          32.63G
-    arguments       645.15M
-  Largest program allocations in hbm:
-  1. Size: 4.00G
-     Operator: op_name="jit(train_step)/mlp/wi/dot_general"
-     Shape: bf16[16,2048,8192]{2,1,0}
-"""
-    text = explain_oom(error, "v4-8")
-    assert "XLA needs 33.27 GiB of the 30.75 GiB HBM a device can use on v4-8: 108%" in text
-    assert "reserved 258.00M, program 32.63G, arguments 645.15M" in text
-    assert "4.00G  bf16[16,2048,8192]{2,1,0}" in text and "mlp/wi/dot_general" in text
 
 
 # Trip counts from HLO shapes the compiler emits: a fused compare, a non-zero start, a step of 2.

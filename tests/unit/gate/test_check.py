@@ -14,7 +14,8 @@ from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.gate.outcome import Failure, Outcome, Reason
 from aotcheck.gate.verdict import GoldenAction, Verdict
-from aotcheck.errors import CompileError, OutOfMemory, WorkerCrashed, error_from_json
+from aotcheck.errors import CompileError, OutOfMemory, OutOfMemorySpace, WorkerCrashed, error_from_json
+from aotcheck.programs.oom import overflow_of
 from aotcheck.programs.registry import ProgramNotFound
 from aotcheck.session import GateSession
 from aotcheck.settings import GateSettings
@@ -47,7 +48,9 @@ def write_golden(tmp_path, figures):
 
 
 @pytest.mark.parametrize("error,verdict,words", [
-    (OutOfMemory(OOM), Verdict.OUT_OF_MEMORY, "does not fit: XLA needs 20.00 GiB of the 15.75 GiB"),
+    # As the compile raises it: the record read from XLA's words where it raised them.
+    (OutOfMemory(OOM, overflow=overflow_of(OOM)), Verdict.OUT_OF_MEMORY, "does not fit: XLA needs 20.00 GiB of the 15.75 GiB"),
+    (OutOfMemory(OOM), Verdict.OUT_OF_MEMORY, "does not fit in HBM on v5e-4; XLA says:\nRESOURCE_EXHAUSTED"),
     (CompileError(OOM.replace("RESOURCE_EXHAUSTED", "INVALID_ARGUMENT")), Verdict.COMPILE_ERROR, "INVALID_ARGUMENT"),
     (CompileError("INVALID_ARGUMENT: bad sharding"), Verdict.COMPILE_ERROR, "does not compile:\nINVALID_ARGUMENT"),
     (ProgramNotFound("Config 'toy' has no program 'step'; it has a."), Verdict.ERROR, "has no program 'step'"),
@@ -258,3 +261,60 @@ def test_a_golden_written_before_the_kv_cache_class_is_judged_not_failed_for_the
     served = session(tmp_path, {**old, "peak_batch_bytes": 2**20, "peak_kv_cache_bytes": 2 * 2**20}).check(CASE)
     assert served.verdict is Verdict.REGRESSION
     assert {r.metric for r in served.changes} == {"peak_kv_cache_bytes", "peak_batch_bytes"}
+
+
+VMEM = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:\nRan out of memory in memory space vmem while allocating on "
+        "stack for %f.1 = f32[32768,128]{1,0:T(8,128)} custom-call(%x_ref.1), custom_call_target=\"tpu_custom_call\", "
+        "metadata={op_name=\"jit(f)/pallas_call\" stack_frame_id=3}. Scoped allocation with size 32.00M and limit 16.00M "
+        "exceeded scoped vmem limit by 16.00M.")
+
+
+@pytest.mark.parametrize("error, status", [
+    (OutOfMemory(OOM, overflow=overflow_of(OOM)), 2),
+    (OutOfMemorySpace(VMEM, overflow=overflow_of(VMEM)), 2),
+    (WorkerCrashed("the v5e compile process died with SIGSEGV", signal_name="SIGSEGV"), 3),
+    (KeyError("vocab_size"), 2),
+])
+def test_aotcheck_compile_fails_as_the_gate_does_in_its_words(monkeypatch, capsys, tmp_path, error, status):
+    """One classification (failure_of) and one wording (outcome_message): `aotcheck compile`'s line is the gate's."""
+    import aotcheck.cli as cli
+
+    seen = []
+
+    class FailingMeasurer:  # FAKE: the compile worker, raising what a real one raises.
+        def __init__(self, **options):
+            pass
+
+        def __call__(self, case):
+            seen.append(case)
+            raise error
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(cli, "Measurer", FailingMeasurer)
+    assert cli.main(["compile", "lm-tiny", "--topology", "v5e-4", "--method", "prefill"]) == status
+    stderr = capsys.readouterr().err
+    gate = GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4"], cache_dir=None),
+                       measure=fake_measure(error)).check(seen[0])
+    assert stderr == f"aotcheck: error: {outcome_message(gate)}\n"
+    assert "RESOURCE_EXHAUSTED" not in stderr  # Worded from the record, never XLA's text.
+
+
+def test_aotcheck_compile_leaves_its_own_errors_to_say_themselves(monkeypatch, capsys):
+    import aotcheck.cli as cli
+    from aotcheck.errors import ConfigError
+
+    class FailingMeasurer:  # FAKE: a worker that finds the config wrong.
+        def __init__(self, **options):
+            pass
+
+        def __call__(self, case):
+            raise ConfigError("Mesh shape (3,) does not fit 4 devices")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(cli, "Measurer", FailingMeasurer)
+    assert cli.main(["compile", "lm-tiny", "--topology", "v5e-4", "--method", "prefill"]) == 2
+    assert capsys.readouterr().err == "aotcheck: error: Mesh shape (3,) does not fit 4 devices\n"

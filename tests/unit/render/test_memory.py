@@ -1,0 +1,49 @@
+"""Out of memory worded from its record: each real form (tests/fixtures/oom) read by the compile's reader,
+then worded; never XLA's text re-read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aotcheck.errors import Overflow
+from aotcheck.programs.oom import overflow_of
+from aotcheck.render.memory import hbm_words, oom_words
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "oom"
+
+
+def words(name: str, topology: str) -> str:
+    return oom_words(overflow_of((FIXTURES / name).read_text()), topology)
+
+
+def test_tpu_hbm_words_say_needed_available_breakdown_and_allocations():
+    short = words("tpu-hbm-short.libtpu-0.0.50.1.txt", "v5e-1")
+    assert short == ("does not fit: XLA needs 20.00 GiB for HLO temporaries of the 15.75 GiB HBM a device can use "
+                     "on v5e-1: 127%")
+    long = words("tpu-hbm-capacity.field.txt", "v4-8").splitlines()
+    assert long[0] == "does not fit: XLA needs 63.80 GiB of the 30.75 GiB HBM a device can use on v4-8: 207%"
+    assert long[1].startswith("XLA's figures per device: reserved 1.25 GiB, program 63.80 GiB, arguments 0 B")
+    assert long[2] == "Largest allocations XLA names:"
+    assert "2.00 GiB  f32[32,4096,4096] (HLO temp)" in long[3] and long[3].endswith("at attention.py:1059")
+    assert "XLA's %copy.88" in long[4]
+
+
+def test_gpu_words_say_what_the_allocator_could_not_get():
+    text = words("gpu-buffer-assignment.field.txt", "h100-8").splitlines()
+    assert text[0] == "does not fit in HBM on h100-8: XLA could not allocate 4.44 GiB"
+    assert "parameter allocation 372.76 MiB" in text[1] and "f32[4096,128,3]" in text[3]
+
+
+def test_vmem_and_smem_are_worded_in_their_space_never_as_hbm():
+    vmem = words("tpu-vmem-scoped.libtpu-0.0.50.1.txt", "v5e-1")
+    assert vmem.startswith("does not fit in VMEM on v5e-1: the Pallas kernel jit(<lambda>)/pallas_call")
+    assert "--xla_tpu_scoped_vmem_limit_kib=32768" in vmem and "HBM on" not in vmem
+    smem = words("tpu-smem-allocation.libtpu-0.0.50.1.txt", "v5e-1")
+    assert smem.startswith("does not fit in SMEM on v5e-1") and "No flag raises it" in smem
+
+
+def test_no_record_shows_xlas_text_as_it_came():
+    """A report written before the record was read (or words no reader knows): XLA's lines, not a guess."""
+    text = oom_words(None, "v5e-1", text="RESOURCE_EXHAUSTED: something new\n\n  details")
+    assert text == "does not fit in HBM on v5e-1; XLA says:\nRESOURCE_EXHAUSTED: something new\n  details"
+    assert hbm_words(Overflow("hbm", None, None), "v5e-1") == "does not fit in HBM on v5e-1"
