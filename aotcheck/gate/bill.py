@@ -42,6 +42,7 @@ from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
+from aotcheck.programs.serving import Server
 
 FIGURE = "compile_cpu_seconds"
 
@@ -64,9 +65,8 @@ class Bill:
             where a bucket lacks a figure it needs).
         booted: How it started by its goldens' figures (None: not judged, or not known).
         usable: What a device may hold there and where that comes from, as this run found it (a GPU's
-            memory fraction is its process's): a merge of shards judges their boot by it.
-        load_order: The server's programs in the order it loads them (its config's), for a merge of shards.
-        pages: Its KV pool's configured pages (its config's), for a merge of shards.
+            memory fraction is its process's): a merge of shards judges their boot by it. (The server's
+            load order and configured pages are the report's :class:`~aotcheck.programs.serving.Server`.)
     """
 
     config: str
@@ -80,8 +80,6 @@ class Bill:
     boot: Boot | None = None
     booted: Start | None = None
     usable: Usable | None = None
-    load_order: tuple[str, ...] = ()
-    pages: int | None = None
 
     @property
     def boot_lost(self) -> bool:
@@ -103,8 +101,7 @@ class Bill:
                 "complete": self.complete, "row": self.row.to_json() if self.row is not None else None,
                 "tolerance": self.tolerance.to_json() if self.tolerance is not None else None,
                 "accepted": self.accepted, "boot": self.boot.to_json() if self.boot is not None else None,
-                "booted": self.booted.value if self.booted is not None else None, "usable": self.usable.to_json() if self.usable is not None else None,
-                "load_order": list(self.load_order), "pages": self.pages}
+                "booted": self.booted.value if self.booted is not None else None, "usable": self.usable.to_json() if self.usable is not None else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Bill":
@@ -114,8 +111,7 @@ class Bill:
                    bool(data["complete"]), Row.from_json(row) if row else None,
                    Tolerance.from_json(tolerance) if tolerance else None, bool(data.get("accepted", False)),
                    Boot.from_json(boot) if boot else None, _start(booted),
-                   Usable.from_json(usable) if usable else None, tuple(map(str, data.get("load_order") or ())),
-                   None if data.get("pages") is None else int(data["pages"]))
+                   Usable.from_json(usable) if usable else None)
 
 
 def _start(value: Any) -> Start | None:
@@ -135,16 +131,16 @@ def served(outcome: Outcome) -> bool:
 def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES,
                   *, judge: bool = True, partial: Collection[tuple[str, str]] = (),
                   usable: Mapping[tuple[str, str], Usable] | None = None,
-                  order: Mapping[str, Sequence[str]] | None = None,
-                  pages: Mapping[str, int] | None = None) -> list[Bill]:
+                  servers: Mapping[str, Server] | None = None) -> list[Bill]:
     """One bill per (served config, target) among ``outcomes`` (skipped buckets left out), in the
     order they first appear; ``judge=False`` (an ``--update-golden`` run, which accepts the figures)
     sums without comparing, and so does a ``(config, target)`` in ``partial`` (some of its buckets
     run in another shard). ``usable``: what a device may hold per ``(config, target)`` as the runs that
     measured them found it (a merge of shards) or as the configs and the ini give it (a run); else this process's
-    (:func:`aotcheck.targets.usable.usable_memory`). ``order``: each served config's programs in the order it
-    loads them (:func:`aotcheck.gate.boot.load_order`; by name where not given); ``pages``: each one's KV pool's
-    configured pages (else a fit search's, where one ran)."""
+    (:func:`aotcheck.targets.usable.usable_memory`). ``servers``: each served config's
+    :class:`~aotcheck.programs.serving.Server`: its programs in the order it loads them
+    (:func:`aotcheck.gate.boot.load_order`; by name where not given) and its KV pool's configured pages (else a
+    fit search's, where one ran). A run's bills come from :func:`aotcheck.gate.analysis.analyse`."""
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         if served(o) and o.verdict is not Verdict.SKIPPED:
@@ -161,15 +157,15 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
             if judged and complete else None
         whole = (config, target) not in partial  # A shard that holds part of a server knows part of its budget.
         room = (usable or {}).get((config, target)) or usable_memory(group[0].case.topology)
-        programs, configured = tuple((order or {}).get(config, ())), (pages or {}).get(config)
+        server = (servers or {}).get(config)
+        programs, configured = (server.programs, server.pages) if server is not None else ((), None)
         boot = _boot(group, lambda o: o.figures, room, programs, configured) if whole else None
         # The goldens' start as they were made: with what a device could hold then, where they say it.
         made = next((o.golden.usable for o in group if o.golden is not None and o.golden.usable), None)
         then = Usable.from_json(made) if made is not None else room
         was = _boot(group, lambda o: o.golden_figures, then, programs, configured) if judged else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
-                          booted=was.start if was is not None else None, usable=room, load_order=programs,
-                          pages=configured))
+                          booted=was.start if was is not None else None, usable=room))
     return bills
 
 
@@ -189,8 +185,7 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
                  tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES, *,
                  partial: Collection[tuple[str, str]] = (),
                  usable: Mapping[tuple[str, str], Usable] | None = None,
-                 order: Mapping[str, Sequence[str]] | None = None,
-                 pages: Mapping[str, int] | None = None) -> list[Bill]:
+                 servers: Mapping[str, Server] | None = None) -> list[Bill]:
     """After an ``--update-golden`` run has written its buckets' goldens: each server's bill judged
     against them. A golden keeps a noisy figure that is near its last value
     (:func:`aotcheck.gate.compare.settle_noisy`), so buckets each near their last can still sum beyond
@@ -199,7 +194,7 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
     case. Returns every bill, those so written marked ``accepted`` (their row: the kept sum against the
     measured). A server split across shards (``partial``) is summed only: no shard sees its whole bill."""
     tolerance = tolerance_for(FIGURE, tolerances)
-    bills = startup_bills(outcomes, judge=False, partial=partial, usable=usable, order=order, pages=pages)
+    bills = startup_bills(outcomes, judge=False, partial=partial, usable=usable, servers=servers)
     out = []
     for bill in bills:
         group = [o for o in outcomes if served(o) and o.verdict is Verdict.ACCEPTED

@@ -28,10 +28,14 @@ from typing import Any
 from aotcheck.errors import AotcheckError
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
-from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill, startup_bills
+from aotcheck.figures.fit import Pools
+from aotcheck.gate.analysis import analyse
+from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 from aotcheck.gate.run import Interrupted
+from aotcheck.gate.upgrade import Upgrade
+from aotcheck.programs.serving import KV_KNOB, Server
 
 # 2: typed outcomes (changes with their tolerance), relative golden paths, broken configs.
 # 3: an outcome holds its records: the measurement, the golden, the failure (aotcheck.gate.outcome).
@@ -62,6 +66,13 @@ class Report:
         interrupted: What ended the run early, when something did.
         matrix: A digest of the run's whole matrix (:attr:`aotcheck.plan.Plan.matrix_digest`), the same in
             each of its shards; None in a merged report or one from before it was recorded.
+        servers: Config name -> its :class:`~aotcheck.programs.serving.Server`, for each server the run's plan
+            selected (:attr:`aotcheck.plan.Plan.servers`): what a merge of shards judges their bills by. A report from before they
+            were recorded has them from its bills (their ``load_order`` and ``pages``).
+        pools: Each program searched on several pools, as one answer over them; and
+        upgrade: the toolchain upgrade the goldens show: both derived from the outcomes by
+            :func:`aotcheck.gate.analysis.analyse` (a session's, a merge's), not written (a merge derives them
+            again), and not compared.
     """
 
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
@@ -76,6 +87,9 @@ class Report:
     accept_args: list[str] = dataclasses.field(default_factory=list)
     interrupted: Interrupted | None = None
     matrix: str | None = None
+    servers: dict[str, Server] = dataclasses.field(default_factory=dict)
+    pools: list[tuple[str, Pools]] = dataclasses.field(default_factory=list, compare=False)
+    upgrade: Upgrade | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         self.outcomes = sort_outcomes(list(self.outcomes))
@@ -104,6 +118,7 @@ class Report:
             "accept_args": list(self.accept_args),
             "interrupted": self.interrupted.to_json() if self.interrupted is not None else None,
             "matrix": self.matrix,
+            "servers": {name: server.to_json() for name, server in sorted(self.servers.items())},
         }
 
     @classmethod
@@ -127,7 +142,22 @@ class Report:
             accept_args=[str(a) for a in doc.get("accept_args") or []],
             interrupted=Interrupted.from_json(doc["interrupted"]) if doc.get("interrupted") else None,
             matrix=str(doc["matrix"]) if doc.get("matrix") else None,
+            servers=_servers(doc),
         )
+
+
+def _servers(doc: Mapping[str, Any]) -> dict[str, Server]:
+    """A report's servers; from its bills where it is from before they were recorded (each bill then carried
+    its server's load order and configured pages)."""
+    if "servers" in doc:
+        return {str(name): Server.from_json(server) for name, server in (doc.get("servers") or {}).items()}
+    out: dict[str, Server] = {}
+    for bill in doc.get("startup_bills") or []:
+        pages = bill.get("pages")
+        out.setdefault(str(bill["config"]), Server(str(bill["config"]), tuple(map(str, bill.get("load_order") or ())),
+                                                   KV_KNOB if pages is not None else None,
+                                                   None if pages is None else int(pages)))
+    return out
 
 
 def dumps_report(report: Report) -> str:
@@ -203,14 +233,16 @@ def _toolchain_words(toolchain: Mapping[str, str | None]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(toolchain.items()))
 
 
-def _merged_bills(outcomes: list[Outcome], shard_bills: list[Bill]) -> list[Bill]:
-    """The servers' bills over the merged cases. A shard's bill carries the tolerance its run judges by
-    (none under an update), what a device may hold and the server's load order, as that run found them."""
+def _analysed(outcomes: list[Outcome], shard_bills: list[Bill], servers: Mapping[str, Server],
+              toolchain: Mapping[str, str | None]) -> dict[str, Any]:
+    """The run's analyses over the merged cases (:func:`aotcheck.gate.analysis.analyse`), as a Report's fields.
+    A shard's bill carries the tolerance its run judges by (none under an update) and what a device may hold,
+    as that run found them; the servers are those the shards recorded."""
     judged = [b for b in shard_bills if b.tolerance is not None and not b.accepted]
-    return startup_bills(outcomes, [(BILL_FIGURE, judged[0].tolerance)] if judged else (), judge=bool(judged),
-                         usable={(b.config, b.target): b.usable for b in shard_bills if b.usable},
-                         order={b.config: b.load_order for b in shard_bills if b.load_order},
-                         pages={b.config: b.pages for b in shard_bills if b.pages})
+    found = analyse(outcomes, servers, toolchain=toolchain,
+                    tolerances=[(BILL_FIGURE, judged[0].tolerance)] if judged else (), judge=bool(judged),
+                    usable={(b.config, b.target): b.usable for b in shard_bills if b.usable})
+    return {"outcomes": found.outcomes, "bills": found.bills, "pools": found.pools, "upgrade": found.upgrade}
 
 
 def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) -> Merged:
@@ -234,6 +266,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     toolchains: dict[Path, dict[str, str | None]] = {}  # Reports whose toolchain is not the first's.
     toolchains_first = Path()
     shard_bills: list[Bill] = []
+    servers: dict[str, Server] = {}
     for path in paths:
         try:
             report = load_report(path)
@@ -259,6 +292,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         elif report.toolchain and not toolchain:
             toolchain, toolchains_first = report.toolchain, path
         shard_bills += report.bills
+        servers = {**report.servers, **servers}  # Every shard's plan has the same servers: the first one's kept.
         if report.shard:
             seen_shards.add(report.shard[0])
             of_shards.setdefault(report.shard[1], path)
@@ -276,10 +310,10 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
                         + "): merge the shards of one run, each made with the same lock file")
     problems += _split_problems(matrices, of_shards, seen_shards, expect_shards)
     # A server's buckets may run in several shards: its bills are summed again over the merged cases.
-    bills = _merged_bills(list(outcomes.values()), shard_bills)
-    merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
-                    broken=broken, notes=notes, bills=bills, accept_args=accept_args, interrupted=interrupted,
-                    **({"toolchain": toolchain} if toolchain else {}))
+    now = toolchain or _runtime.toolchain()
+    merged = Report(golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed), broken=broken, notes=notes,
+                    accept_args=accept_args, interrupted=interrupted, toolchain=now, servers=servers,
+                    **_analysed(list(outcomes.values()), shard_bills, servers, now))
     return Merged(merged, problems)
 
 
