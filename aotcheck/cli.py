@@ -294,7 +294,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # A server's bill is judged over the merged shards; its accept command repeats the run's options.
         served = serving_lines(merged.report, accept_args=merged.report.accept_args)
         text = "\n".join([summary_table(merged.report.outcomes), *([""] + served if served else []),
-                          *pooled_lines(merged.report.outcomes)]
+                          *pooled_lines(merged.report)]
                          + [f"report problem: {p}" for p in merged.problems]) + "\n"
     if args.output:
         with open(args.output, "a") as f:  # Appends: $GITHUB_STEP_SUMMARY collects several steps.

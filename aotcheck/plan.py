@@ -42,6 +42,7 @@ from aotcheck.pipeline.measure import fit_knob, unsupported_reason
 from aotcheck.pipeline.measurement import COST_FIGURES, figure_names
 from aotcheck.programs.knobs import knobs_offered
 from aotcheck.programs.registry import Registry, RegistryError
+from aotcheck.programs.serving import Server, server_of
 from aotcheck.readers import SettingsError, example
 from aotcheck.settings import GateSettings
 from aotcheck.targets.globs import declared_targets
@@ -74,6 +75,8 @@ class Plan:
             is a run of the whole matrix (stale goldens are pruned only after one).
         declared: Config name -> the targets it declares by name (``targets=("v5e-1x1",)``) that the run's
             topologies do not list: it is compiled there too (:func:`aotcheck.targets.globs.declared_targets`).
+        servers: Config name -> its :class:`~aotcheck.programs.serving.Server` (its programs' order, its KV
+            pool's knob and pages, its memory fraction), for each selected config that is a server.
     """
 
     matrix: tuple[Planned, ...]
@@ -86,6 +89,7 @@ class Plan:
     shard_of: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     complete: bool = True
     declared: Mapping[str, tuple[Target, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    servers: Mapping[str, Server] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def knob(self, case: Case) -> str | None:
         """The knob the plan searches on ``case`` (None: no search)."""
@@ -132,6 +136,7 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
         registry.select(list(settings.config_globs) or None)
     twins = registry.case_twins()
     declared: dict[str, tuple[Target, ...]] = {}
+    servers: dict[str, Server] = {}
     for entry in selected:
         try:
             if entry.name in twins:
@@ -140,6 +145,9 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
         except RegistryError as e:
             broken[entry.name] = str(e)
             continue
+        server = server_of(entry.name, programs.values())
+        if server is not None:
+            servers[entry.name] = server
         for config in programs.values():
             # A target the config names is compiled whatever the run lists; a run with no targets
             # (--aot-topologies=none) checks nothing.
@@ -167,14 +175,14 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
     complete = not broken and len(selected) == len(registry) and not wanted and not named
     if not settings.shard:
         return Plan(tuple(matrix), tuple(matrix), MappingProxyType(broken), empty, complete=complete,
-                    declared=MappingProxyType(declared))
+                    declared=MappingProxyType(declared), servers=MappingProxyType(servers))
     k, n = settings.shard
     seconds = recorded_seconds([p.case for p in matrix], store)
     shard_of = assign_shards([p.case for p in matrix], n, seconds=seconds)
     return Plan(tuple(matrix), tuple(p for p in matrix if shard_of[p.case.id] == k),
                 MappingProxyType(broken if k == 1 else {}),  # A broken config fails once, in the first shard.
                 empty, settings.shard, MappingProxyType(seconds), MappingProxyType(shard_of), complete,
-                MappingProxyType(declared))
+                MappingProxyType(declared), MappingProxyType(servers))
 
 
 def recorded_seconds(cases: Sequence[Case], store: GoldenStore) -> dict[str, float]:

@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aotcheck.gate.bill import accept_bills, served, split_groups, startup_bills
-from aotcheck.targets.usable import Usable, first_share, usable_memory
+from aotcheck.gate.analysis import analyse
+from aotcheck.gate.bill import split_groups
 from aotcheck.gate.check import Measure, check_case
 from aotcheck.gate.golden import GoldenError, GoldenStore, parse_document, toolchain_note
 from aotcheck.gate.isolation import Measurer
@@ -49,13 +49,12 @@ from aotcheck.gate.report import Report, write_report
 from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.gate.ship import ship
 from aotcheck.interruption import Interruption
-from aotcheck.gate.verdict import GoldenAction
 from aotcheck.pipeline.case import Case
 from aotcheck.plan import Plan, check_cases, check_fit_knob, check_knob_globs, make_plan, stale_goldens
 from aotcheck.programs.loader import LoaderError, load_config_modules
 from aotcheck.programs.options import runtime_only
 from aotcheck.programs.registry import REGISTRY, Registry, RegistryError
-from aotcheck.programs.serving import KV_KNOB
+from aotcheck.programs.serving import Server
 from aotcheck.settings import GateSettings, SettingsError
 from aotcheck.spellings import flag_names, ini_override, option
 from aotcheck.targets.platform import TPU, Platform
@@ -192,7 +191,10 @@ class GateSession:
         # The compile workers search the knob the plan chose (a measure of one's own decides for itself).
         measure = functools.partial(self._measurer, fit=self.plan().knob(case)) if self._measurer is not None \
             else self.measure
-        room = self.usable_for(case) if case.bucket else None
+        # What a device may hold for a server's bucket: its config's memory fraction, else the ini's, else the
+        # environment's.
+        server = self.plan().servers.get(case.config, Server(case.config, ()))
+        room = server.usable(case.topology, self.memory_fraction) if case.bucket else None
         outcome = check_case(case, measure=measure, store=self.store, tolerances=s.tolerances,
                              update=s.update, strict=s.strict, hbm_headroom=s.hbm_headroom,
                              metric_drift=s.metric_drift, usable=room.to_json() if room is not None else None)
@@ -243,9 +245,10 @@ class GateSession:
 
     def finish(self) -> Report:
         """Stale goldens (removed after a full update), broken configs, the report written."""
+        plan = self.plan()
         stale = stale_goldens(self.registry, self.store)
         removed: list[str] = []
-        if self.settings.update and stale and self.plan().whole_matrix_ran(self.outcomes):
+        if self.settings.update and stale and plan.whole_matrix_ran(self.outcomes):
             for rel in stale:
                 try:
                     (self.store.root / rel).unlink(missing_ok=True)
@@ -253,25 +256,18 @@ class GateSession:
                 except OSError as e:
                     self.warnings.append(f"aotcheck: could not remove the stale golden {rel}: {e.strerror or e}")
             stale = [rel for rel in stale if rel not in removed]
-        interrupted = Interrupted(self.interruption.signal, len(self.outcomes), len(self.plan().cases),
+        interrupted = Interrupted(self.interruption.signal, len(self.outcomes), len(plan.cases),
                                   self.settings.update) if self.interruption.signal else None
-        outcomes = list(self.outcomes.values())
-        partial = split_groups([p.case for p in self.plan().matrix], [p.case for p in self.plan().cases])
+        partial = split_groups([p.case for p in plan.matrix], [p.case for p in plan.cases])
         # An update accepts a server's bill as it accepts a case's figures (what it kept may sum beyond it).
-        usable, (order, pages) = self.usable(outcomes), self.servers(outcomes)
-        bills = (accept_bills(outcomes, self.store, self.settings.tolerances, partial=partial, usable=usable,
-                              order=order, pages=pages)
-                 if self.settings.update else startup_bills(outcomes, self.settings.tolerances, partial=partial,
-                                                            usable=usable, order=order, pages=pages))
-        # A bill an update accepted rewrote its buckets' goldens: none of them is unchanged.
-        accepted = {(b.config, b.target) for b in bills if b.accepted}
-        outcomes = [dataclasses.replace(o, golden_action=GoldenAction.CHANGED)
-                    if (o.case.config, o.case.target.name) in accepted and o.golden_action is GoldenAction.UNCHANGED
-                    else o for o in outcomes]
-        report = Report(outcomes, golden_dir=self.settings.golden_label, stale=stale,
-                        removed=removed, broken=self.plan().broken, shard=self.settings.shard,
-                        notes=self.notes(), toolchain=self.toolchain(), bills=bills, accept_args=self.accept_args(),
-                        interrupted=interrupted, matrix=self.plan().matrix_digest)
+        found = analyse(list(self.outcomes.values()), plan.servers, toolchain=self.toolchain(),
+                        tolerances=self.settings.tolerances, accept_into=self.store if self.settings.update else None,
+                        partial=partial, memory_fraction=self.memory_fraction)
+        report = Report(found.outcomes, golden_dir=self.settings.golden_label, stale=stale,
+                        removed=removed, broken=plan.broken, shard=self.settings.shard,
+                        notes=self.notes(), toolchain=self.toolchain(), bills=found.bills, accept_args=self.accept_args(),
+                        interrupted=interrupted, matrix=plan.matrix_digest, servers=dict(plan.servers),
+                        pools=found.pools, upgrade=found.upgrade)
         if self.settings.report_path:
             try:
                 write_report(self.settings.report_path, report)
@@ -280,49 +276,10 @@ class GateSession:
                                     f"{e.strerror or e}")
         return report
 
-    def usable(self, outcomes: Sequence[Outcome]) -> dict[tuple[str, str], Usable]:
-        """What a device may hold per served ``(config, target)``: a GPU's memory fraction from the config,
-        else the ini (``aot_memory_fraction``), else this process's environment (:func:`usable_memory`)."""
-        out: dict[tuple[str, str], Usable] = {}
-        for o in outcomes:
-            key = (o.case.config, o.case.target.name)
-            if not served(o) or key in out:
-                continue
-            room = self.usable_for(o.case)
-            if room is not None:
-                out[key] = room
-        return out
-
-    def usable_for(self, case: Case) -> Usable | None:
-        """What a device may hold for a server's bucket (its config's memory fraction, else the ini's, else
-        this process's environment's)."""
-        try:
-            own = self.registry.get(case.config).program(case.program_id).memory_fraction
-        except RegistryError:
-            own = None
-        return usable_memory(case.topology, fraction=first_share(
-            (own, f"{case.config}'s memory_fraction"), self.memory_fraction))
-
     @property
     def memory_fraction(self) -> tuple[float | None, str]:
         """The ini's (or a setting's) share of a GPU's memory, with how the run names it."""
         return self.settings.memory_fraction, self.settings.said.get("memory_fraction", "aot_memory_fraction")
-
-    def servers(self, outcomes: Sequence[Outcome]) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
-        """Each served config's programs in the order it declares them (the order a server warms them up
-        in), and its KV pool's configured pages (its buckets' ``pages`` knob)."""
-        order: dict[str, tuple[str, ...]] = {}
-        pages: dict[str, int] = {}
-        for config in dict.fromkeys(o.case.config for o in outcomes if served(o)):
-            try:
-                programs = self.registry.get(config).programs()
-            except RegistryError:
-                continue
-            order[config] = tuple(dict.fromkeys(c.program for c in programs.values()))
-            pool = next((c.knobs[KV_KNOB].size for c in programs.values() if KV_KNOB in c.knobs), None)
-            if pool is not None:
-                pages[config] = pool
-        return order, pages
 
     def notes(self) -> list[str]:
         """What the session has to say once: warnings from setting up and from the compile workers."""

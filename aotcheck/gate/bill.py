@@ -43,6 +43,7 @@ from aotcheck.gate.golden import GoldenError, GoldenStore
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
+from aotcheck.programs.serving import Server
 
 FIGURE = "compile_cpu_seconds"
 
@@ -66,8 +67,9 @@ class Bill(Record):
         booted: How it started by its goldens' figures (None: not judged, or not known).
         usable: What a device may hold there and where that comes from, as this run found it (a GPU's
             memory fraction is its process's): a merge of shards judges their boot by it.
-        load_order: The server's programs in the order it loads them (its config's), for a merge of shards.
-        pages: Its KV pool's configured pages (its config's), for a merge of shards.
+        load_order: Its server's programs in the order it loads them, and ``pages``, its KV pool's configured
+            pages (None: none configured), as the plan's :class:`~aotcheck.programs.serving.Server` has them:
+            what a report read back knows of its servers (:attr:`aotcheck.gate.report.Report.servers`).
     """
 
     config: str
@@ -81,6 +83,7 @@ class Bill(Record):
     boot: Boot | None = None
     booted: Start | None = field(default=None, decode=lambda value, _: _start(value))
     usable: Usable | None = None
+    # Its server's, as the plan knew it: a merge of shards judges the bill by them (gate.report).
     load_order: tuple[str, ...] = ()
     pages: int | None = None
 
@@ -117,16 +120,16 @@ def served(outcome: Outcome) -> bool:
 def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES,
                   *, judge: bool = True, partial: Collection[tuple[str, str]] = (),
                   usable: Mapping[tuple[str, str], Usable] | None = None,
-                  order: Mapping[str, Sequence[str]] | None = None,
-                  pages: Mapping[str, int] | None = None) -> list[Bill]:
+                  servers: Mapping[str, Server] | None = None) -> list[Bill]:
     """One bill per (served config, target) among ``outcomes`` (skipped buckets left out), in the
     order they first appear; ``judge=False`` (an ``--update-golden`` run, which accepts the figures)
     sums without comparing, and so does a ``(config, target)`` in ``partial`` (some of its buckets
     run in another shard). ``usable``: what a device may hold per ``(config, target)`` as the runs that
     measured them found it (a merge of shards) or as the configs and the ini give it (a run); else this process's
-    (:func:`aotcheck.targets.usable.usable_memory`). ``order``: each served config's programs in the order it
-    loads them (:func:`aotcheck.gate.boot.load_order`; by name where not given); ``pages``: each one's KV pool's
-    configured pages (else a fit search's, where one ran)."""
+    (:func:`aotcheck.targets.usable.usable_memory`). ``servers``: each served config's
+    :class:`~aotcheck.programs.serving.Server`: its programs in the order it loads them
+    (:func:`aotcheck.gate.boot.load_order`; by name where not given) and its KV pool's configured pages (else a
+    fit search's, where one ran). A run's bills come from :func:`aotcheck.gate.analysis.analyse`."""
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         if served(o) and o.verdict is not Verdict.SKIPPED:
@@ -143,14 +146,15 @@ def startup_bills(outcomes: Sequence[Outcome], tolerances: Sequence[tuple[str, T
             if judged and complete else None
         whole = (config, target) not in partial  # A shard that holds part of a server knows part of its budget.
         room = (usable or {}).get((config, target)) or usable_memory(group[0].case.topology)
-        programs, configured = tuple((order or {}).get(config, ())), (pages or {}).get(config)
+        server = (servers or {}).get(config)
+        programs, configured = (server.programs, server.pages) if server is not None else ((), None)
         boot = _boot(group, lambda o: o.figures, room, programs, configured) if whole else None
         # The goldens' start as they were made: with what a device could hold then, where they say it.
         made = next((o.golden.usable for o in group if o.golden is not None and o.golden.usable), None)
         then = Usable.from_json(made) if made is not None else room
         was = _boot(group, lambda o: o.golden_figures, then, programs, configured) if judged else None
         bills.append(Bill(config, target, len(group), seconds, complete, row, tolerance, boot=boot,
-                          booted=was.start if was is not None else None, usable=room, load_order=programs,
+                          booted=was.start if was is not None else None, usable=room, load_order=tuple(programs),
                           pages=configured))
     return bills
 
@@ -171,8 +175,7 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
                  tolerances: Sequence[tuple[str, Tolerance]] = DEFAULT_TOLERANCES, *,
                  partial: Collection[tuple[str, str]] = (),
                  usable: Mapping[tuple[str, str], Usable] | None = None,
-                 order: Mapping[str, Sequence[str]] | None = None,
-                 pages: Mapping[str, int] | None = None) -> list[Bill]:
+                 servers: Mapping[str, Server] | None = None) -> list[Bill]:
     """After an ``--update-golden`` run has written its buckets' goldens: each server's bill judged
     against them. A golden keeps a noisy figure that is near its last value
     (:func:`aotcheck.gate.compare.settle_noisy`), so buckets each near their last can still sum beyond
@@ -181,7 +184,7 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
     case. Returns every bill, those so written marked ``accepted`` (their row: the kept sum against the
     measured). A server split across shards (``partial``) is summed only: no shard sees its whole bill."""
     tolerance = tolerance_for(FIGURE, tolerances)
-    bills = startup_bills(outcomes, judge=False, partial=partial, usable=usable, order=order, pages=pages)
+    bills = startup_bills(outcomes, judge=False, partial=partial, usable=usable, servers=servers)
     out = []
     for bill in bills:
         group = [o for o in outcomes if served(o) and o.verdict is Verdict.ACCEPTED

@@ -277,5 +277,8 @@ def _without(key: str, record: Any) -> dict[str, Any]:
 
 
 def sort_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
-    """Failures first, then by verdict rank, then by id: the order every report shows."""
-    return sorted(outcomes, key=lambda o: (not o.failed, o.verdict.rank(), o.case.id))
+    """Failures first, then by verdict rank, then by case: config, program, its bucket by its sizes as values
+    (``step[tokens=128]`` before ``step[tokens=1024]``, which its id's text would put first), target: the
+    order every report shows."""
+    return sorted(outcomes, key=lambda o: (not o.failed, o.verdict.rank(), o.case.config, o.case.program,
+                                           tuple(o.case.bucket.items()), o.case.target.name))

@@ -29,10 +29,14 @@ from aotcheck.records import Record, field
 from aotcheck.errors import AotcheckError
 from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
-from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill, startup_bills
+from aotcheck.figures.fit import Pools
+from aotcheck.gate.analysis import analyse
+from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 from aotcheck.gate.run import Interrupted
+from aotcheck.gate.upgrade import Upgrade
+from aotcheck.programs.serving import KV_KNOB, Server
 
 # 2: typed outcomes (changes with their tolerance), relative golden paths, broken configs.
 # 3: an outcome holds its records: the measurement, the golden, the failure (aotcheck.gate.outcome).
@@ -63,13 +67,21 @@ class Report(Record):
         interrupted: What ended the run early, when something did.
         matrix: A digest of the run's whole matrix (:attr:`aotcheck.plan.Plan.matrix_digest`), the same in
             each of its shards; None in a merged report or one from before it was recorded.
+        servers: Config name -> its :class:`~aotcheck.programs.serving.Server`, for each server the run's plan
+            selected (:attr:`aotcheck.plan.Plan.servers`): what a merge of shards judges their bills by. Not
+            written: a report read back has them from its bills (their ``load_order`` and ``pages``).
+        pools: Each program searched on several pools, as one answer over them; and
+        upgrade: the toolchain upgrade the goldens show: both derived from the outcomes by
+            :func:`aotcheck.gate.analysis.analyse` (a session's, a merge's), not written (a merge derives them
+            again), and not compared.
     """
 
     # A case fails by its verdict whatever its ``failed`` field says (a regression said to pass still fails);
     # the field can only add a failure: an improvement's, which fails under strict (recorded only there).
-    outcomes: list[Outcome] = field(default_factory=list, key="cases", decode=lambda cases, _: [
+    # A report read back keeps its cases in the order its writer gave them (an older one's: by their ids' text).
+    outcomes: list[Outcome] = field(default_factory=list, key="cases", decode=lambda cases, _: _AsWritten(
         o if o.failed or not o.verdict.fails() else dataclasses.replace(o, failed=True)
-        for o in map(Outcome.from_json, cases)])
+        for o in map(Outcome.from_json, cases)))
     golden_dir: str = "golden"
     stale: list[str] = field(default_factory=list, key="stale_goldens")
     removed: list[str] = field(default_factory=list, key="removed_goldens")
@@ -81,6 +93,9 @@ class Report(Record):
     accept_args: list[str] = field(default_factory=list)
     interrupted: Interrupted | None = None
     matrix: str | None = None
+    servers: dict[str, Server] = field(default_factory=dict, skip=True)
+    pools: list[tuple[str, Pools]] = field(default_factory=list, compare=False, skip=True)
+    upgrade: Upgrade | None = field(default=None, compare=False, skip=True)
 
     __json_extra__ = {"aotcheck_report": lambda report: REPORT_FORMAT}
 
@@ -89,7 +104,10 @@ class Report(Record):
         return {"toolchain": {}, **data}  # A report that recorded none: not this process's toolchain.
 
     def __post_init__(self) -> None:
-        self.outcomes = sort_outcomes(list(self.outcomes))
+        self.outcomes = list(self.outcomes) if isinstance(self.outcomes, _AsWritten) else sort_outcomes(
+            list(self.outcomes))
+        if not self.servers:  # A report read back: its bills carry what it knew of its servers.
+            self.servers = servers_of(self.bills)
 
     @property
     def failed(self) -> list[Outcome]:
@@ -99,6 +117,20 @@ class Report(Record):
     def passed(self) -> bool:
         """No case failed, every config built, and no server's start-up bill grew beyond its tolerance."""
         return not self.failed and not self.broken and not any(b.failed for b in self.bills)
+
+
+class _AsWritten(list):
+    """A report's cases as its file lists them (not sorted again)."""
+
+
+def servers_of(bills: Sequence[Bill]) -> dict[str, Server]:
+    """The servers a run's bills name, as much as a bill carries of its server (its load order, its KV pool's
+    configured pages; what a device may hold is each bill's ``usable``)."""
+    out: dict[str, Server] = {}
+    for bill in bills:
+        out.setdefault(bill.config, Server(bill.config, bill.load_order, KV_KNOB if bill.pages is not None else None,
+                                           bill.pages))
+    return out
 
 
 def dumps_report(report: Report) -> str:
@@ -174,14 +206,16 @@ def _toolchain_words(toolchain: Mapping[str, str | None]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(toolchain.items()))
 
 
-def _merged_bills(outcomes: list[Outcome], shard_bills: list[Bill]) -> list[Bill]:
-    """The servers' bills over the merged cases. A shard's bill carries the tolerance its run judges by
-    (none under an update), what a device may hold and the server's load order, as that run found them."""
+def _analysed(outcomes: list[Outcome], shard_bills: list[Bill], servers: Mapping[str, Server],
+              toolchain: Mapping[str, str | None]) -> dict[str, Any]:
+    """The run's analyses over the merged cases (:func:`aotcheck.gate.analysis.analyse`), as a Report's fields.
+    A shard's bill carries the tolerance its run judges by (none under an update) and what a device may hold,
+    as that run found them; the servers are those the shards recorded."""
     judged = [b for b in shard_bills if b.tolerance is not None and not b.accepted]
-    return startup_bills(outcomes, [(BILL_FIGURE, judged[0].tolerance)] if judged else (), judge=bool(judged),
-                         usable={(b.config, b.target): b.usable for b in shard_bills if b.usable},
-                         order={b.config: b.load_order for b in shard_bills if b.load_order},
-                         pages={b.config: b.pages for b in shard_bills if b.pages})
+    found = analyse(outcomes, servers, toolchain=toolchain,
+                    tolerances=[(BILL_FIGURE, judged[0].tolerance)] if judged else (), judge=bool(judged),
+                    usable={(b.config, b.target): b.usable for b in shard_bills if b.usable})
+    return {"outcomes": found.outcomes, "bills": found.bills, "pools": found.pools, "upgrade": found.upgrade}
 
 
 def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) -> Merged:
@@ -205,6 +239,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
     toolchains: dict[Path, dict[str, str | None]] = {}  # Reports whose toolchain is not the first's.
     toolchains_first = Path()
     shard_bills: list[Bill] = []
+    servers: dict[str, Server] = {}
     for path in paths:
         try:
             report = load_report(path)
@@ -230,6 +265,7 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
         elif report.toolchain and not toolchain:
             toolchain, toolchains_first = report.toolchain, path
         shard_bills += report.bills
+        servers = {**report.servers, **servers}  # Every shard's plan has the same servers: the first one's kept.
         if report.shard:
             seen_shards.add(report.shard[0])
             of_shards.setdefault(report.shard[1], path)
@@ -247,10 +283,10 @@ def merge_reports(paths: Sequence[Path], *, expect_shards: int | None = None) ->
                         + "): merge the shards of one run, each made with the same lock file")
     problems += _split_problems(matrices, of_shards, seen_shards, expect_shards)
     # A server's buckets may run in several shards: its bills are summed again over the merged cases.
-    bills = _merged_bills(list(outcomes.values()), shard_bills)
-    merged = Report(list(outcomes.values()), golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed),
-                    broken=broken, notes=notes, bills=bills, accept_args=accept_args, interrupted=interrupted,
-                    **({"toolchain": toolchain} if toolchain else {}))
+    now = toolchain or _runtime.toolchain()
+    merged = Report(golden_dir=golden_dir, stale=sorted(stale), removed=sorted(removed), broken=broken, notes=notes,
+                    accept_args=accept_args, interrupted=interrupted, toolchain=now, servers=servers,
+                    **_analysed(list(outcomes.values()), shard_bills, servers, now))
     return Merged(merged, problems)
 
 

@@ -30,18 +30,21 @@ import dataclasses
 import itertools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from aotcheck.records import Record
 from aotcheck.errors import ConfigError
 from aotcheck.programs.config import FunctionConfig, _Bounded, _Common
 from aotcheck.programs.knob import Knob
 from aotcheck.programs.model import abstract_params, param_shardings
 from aotcheck.programs.names import Bucket
 from aotcheck.targets.partition import Rules, with_shardings
+from aotcheck.targets.topology import Topology
+from aotcheck.targets.usable import Usable, first_share, usable_memory
 
 Point = Mapping[str, int]
 """One bucket: a size per axis (``{"tokens": 64, "seqs": 8}``)."""
@@ -268,6 +271,52 @@ class ServingConfig(_Bounded):
             lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, self.kv_partition)),
             self.kv(pages))
         return params, pool, inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class Server(Record):
+    """A server as the gate needs it once its config is expanded (:func:`server_of`): what a boot budget
+    and a start-up bill read besides its buckets' figures, so nothing past the plan asks the registry.
+
+    Attributes:
+        name: The registered config.
+        programs: Its programs in the order it declares them (the order it warms them up in).
+        knob: The knob that sizes its KV pool (``pages``); None where no program uses a pool.
+        pages: The pool's configured size in pages (the knob's value); None as ``knob``.
+        memory_fraction: Its own share of a GPU's memory (its config's ``memory_fraction``); None: not given.
+
+    Example:
+        >>> from aotcheck.models import serve
+        >>> server = server_of("llm", serve.serving_config(serve.TINY).expand())
+        >>> server.programs, server.knob, server.pages == serve.TINY.pages, server.memory_fraction
+        (('step', 'sample'), 'pages', True, None)
+    """
+
+    name: str
+    programs: tuple[str, ...]
+    knob: str | None = None
+    pages: int | None = None
+    memory_fraction: float | None = None
+
+    def usable(self, topology: Topology, fallback: tuple[float | None, str] = (None, "")) -> Usable | None:
+        """What a device of ``topology`` may hold for this server: its own memory fraction, else
+        ``fallback`` (the ini's share and how the run names it), else the environment's
+        (:func:`aotcheck.targets.usable.usable_memory`)."""
+        return usable_memory(topology, fraction=first_share((self.memory_fraction, f"{self.name}'s memory_fraction"),
+                                                            fallback))
+
+
+def server_of(name: str, functions: Iterable[FunctionConfig]) -> Server | None:
+    """The server a registered config's functions make where any is a bucket (what
+    :meth:`ServingConfig.expand` gives); None where none is (no server). Its programs are every function's,
+    in order; its pool's pages the first ``pages`` knob's; its memory fraction its first bucket's."""
+    functions = list(functions)
+    served = [f for f in functions if f.bucket]
+    if not served:
+        return None
+    pages = next((f.knobs[KV_KNOB].size for f in functions if KV_KNOB in f.knobs), None)
+    return Server(name, tuple(dict.fromkeys(f.program for f in functions)), KV_KNOB if pages is not None else None,
+                  pages, served[0].memory_fraction)
 
 
 def bucket_problems(programs: Mapping[str, Bucketed], limits: Limits | None) -> list[str]:

@@ -17,7 +17,7 @@ from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Merged
 from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
-from aotcheck.gate.upgrade import Upgrade, find_upgrade
+from aotcheck.gate.upgrade import Upgrade
 from aotcheck.render.summary import SUMMARY_HEADERS, summary_row
 from aotcheck.render.serving import HEADERS, bill_line, boot_line, bucket_rows, groups
 from aotcheck.render.tables import source_line
@@ -132,9 +132,8 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
         for o in doubtful:
             lines += [f"- `{o.case.id}`: {line}" for line in o.details.doubts()]
         lines.append("")
-    upgrade = find_upgrade(outcomes, now=report.toolchain)
-    if upgrade is not None:
-        lines += ["", *upgrade_section(upgrade, golden_dir=report.golden_dir)]
+    if report.upgrade is not None:
+        lines += ["", *upgrade_section(report.upgrade, golden_dir=report.golden_dir)]
     if report.stale:
         lines += ["", f"**Stale golden files** (no registered case): {', '.join(report.stale)}"]
     bars = text_bars(outcomes)

@@ -23,11 +23,9 @@ from collections.abc import Sequence
 from aotcheck.figures.program import comm_bytes, roofline
 from aotcheck.figures.table import fit_max
 from aotcheck.gate.outcome import Outcome
-from aotcheck.gate.pools import pooled_fits
 from aotcheck.gate.report import Report
 from aotcheck.gate.run import Interrupted, RunHeader
 from aotcheck.gate.shard import job_spans
-from aotcheck.gate.upgrade import find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
 from aotcheck.programs.options import format_libtpu_init_args
 from aotcheck.render.serving import serving_lines
@@ -174,9 +172,9 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
     return table(SUMMARY_HEADERS, [summary_row(o) for o in outcomes])
 
 
-def pooled_lines(outcomes: Sequence[Outcome]) -> list[str]:
+def pooled_lines(report: Report) -> list[str]:
     """Each program searched on several pools, as one answer over them (each after a blank line)."""
-    return [line for program, pools in pooled_fits(outcomes) for line in ("", *pools_lines(program, pools))]
+    return [line for program, pools in report.pools for line in ("", *pools_lines(program, pools))]
 
 
 def empty_shard_line(shard: tuple[int, int]) -> str:
@@ -197,7 +195,7 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
         lines.append(empty_shard_line(report.shard))
     served = serving_lines(report, accept_args=accept_args)
     lines += ["", *served] if served else []
-    lines += pooled_lines(report.outcomes)
+    lines += pooled_lines(report)
     for o in report.outcomes:
         if (o.verdict is Verdict.IMPROVEMENT and not o.failed) or o.drift_warning:
             lines += ["", outcome_message(o) if o.drift_warning else f"note: {outcome_message(o)}"]
@@ -217,9 +215,8 @@ def session_summary(report: Report, *, update: bool, accept_args: Sequence[str] 
         lines += ["", f"aotcheck: exported {len(shipped)} passing case(s), {fmt_bytes(sum(s.payload_bytes for s in shipped))} "
                       f"of executables, each beside its manifest (first: {shipped[0].manifest}); "
                       "the job loads one with aotcheck.load(DIR, case_id)"]
-    upgrade = find_upgrade(report.outcomes, now=report.toolchain)
-    if upgrade is not None:
-        lines += ["", *upgrade_lines(upgrade, golden_dir=report.golden_dir, extra=accept_args)]
+    if report.upgrade is not None:
+        lines += ["", *upgrade_lines(report.upgrade, golden_dir=report.golden_dir, extra=accept_args)]
     notes = [*([interruption_line(report.interrupted)] if report.interrupted else []), *report.notes]
     if notes:
         lines += ["", *notes]

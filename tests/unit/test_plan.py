@@ -135,3 +135,18 @@ def test_a_tolerance_over_a_knob_no_config_offers_is_refused_once_configs_are_kn
     typo = GateSettings.parse(rootdir=tmp_path, topologies="cpu-2", tolerances=["fit_max_rowz = 5%"])
     with pytest.raises(SettingsError, match="aot_tolerances: 'fit_max_rowz' in 'fit_max_rowz = 5%' matches no figure"):
         check_knob_globs(typo, _registry())
+
+
+def test_the_plan_keeps_each_selected_servers_facts_made_once(tmp_path):
+    """The plan holds each server (its programs' order, its pool, its memory fraction) when it is made, so
+    the session never asks the registry for them again; a config that is no server has none."""
+    from aotcheck.models import serve
+    from aotcheck.programs.serving import Server
+
+    registry = _registry()
+    registry.register("llm", lambda: serve.serving_config(serve.TINY, memory_fraction=0.8))
+    settings = GateSettings.parse(rootdir=tmp_path, topologies="cpu-2")
+    plan = make_plan(settings, registry, GoldenStore(settings.golden_dir))
+    assert dict(plan.servers) == {"llm": Server("llm", ("step", "sample"), "pages", serve.TINY.pages, 0.8)}
+    with pytest.raises(TypeError):
+        plan.servers["lm"] = plan.servers["llm"]  # type: ignore[index]  # Read-only, as the rest of the plan.

@@ -92,7 +92,9 @@ def test_a_gpu_process_gets_its_memory_fraction_said_with_where_it_comes_from():
 
 def test_a_servers_memory_fraction_comes_from_its_config_then_the_ini_then_the_environment(tmp_path, monkeypatch):
     from aotcheck import FunctionConfig, Registry
-    from aotcheck.session import GateSession
+    from aotcheck.gate.analysis import analyse
+    from aotcheck.gate.golden import GoldenStore
+    from aotcheck.plan import make_plan
     from aotcheck.settings import GateSettings
 
     registry = Registry()
@@ -105,8 +107,10 @@ def test_a_servers_memory_fraction_comes_from_its_config_then_the_ini_then_the_e
 
     def said(**ini):
         settings = GateSettings.parse(rootdir=tmp_path, topologies=["h100-1"], cache_dir=None, from_ini=list(ini), **ini)
-        with GateSession(settings, registry=registry, measure=lambda case: None) as gate:
-            return {config: usable_words(u) for (config, _), u in gate.usable(outcomes).items()}
+        servers = make_plan(settings, registry, GoldenStore(settings.golden_dir)).servers  # The plan's, once.
+        share = (settings.memory_fraction, settings.said.get("memory_fraction", "aot_memory_fraction"))
+        bills = analyse(outcomes, servers, toolchain={}, memory_fraction=share).bills
+        return {bill.config: usable_words(bill.usable) for bill in bills}
 
     assert said(memory_fraction="0.9") == {"own": "0.95 of memory (own's memory_fraction)",
                                            "plain": "0.9 of memory (aot_memory_fraction)"}
@@ -116,10 +120,13 @@ def test_a_servers_memory_fraction_comes_from_its_config_then_the_ini_then_the_e
     assert usable_memory(h100, {}, fraction=(0.95, "x")).bytes == int(h100.device.memory_bytes * 0.95)
 
 
-def test_a_servers_load_order_and_configured_pages_come_from_its_config_and_ride_on_its_bill(tmp_path):
+def test_a_servers_load_order_and_configured_pages_come_from_its_config_through_the_plan(tmp_path):
     from aotcheck import FunctionConfig, Registry
+    from aotcheck.gate.analysis import analyse
+    from aotcheck.gate.golden import GoldenStore
+    from aotcheck.plan import make_plan
     from aotcheck.programs.knob import Knob
-    from aotcheck.session import GateSession
+    from aotcheck.programs.serving import Server
     from aotcheck.settings import GateSettings
 
     def bucket(program, **point):
@@ -129,12 +136,14 @@ def test_a_servers_load_order_and_configured_pages_come_from_its_config_and_ride
     registry.register("srv", lambda: [bucket("step", tokens=16), bucket("sample", tokens=16, seqs=8)])
     outcomes = [Outcome(case, Verdict.PASS, measured=Measurement(case, figures(), {}, 1.0)) for case in
                 (Case.of("srv", p, "v5e-1") for p in ("sample[tokens=16,seqs=8]", "step[tokens=16]"))]
-    with GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-1"], cache_dir=None), registry=registry,
-                     measure=lambda case: None) as gate:
-        order, pages = gate.servers(outcomes)
-    assert order == {"srv": ("step", "sample")} and pages == {"srv": 64}
-    (bill,) = startup_bills(outcomes, order=order, pages=pages)
+    settings = GateSettings.parse(rootdir=tmp_path, topologies=["v5e-1"], cache_dir=None)
+    servers = make_plan(settings, registry, GoldenStore(settings.golden_dir)).servers
+    assert servers == {"srv": Server("srv", ("step", "sample"), "pages", 64)}
+    (bill,) = analyse(outcomes, servers, toolchain={}).bills
     assert bill.boot.bytes_per_page == 4 * GiB / 64 and Bill.from_json(json.loads(json.dumps(bill.to_json()))) == bill
+    # By name where the server is not known: sample, then step; with it, step (declared first) runs first.
+    (unknown,) = analyse(outcomes, {}, toolchain={}).bills
+    assert unknown.boot.bytes_per_page is None and bill.boot.programs == unknown.boot.programs == 2
 
 
 def test_an_engines_utilization_is_a_share_of_the_runtimes_limit_on_a_tpu_and_of_memory_on_a_gpu():

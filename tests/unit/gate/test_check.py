@@ -220,7 +220,6 @@ def test_update_keeps_a_noisy_cost_within_tolerance_and_takes_one_beyond(tmp_pat
 
 def test_goldens_of_another_toolchain_give_one_upgrade_table(tmp_path):
     # FAKE measure: the "new toolchain" is this process's; the goldens claim an older one.
-    from aotcheck.gate.report import Report
     from aotcheck.render.markdown import markdown
     from aotcheck.gate.report import Merged
     from aotcheck.render.summary import session_summary
@@ -236,7 +235,9 @@ def test_goldens_of_another_toolchain_give_one_upgrade_table(tmp_path):
                                           libtpu_init_args_option="--xla_a=1"),
                        measure=lambda c: fake_measure({**FIGURES, "peak_bytes": 2 * FIGURES["peak_bytes"]}
                                                       if c == CASE else FIGURES)(c))
-    report = Report([gate.check(CASE), gate.check(other)])
+    for case in (CASE, other):
+        gate.record(gate.check(case))
+    report = gate.finish()  # The upgrade table is the run's analysis (aotcheck.gate.analysis), as it finishes.
     text = "\n".join(session_summary(report, update=False, accept_args=gate.accept_args()))
     assert ("toolchain upgrade: 2 case(s) judged against goldens made with jax 0.0.1, jaxlib 0.0.1, libtpu 0.0.0; "
             "now jax ") in text and "1 moved, 1 did not." in text

@@ -59,3 +59,10 @@ def test_failures_sort_first_then_by_verdict_then_by_id():
                 Outcome(a, Verdict.MISSING_GOLDEN, failed=True), Outcome(b, Verdict.PASS)]
     assert [(o.verdict.value, o.case.config) for o in sort_outcomes(outcomes)] == [
         ("regression", "b"), ("missing-golden", "a"), ("pass", "a"), ("pass", "b")]
+
+
+def test_a_report_orders_buckets_by_their_sizes_as_values_not_their_ids_text():
+    ids = ["llm/step[tokens=1024]@v5e-8x1", "llm/step[tokens=128]@v5e-8x1", "llm/step[tokens=16]@v5e-8x1"]
+    ordered = sort_outcomes([Outcome(Case.parse(i), Verdict.PASS) for i in ids])
+    assert [o.case.bucket["tokens"] for o in ordered] == [16, 128, 1024]
+    assert sorted(ids) == ids  # Their text would have put 1024 first.

@@ -21,6 +21,7 @@ import pytest
 from aotcheck.gate.compare import Change, Row, Tolerance, compare_metric, parse_tolerances, settle_noisy
 from aotcheck.gate.golden import Golden
 from aotcheck.gate.outcome import Outcome
+from aotcheck.gate.analysis import analyse
 from aotcheck.gate.report import Merged, Report, ReportError, load_report, merge_reports, write_report
 from aotcheck.gate.upgrade import find_upgrade
 from aotcheck.gate.verdict import GoldenAction, Verdict
@@ -251,7 +252,8 @@ def test_goldens_of_a_newer_toolchain_are_an_older_toolchain_not_an_upgrade(tmp_
     gate = GateSession(GateSettings.parse(rootdir=tmp_path, topologies=["v5e-4", "v4-8"], cache_dir=None),
                        measure=lambda c: fake_measure({**FIGURES, "peak_bytes": 2 * FIGURES["peak_bytes"]}
                                                       if c == CASE else FIGURES)(c))
-    report = Report([gate.check(CASE), gate.check(other)])
+    outcomes = [gate.check(CASE), gate.check(other)]  # The upgrade table is the run's analysis, as a session's.
+    report = Report(outcomes, upgrade=analyse(outcomes, {}, toolchain=gate.toolchain()).upgrade)
     text = "\n".join(session_summary(report, update=False))
     now = ", ".join(f"{k} {v}" for k, v in report.toolchain.items())
     assert ("aotcheck: older toolchain than the goldens': 2 case(s) judged against goldens made with jax 99.0.0, "
@@ -412,3 +414,24 @@ def test_the_text_report_of_a_servers_shards_shows_its_bill_and_why_it_fails(tmp
     assert ("aotcheck: server llm on v5e-8x1: 4 buckets, start-up bill 12.00s of compile CPU (goldens 0.40s: "
             "REGRESSION, beyond its tolerance 100% + 1); if expected, accept it: pytest --update-golden "
             "--aot-configs=llm --aot-topologies=v5e-8x1 -o aot_default_options=none") in result.stdout
+
+
+def test_a_report_read_back_has_its_servers_from_its_bills(tmp_path):
+    """A report's file keeps its format: each bill carries its server's load order and pages (no field of
+    servers of its own); read back, they are the report's servers, so a merge of them judges boots as a run."""
+    from aotcheck.gate.bill import startup_bills
+    from aotcheck.programs.serving import Server
+
+    server = Server("llm", ("step", "sample"), "pages", 64)
+    case = Case.of("llm", "step[tokens=16]", "v5e-8")
+    report = Report([Outcome(case, Verdict.PASS)], bills=startup_bills([Outcome(case, Verdict.PASS)],
+                                                                       servers={"llm": server}))
+    doc = report.to_json()
+    assert "servers" not in doc and doc["startup_bills"][0]["load_order"] == ["step", "sample"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = load_report(tmp_path / "old.json")
+    assert old.servers == {"llm": server} and old.bills == report.bills
+    assert merge_reports([tmp_path / "old.json"]).report.servers == old.servers
+    doc["startup_bills"][0].update(load_order=[], pages=None)  # A bill that knew neither: a server by name only.
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    assert load_report(tmp_path / "old.json").servers == {"llm": Server("llm", ())}

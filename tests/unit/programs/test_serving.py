@@ -175,3 +175,20 @@ def test_a_when_that_raises_is_named_with_its_point():
         program.points()
     assert str(e.value) == ("Bucketed.when raised KeyError: 'nope' at the point {'tokens': 16}; when is given each "
                             "point as a dict of axis -> size (axes: tokens), e.g. when=lambda p: p['tokens'] >= 16.")
+
+
+def test_a_server_is_its_programs_in_declared_order_its_pool_and_its_memory_fraction():
+    from aotcheck.programs.serving import Server, server_of
+    from aotcheck.targets.topology import parse_topology
+
+    config = serve.serving_config(serve.TINY, memory_fraction=0.9)
+    server = server_of("llm", config.expand())
+    assert server == Server("llm", tuple(config.bucketed), "pages", serve.TINY.pages, 0.9)
+    assert server.programs == ("step", "sample")
+    h100 = parse_topology("h100-8")
+    assert server.usable(h100, (0.5, "aot_memory_fraction")).source == "llm's memory_fraction"  # Its own first,
+    plain = Server("plain", ("step",))
+    assert plain.usable(h100, (0.5, "aot_memory_fraction")).fraction == 0.5  # then the run's.
+    from aotcheck import FunctionConfig
+
+    assert server_of("lm", [FunctionConfig(fn=abs, make_args=abs)]) is None  # No bucket: no server.
