@@ -209,10 +209,9 @@ def stale_goldens(registry: Registry, store: GoldenStore) -> list[str]:
         except RegistryError:
             unbuildable.add(entry.name)
     stale = []
-    for rel in store.cases():  # Only files aotcheck wrote: a user's own JSON is never stale.
-        case = Case.parse(rel.removesuffix(".json"))
+    for case in store.cases():  # Only files aotcheck wrote: a user's own JSON is never stale.
         if case.config not in unbuildable and (case.config, case.program_id) not in known:
-            stale.append(rel)
+            stale.append(case.golden_relpath)
     return stale
 
 

@@ -10,6 +10,7 @@ the run (stale goldens, the JSON report) and the summary is rendered by
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import types
@@ -22,6 +23,7 @@ from aotcheck.ini import read_ini
 from aotcheck.pipeline.case import Case
 from aotcheck.programs.loader import note_loaded
 from aotcheck.programs.registry import registrations
+from aotcheck.records import Record
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.report import Report
 from aotcheck.render.summary import header_lines, session_summary
@@ -34,6 +36,7 @@ from aotcheck.usage import check_ini_keys, invocation_problem
 
 NODE_PREFIX = "aotcheck::"
 PROPERTY = "aotcheck"
+CASE_PROPERTY = "aotcheck.case"  # Each item's case, in its JSON form: what its reports are about, whatever happens.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -159,6 +162,14 @@ class AotFailure(Exception):
     """A failed case; its message is the whole explanation (no traceback)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Carried(Record):
+    """What each of an item's reports carries whatever happens to it (a skip, a failure outside the check):
+    its case, so that no reader parses it back from the node's id (through pytest-xdist too)."""
+
+    case: Case
+
+
 class AotCollector(pytest.Collector):
     """Parent of the generated items (they belong to no test file)."""
 
@@ -172,6 +183,7 @@ class AotItem(pytest.Item):
     def __init__(self, *, case: Case, gate: GateSession, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
+        self.user_properties.append((CASE_PROPERTY, json.dumps(Carried(case).to_json())))
         self.gate = gate
         self.add_marker("aotcheck")
         self.add_marker("aotcheck_case")
@@ -304,10 +316,10 @@ def _skipped(item: pytest.Item) -> bool:
 def outcome_of(report: pytest.TestReport) -> Outcome | None:
     """The item's outcome from a report: the one it carried, else one made from pytest's verdict
     (a skip, or a failure outside the check); None for a phase that says nothing."""
-    for name, value in report.user_properties:
-        if name == PROPERTY:
-            return Outcome.from_json(json.loads(value))
-    case = Case.parse(report.nodeid[len(NODE_PREFIX):])
+    properties = dict(report.user_properties)
+    if PROPERTY in properties:
+        return Outcome.from_json(json.loads(properties[PROPERTY]))
+    case = Carried.from_json(json.loads(properties[CASE_PROPERTY])).case
     if report.skipped:  # The reason as the session words it (pytest prefixes "Skipped: ").
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         return Outcome.skip(case, reason.removeprefix("Skipped: "))

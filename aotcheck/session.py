@@ -329,14 +329,14 @@ class GateSession:
     def foreign_toolchain_goldens(self) -> list[str]:
         """Golden files made with another toolchain, each with the versions it names."""
         out = []
-        for rel, path in self.store.cases().items():
+        for case, path in self.store.cases().items():
             try:
                 golden = parse_document(path.read_text(), path)
             except (GoldenError, OSError, ValueError):  # Unreadable goldens fail their own case.
                 continue
-            platform = _platform_of(rel)
+            platform, rel = case.topology.platform, case.golden_relpath
             # A platform whose compiler is not installed judges none of its goldens: no upgrade table to promise.
-            if platform is not None and None not in platform.toolchain().values() \
+            if None not in platform.toolchain().values() \
                     and toolchain_note(golden.toolchain, platform=platform):
                 out.append(f"{rel}: " + ", ".join(f"{k} {golden.toolchain.get(k)}" for k in platform.toolchain()))
         return out
@@ -348,15 +348,6 @@ def golden_dir_state(root: Path) -> str | None:
     if root.is_dir():
         return None
     return "a file" if root.exists() else "a dangling link" if root.is_symlink() else "absent"
-
-
-def _platform_of(golden_path: str) -> Platform | None:
-    """The platform of a golden file's case (``lm/prefill@h100-8x1.json``: GPU's); None for a name no
-    table has (its case is stale, and says so), whose toolchain nothing here can judge."""
-    try:
-        return Case.parse(golden_path.removesuffix(".json")).topology.platform
-    except ValueError:
-        return None
 
 
 def exit_status(report: Report) -> int:

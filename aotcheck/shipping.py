@@ -51,7 +51,7 @@ class LoadCheck(Record):
     """What ``load --check`` found for one manifest.
 
     Attributes:
-        case: The case's id.
+        case: The case (its id in the JSON).
         mismatches: Fields that differ in this process (``Mismatch`` records): refused, not loaded.
         load_seconds: How long loading the executable took (None: not loaded here).
         compile_seconds: How long the fresh JIT's compile took, for comparison.
@@ -59,7 +59,7 @@ class LoadCheck(Record):
         differing: The outputs (paths) that differ.
     """
 
-    case: str
+    case: Case
     mismatches: tuple[Any, ...] = ()  # Mismatch records (pipeline.export, imported only when used).
     load_seconds: float | None = None
     compile_seconds: float | None = None
@@ -73,7 +73,7 @@ def check_loads(dest: str, *, only: Sequence[str] = (), registry: Any = None) ->
     from aotcheck.pipeline.export import job_launch_flags, mismatches, read_manifests  # noqa: PLC0415
     from aotcheck.targets.devices import reserve_cpu_devices  # noqa: PLC0415
 
-    manifests = [m for m in read_manifests(dest) if not only or m.case in only]
+    manifests = [m for m in read_manifests(dest) if not only or m.case.id in only]
     from aotcheck.targets.topology import parse_topology  # noqa: PLC0415
 
     host = [len(m.devices) for m in manifests if parse_topology(m.topology).platform.host_devices]
@@ -127,9 +127,9 @@ def _run_beside_jit(dest: str, manifest: Any, registry: Any) -> LoadCheck:
     from aotcheck.programs.model import function_for  # noqa: PLC0415
     from aotcheck.targets.devices import on_this_host  # noqa: PLC0415
 
-    case = Case.parse(manifest.case)
+    case = manifest.case
     start = time.perf_counter()
-    loaded = load(dest, manifest.case)
+    loaded = load(dest, manifest.case.id)
     load_seconds = time.perf_counter() - start
     config = function_for(registry.get(case.config).program(case.program_id), case.program_id)
     start = time.perf_counter()

@@ -212,6 +212,48 @@ def test_only_targets_reads_the_chip_tables():
     assert imports_of("aotcheck.targets.presets") & CHIP_TABLES  # The check reads imports (else it passes vacuously).
 
 
+ID_READERS = {"Case.parse", "Target.parse", "split_case_id", "split_target", "parse_program_id"}
+# Where an id's text may be read back: the grammar's own modules, the readers of what a user wrote (their
+# options, ini, target globs, a scaffold's names), and the readers of what aotcheck stored as text (a golden
+# file's ``case``, a calibration record's). Everywhere else a case, target or bucket travels as a value.
+ID_HOMES = {
+    "aotcheck.programs.names": "the grammar of program and case ids",
+    "aotcheck.targets.topology": "the grammar of a target's name",
+    "aotcheck.pipeline.case": "Case.parse itself, and a case's JSON form (records.leaf)",
+    "aotcheck.readers": "--aot-case, as the user wrote it",
+    "aotcheck.cmdline": "aotcheck's own --topology, as the user wrote it",
+    "aotcheck.scaffold": "aotcheck init's targets, as the user wrote them",
+    "aotcheck.targets.globs": "--aot-topologies' globs, as the user wrote them",
+    "aotcheck.gate.golden": "a golden file's case, as stored",
+    "aotcheck.gate.calibration": "a calibration record's case (a server's ``*`` is no Case), as stored",
+}
+
+
+def id_reads(module: str) -> list[str]:
+    """Where ``module`` reads an id's text: a call of an id reader, or text split at ``@`` (a case id's)."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        if name in ID_READERS or name.rpartition(".")[2] in ID_READERS - {"Case.parse", "Target.parse"}:
+            found.append(f"{module}:{node.lineno}: {name}")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in ("partition", "rpartition", "split", "rsplit") \
+                and any(isinstance(a, ast.Constant) and a.value == "@" for a in node.args):
+            found.append(f"{module}:{node.lineno}: {name}('@')")
+    return found
+
+
+def test_ids_are_read_back_in_one_place():
+    """Issue 55, item 5: a case's id is text for people and files; code past the readers carries the Case, its
+    Target and its Bucket as values (a worker's request, an item's reports, a golden store's listing, a
+    manifest, an accept command), so no module parses one back (the nodeid, a golden's path, a bucket)."""
+    found = [line for module in MODULES if module not in ID_HOMES for line in id_reads(module)
+             if "pipeline.store" not in line]  # A store URL's credentials end at '@': not an id.
+    assert not found, found
+    assert id_reads("aotcheck.pipeline.case") and id_reads("aotcheck.readers")  # The check sees the homes' reads.
+
+
 def test_the_platform_check_bites(tmp_path, monkeypatch):
     # The check above passes vacuously if it reads nothing: a module that branches on a platform fails it.
     path = tmp_path / "branchy.py"

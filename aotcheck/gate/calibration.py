@@ -39,9 +39,9 @@ from aotcheck.records import Record
 from aotcheck import _files
 from aotcheck.errors import AotcheckError
 from aotcheck.gate.boot import Boot, boot_budget
-from aotcheck.programs.names import parse_program_id
+from aotcheck.programs.names import parse_program_id, split_case_id
 from aotcheck.targets.usable import Usable
-from aotcheck.targets.topology import Topology, split_target
+from aotcheck.targets.topology import Target, Topology
 
 SCHEMA = 1
 # Who wrote a record that ``aotcheck calibrate`` took itself (any other source was transcribed).
@@ -112,15 +112,20 @@ class Calibration(Record):
 
     @property
     def target(self) -> str:
-        return self.case.rpartition("@")[2]
+        return split_case_id(self.case)[2]
 
     @property
     def config(self) -> str:
-        return self.case.partition("/")[0]
+        return split_case_id(self.case)[0]
+
+    @property
+    def program(self) -> str:
+        """The program's id, or ``*``: a server's every program."""
+        return split_case_id(self.case)[1]
 
     @property
     def topology(self) -> Topology:
-        return split_target(self.target)[0]
+        return Target.parse(self.target).topology
 
     @property
     def file_name(self) -> str:

@@ -164,13 +164,13 @@ def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
-def written_for(text: str) -> str | None:
+def written_for(text: str) -> Case | None:
     """The case id a golden file's text says it was written for, None if it is not a golden
     aotcheck wrote (a file of the user's own: it is never called stale nor removed).
 
     Example:
         >>> written_for('{"format": 1, "case": "lm-tiny/train_step@v4-8x1", "figures": {}}')
-        'lm-tiny/train_step@v4-8x1'
+        Case.parse('lm-tiny/train_step@v4-8x1')
         >>> written_for('{"owners": ["me"]}'), written_for('not json')
         (None, None)
     """
@@ -182,7 +182,7 @@ def written_for(text: str) -> str | None:
             or not isinstance(doc.get("figures"), dict):
         return None
     try:
-        return Case.parse(doc["case"]).id
+        return Case.parse(doc["case"])
     except ValueError:
         return None
 
@@ -294,9 +294,9 @@ class GoldenStore:
         atomic_write_text(path, text)
         return GoldenAction.CREATED if old is None else GoldenAction.CHANGED
 
-    def cases(self) -> dict[str, Path]:
-        """Every golden file aotcheck wrote, by relative path (``config/program@topoxN.json``): JSON
-        files whose ``case`` names the case of their path. Other files are the user's, left alone."""
+    def cases(self) -> dict[Case, Path]:
+        """Every golden file aotcheck wrote, by its case: JSON files whose ``case`` names the case of their
+        path (``config/program@topoxN.json``). Other files are the user's, left alone."""
         if not self.root.is_dir():
             return {}
         out = {}
@@ -306,8 +306,8 @@ class GoldenStore:
                 case = written_for(path.read_text())
             except (OSError, UnicodeDecodeError):
                 continue
-            if case is not None and f"{case}.json" == rel:
-                out[rel] = path
+            if case is not None and case.golden_relpath == rel:
+                out[case] = path
         return out
 
     def check_writable(self) -> None:

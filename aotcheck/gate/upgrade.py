@@ -38,6 +38,7 @@ from aotcheck.gate.compare import Change, Row
 from aotcheck.gate.golden import version_step
 from aotcheck.gate.outcome import Outcome
 from aotcheck.gate.verdict import Verdict
+from aotcheck.pipeline.case import Case
 
 
 class Upgrade(NamedTuple):
@@ -48,7 +49,7 @@ class Upgrade(NamedTuple):
         now: This run's toolchain.
         moved: ``(case id, rows)`` for each case with a figure beyond tolerance, new or gone.
         unmoved: Case ids whose figures all stayed within tolerance.
-        cases: Every case id of the upgrade (what the accept command covers).
+        cases: Every case of the upgrade (what the accept command covers), by id.
         direction: ``"upgrade"`` when every version that differs is newer now than in every golden,
             ``"downgrade"`` when every one is older (the goldens are ahead: never accept these figures over
             them), ``"change"`` otherwise (some newer, some older, or a version that does not compare).
@@ -60,7 +61,7 @@ class Upgrade(NamedTuple):
     now: dict[str, str | None]
     moved: list[tuple[str, list[Row]]]
     unmoved: list[str]
-    cases: list[str]
+    cases: list[Case]
     direction: str = "upgrade"
     steps: dict[str, str] = {}
 
@@ -95,5 +96,5 @@ def find_upgrade(outcomes: Sequence[Outcome], *, now: Mapping[str, str | None]) 
             else "newer than some goldens', older than others'" for k, found in steps.items()}
     ways = set(said.values())
     direction = "upgrade" if ways == {"newer"} else "downgrade" if ways == {"older"} else "change"
-    return Upgrade(before, dict(now), moved, unmoved, [o.case.id for o in sorted(foreign, key=lambda o: o.case.id)],
+    return Upgrade(before, dict(now), moved, unmoved, [o.case for o in sorted(foreign, key=lambda o: o.case.id)],
                    direction, said)

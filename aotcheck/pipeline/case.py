@@ -18,14 +18,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from aotcheck import records
 from aotcheck.programs.config import FunctionConfig
-from aotcheck.programs.names import Bucket, parse_program_id, program_id
+from aotcheck.programs.names import Bucket, parse_program_id, program_id, split_case_id
 from aotcheck.targets.topology import Target, Topology
-
-_ID = re.compile(r"^(?P<config>[^/@\s]+)/(?P<program>[^/@\s]+)@(?P<target>[^/@\s]+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,11 +71,9 @@ class Case:
     @classmethod
     def parse(cls, text: str) -> "Case":
         """Parses an id; ValueError (TopologyError for a bad target) if it is not one."""
-        match = _ID.match(text)
-        if not match:
-            raise ValueError(f"Not a case id: {text!r} (expected CONFIG/PROGRAM@TOPOLOGYxSLICES).")
-        program, bucket = parse_program_id(match["program"])
-        return cls(match["config"], program, Target.parse(match["target"]), bucket)
+        config, program, target = split_case_id(text)
+        name, bucket = parse_program_id(program)
+        return cls(config, name, Target.parse(target), bucket)
 
     def __str__(self) -> str:
         return self.id

@@ -94,7 +94,7 @@ class Manifest(Record):
     """What an exported executable was compiled for, and what the gate measured of it.
 
     Attributes:
-        case: The case's id (``lm-tiny/train_step@v5e-1x1``).
+        case: The case (its id in the file: ``lm-tiny/train_step@v5e-1x1``).
         toolchain: jax, jaxlib and the compiler's package (libtpu, the CUDA plugin), as they were.
         compiler_options: Every option the compile was given (aotcheck's presets and the launch flags).
         launch_flags: The job's own launch flags among them (its ``LIBTPU_INIT_ARGS``): a job must run
@@ -106,7 +106,7 @@ class Manifest(Record):
         payload_sha256, payload_bytes: The serialized executable's.
     """
 
-    case: str
+    case: Case
     toolchain: Mapping[str, str | None]
     compiler_options: Mapping[str, str]
     launch_flags: Mapping[str, str]
@@ -167,7 +167,7 @@ def export_compiled(case: Case, compiled: Any, *, compiler_options: Mapping[str,
     topology = case.topology
     formats = getattr(compiled, "input_formats", None)
     manifest = Manifest(
-        case=case.id, toolchain=dict(topology.platform.toolchain()), compiler_options=dict(compiler_options),
+        case=case, toolchain=dict(topology.platform.toolchain()), compiler_options=dict(compiler_options),
         launch_flags=dict(launch_flags or {}), xla_flags=os.environ.get("XLA_FLAGS", ""),
         platform=topology.platform.name, topology=topology.name, num_slices=case.num_slices,
         wraparound="".join(axis for axis, w in zip("xyz", topology.wraparound) if w) or "none",
@@ -234,7 +234,7 @@ class _Dest:
 def write_exported(dest: str | os.PathLike[str], exported: Exported) -> str:
     """Writes the payload, then its manifest (a reader finds no manifest without its payload); returns
     the stem both share under ``dest`` (the case's id, as its golden's path)."""
-    name = exported.manifest.case
+    name = exported.manifest.case.id
     where = _Dest(dest)
     where.put(name + PAYLOAD, exported.payload)
     where.put(name + MANIFEST, (json.dumps(exported.manifest.to_json(), indent=1, sort_keys=True) + "\n").encode())

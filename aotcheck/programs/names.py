@@ -1,5 +1,6 @@
-"""Names of configs and programs, and a serving bucket as a value: the one place a program's id
-(``step[tokens=64]``) is made from its bucket and read back.
+"""Names of configs and programs, and a serving bucket as a value: the one place ids are read back, a
+program's (``step[tokens=64]``, made from its bucket) and a case's (``llm/step[tokens=64]@v5e-16x1``;
+its target's text is :class:`aotcheck.targets.topology.Target`'s).
 
 Example:
     >>> bucket = Bucket({"tokens": 64, "seqs": 8})
@@ -81,6 +82,23 @@ def parse_program_id(text: str) -> tuple[str, Bucket]:
             return text, Bucket()
         point[axis] = int(size)
     return match["program"], Bucket(point)
+
+
+_CASE_ID = re.compile(r"^(?P<config>[^/@\s]+)/(?P<program>[^/@\s]+)@(?P<target>[^/@\s]+)$")
+
+
+def split_case_id(text: str) -> tuple[str, str, str]:
+    """``(config, program id, target text)`` of a case's id, ``CONFIG/PROGRAM@TOPOLOGYxSLICES`` (a calibration
+    record's ``*`` for a server's every program too); ValueError if it is not one.
+
+    Example:
+        >>> split_case_id("llm/step[tokens=16]@v5e-16x1"), split_case_id("llm/*@v5e-1x1")[1]
+        (('llm', 'step[tokens=16]', 'v5e-16x1'), '*')
+    """
+    match = _CASE_ID.match(text)
+    if not match:
+        raise ValueError(f"Not a case id: {text!r} (expected CONFIG/PROGRAM@TOPOLOGYxSLICES).")
+    return match["config"], match["program"], match["target"]
 
 
 def name_problem(name: object, what: str) -> str | None:

@@ -4,7 +4,8 @@ the toolchain upgrade's advice in :mod:`aotcheck.render.upgrade`). Every option 
 :mod:`aotcheck.spellings` spells it for pytest (an accept command is a pytest run).
 
 Example:
-    >>> accept_all_command(["lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1"])
+    >>> from aotcheck.pipeline.case import Case
+    >>> accept_all_command([Case.parse(c) for c in ("lm/prefill@v4-8x1", "lm/train_step@v5e-16x2", "toy/step@v4-8x1")])
     'pytest --update-golden --aot-configs=lm,toy --aot-topologies=v4-8x1,v5e-16x2'
 """
 
@@ -20,7 +21,7 @@ from aotcheck.spellings import option
 UPDATE = option("update", "").removesuffix("=")  # --update-golden, a switch.
 
 
-def accept_all_command(cases: Sequence[Case | str], *, extra: Sequence[str] = ()) -> str:
+def accept_all_command(cases: Sequence[Case], *, extra: Sequence[str] = ()) -> str:
     """One command that accepts these cases' (or case ids') current figures as their goldens; ``extra``:
     the options of the run that decide the figures or where goldens are (the golden directory, its
     launch flags, ...), repeated after the selection, quoted for a shell.
@@ -28,12 +29,11 @@ def accept_all_command(cases: Sequence[Case | str], *, extra: Sequence[str] = ()
     Example:
         >>> accept_all_command([Case.of("lm", "prefill", "v4-8")], extra=["--aot-libtpu-init-args=--xla_a=1 --xla_b=2"])
         "pytest --update-golden --aot-configs=lm --aot-topologies=v4-8x1 '--aot-libtpu-init-args=--xla_a=1 --xla_b=2'"
-        >>> accept_all_command(["lm[v2]/step@v4-8x1"], extra=golden_dir_option("ci/golden"))
+        >>> accept_all_command([Case.parse("lm[v2]/step@v4-8x1")], extra=golden_dir_option("ci/golden"))
         "pytest --update-golden '--aot-configs=lm[[]v2]' --aot-topologies=v4-8x1 --aot-golden-dir=ci/golden"
     """
-    parsed = [c if isinstance(c, Case) else Case.parse(c) for c in cases]
-    args = ["pytest", UPDATE, option("configs", ",".join(sorted({glob_quote(c.config) for c in parsed}))),
-            option("topologies", ",".join(sorted({str(c.target) for c in parsed})))]
+    args = ["pytest", UPDATE, option("configs", ",".join(sorted({glob_quote(c.config) for c in cases}))),
+            option("topologies", ",".join(sorted({str(c.target) for c in cases})))]
     return shlex.join([*args, *extra])
 
 

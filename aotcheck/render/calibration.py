@@ -35,7 +35,7 @@ def calibration_rows(records: Sequence[Calibration]) -> list[list[str]]:
     """The table's rows, records in the order given, each section's figures in a fixed order."""
     rows = []
     for r in records:
-        case, target = r.case.rpartition("@")[0], r.target
+        case, target = f"{r.config}/{r.program}", r.target
         if r.step is not None:
             at, figures = r.step["at"], r.figures[r.step["at"]]
             if r.step.get("code_bytes") is not None:

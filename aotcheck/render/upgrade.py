@@ -4,9 +4,10 @@ summary's in :mod:`aotcheck.render.markdown`).
 
 Example:
     >>> from aotcheck.gate.compare import Change, Row, Tolerance
+    >>> from aotcheck.pipeline.case import Case
     >>> up = Upgrade({"jax": "0.10.2"}, {"jax": "0.12.0.1"},
     ...              [("lm/prefill@v4-8x1", [Row("peak_bytes", 100.0, 120.0, Tolerance(0.01), Change.REGRESSION)])],
-    ...              ["lm/prefill@v5e-16x1"], ["lm/prefill@v4-8x1", "lm/prefill@v5e-16x1"])
+    ...              ["lm/prefill@v5e-16x1"], [Case.parse("lm/prefill@v4-8x1"), Case.parse("lm/prefill@v5e-16x1")])
     >>> print("\\n".join(upgrade_lines(up, golden_dir="golden")))
     aotcheck: toolchain upgrade: 2 case(s) judged against goldens made with jax 0.10.2; now jax 0.12.0.1. 1 moved, 1 did not.
     <BLANKLINE>

@@ -60,13 +60,13 @@ def test_the_cli_reports_a_crash_and_user_errors(faults):
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "segv", "--topology", "v4-8"],
                          cwd=faults.path, capture_output=True, text=True)
     assert out.returncode == 3
-    assert "aotcheck: error: the v4 compile process died with SIGSEGV (signal 11)" in out.stderr
+    assert "aotcheck: error: segv/step@v4-8x1 crashed: the v4 compile process died with SIGSEGV (signal 11)" in out.stderr
     assert "about to die by segv" in out.stderr
     no_aotcheck_traceback(out.stderr)
     out = subprocess.run([sys.executable, "-m", "aotcheck", "compile", "keyerror", "--topology", "v4-8"],
                          cwd=faults.path, capture_output=True, text=True)
     assert out.returncode == 2
-    assert "aotcheck: error: KeyError while building or lowering keyerror: 'logits'" in out.stderr
+    assert "aotcheck: error: keyerror/step@v4-8x1: KeyError while building or lowering it: logits" in out.stderr
     no_aotcheck_traceback(out.stderr)
 
 

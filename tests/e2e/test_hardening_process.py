@@ -182,7 +182,7 @@ def test_a_presets_file_that_refuses_presets_is_probed_again_before_it_is_truste
     note = next(n for n in options.probe_notes() if "was stale or edited" in n)
     assert note.startswith(f"aotcheck: the presets cache file {path} said libtpu refuses ")
     options._probed.clear()
-    updated = measure_request(dataclasses.replace(request, cache_read=False))
+    updated = measure_request(dataclasses.replace(request, cache=CacheSpec(tmp_path / "cache", read=False)))
     assert updated.compiler_options == checked.compiler_options
 
 

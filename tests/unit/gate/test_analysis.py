@@ -82,7 +82,7 @@ def test_pools_and_the_upgrade_are_the_analysis_s_and_a_merge_derives_them_again
     outcomes = [searched("v5p-8", 96), searched("v4-8", 20), bucket("step[tokens=16]", 1.0, 1.0)]
     found = analyse(outcomes, {"llm": SERVER}, toolchain={"jax": "0.0.3"})
     assert [(p, pools.max_size) for p, pools in found.pools] == [("canary/train_step", 20)]
-    assert found.upgrade.cases == ["llm/step[tokens=16]@v5e-1x1"] and found.upgrade.direction == "upgrade"
+    assert [c.id for c in found.upgrade.cases] == ["llm/step[tokens=16]@v5e-1x1"] and found.upgrade.direction == "upgrade"
     write_report(tmp_path / "r.json", Report(found.outcomes, bills=found.bills, pools=found.pools,
                                              upgrade=found.upgrade, servers={"llm": SERVER}, toolchain={"jax": "0.0.3"}))
     assert "pools" not in json.loads((tmp_path / "r.json").read_text())  # Derived, not written,

@@ -134,14 +134,13 @@ def test_an_unwritable_golden_is_recorded_with_its_path(tmp_path):
 
 def test_every_accept_command_comes_from_one_builder(tmp_path):
     from aotcheck.gate.outcome import Accept
-    from aotcheck.render.accept import accept_all_command, accept_case_command
+    from aotcheck.render.accept import accept_case_command
 
     gate = session(tmp_path, FIGURES, golden_dir_option="ci/golden", libtpu_init_args_option="--xla_a=1")
     expected = accept_case_command(Accept(CASE, ("--aot-golden-dir=ci/golden", "--aot-libtpu-init-args=--xla_a=1")))
     assert expected == f"pytest --update-golden --aot-case={CASE.id} --aot-golden-dir=ci/golden --aot-libtpu-init-args=--xla_a=1"
     assert accept_case_command(gate.accept(CASE)) == expected
     assert outcome_message(gate.check(CASE)).endswith("To create it: " + expected)
-    assert accept_all_command([CASE.id]) == accept_all_command([CASE])
 
 
 @pytest.mark.parametrize("factor,strict,verdict,failed", [

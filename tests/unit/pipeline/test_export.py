@@ -52,7 +52,7 @@ def test_a_store_url_is_written_and_read_and_credentials_are_refused_unechoed(tm
     case, exported = exported_double(tmp_path)
     url = f"file://{tmp_path / 'store'}"
     assert write_exported(url, exported) == case.id
-    assert [m.case for m in read_manifests(url)] == [case.id] and load(url, case.id)(jnp.ones(4)).tolist() == [2.0] * 4
+    assert [m.case for m in read_manifests(url)] == [case] and load(url, case.id)(jnp.ones(4)).tolist() == [2.0] * 4
     with pytest.raises(Exception, match="credentials") as refused:
         write_exported("s3://KEY:hunter2@bucket/aot", exported)
     assert "hunter2" not in str(refused.value)
