@@ -9,6 +9,7 @@ The pipeline, bottom to top (a module may import its own layer and the ones belo
 import ast
 import graphlib
 import importlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,15 @@ def test_past_the_programs_every_config_is_one_kind(tmp_path, monkeypatch):
     path.write_text("def f(c):\n    return isinstance(c, (config.TrainerConfig, int))\n")
     monkeypatch.setitem(MODULES, "aotcheck.gate.kindly", path)
     assert len(kind_branches("aotcheck.gate.kindly")) == 1
+
+
+def test_the_packages_shape_is_as_issue_55_left_it():
+    """tools/structure.py measures what issue 55's table holds; what it fixed stays fixed: no record's JSON
+    written by hand, ids read back only from stored files (a golden's, a calibration record's), no chip
+    table read past targets/."""
+    sys.path.insert(0, str(PACKAGE.parent / "tools"))
+    import structure  # noqa: PLC0415  (tools/ is a directory of scripts, not a package)
+
+    shape = structure.measure(PACKAGE.parent)
+    assert shape["hand-written from_json"] == 0 and shape["chip-table imports outside targets/"] == 0
+    assert shape["modules that read an id back"] <= 2 and shape["modules"] == len(MODULES)
