@@ -31,7 +31,7 @@ from aotcheck import _runtime
 from aotcheck.figures.program import value_problem
 from aotcheck.figures.fit import Pools
 from aotcheck.gate.analysis import analyse
-from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill
+from aotcheck.gate.bill import FIGURE as BILL_FIGURE, Bill, served
 from aotcheck.gate.golden import atomic_write_text, toolchain_problem
 from aotcheck.gate.outcome import Outcome, sort_outcomes
 from aotcheck.gate.run import Interrupted
@@ -117,6 +117,18 @@ class Report(Record):
     def passed(self) -> bool:
         """No case failed, every config built, and no server's start-up bill grew beyond its tolerance."""
         return not self.failed and not self.broken and not any(b.failed for b in self.bills)
+
+    def served(self) -> list[tuple[Bill, list[Outcome]]]:
+        """Each bill with its buckets' outcomes, as a server's table lists them: its programs in the order it
+        loads them (then any other in the order they came), each's buckets largest first (by their sizes)."""
+        out = []
+        for bill in self.bills:
+            group = [o for o in self.outcomes if served(o) and (o.case.config, o.case.target.name) ==
+                     (bill.config, bill.target)]
+            order = {p: k for k, p in enumerate(dict.fromkeys([*bill.load_order, *(o.case.program for o in group)]))}
+            out.append((bill, sorted(group, key=lambda o: (order[o.case.program],
+                                                         tuple(-size for size in o.case.bucket.values())))))
+        return out
 
 
 class _AsWritten(list):

@@ -19,7 +19,7 @@ from aotcheck.gate.verdict import Verdict
 from aotcheck.render.chart import text_bars
 from aotcheck.gate.upgrade import Upgrade
 from aotcheck.render.summary import SUMMARY_HEADERS, summary_row
-from aotcheck.render.serving import HEADERS, bill_line, boot_line, bucket_rows, groups
+from aotcheck.render.serving import HEADERS, bill_line, boot_line, bucket_rows
 from aotcheck.render.tables import source_line
 from aotcheck.render.text import UNSHARDED_CAUSES, outcome_message
 from aotcheck.render.upgrade import upgrade_advice, upgrade_heading, upgrade_rows, upgrade_summary
@@ -98,7 +98,7 @@ def markdown(merged: Merged, *, title: str = "aotcheck") -> str:
     if outcomes:
         rows = [summary_row(o) + [_changes(o)] for o in outcomes]
         lines.append(markdown_table(SUMMARY_HEADERS + ["change vs golden"], rows))
-    served = groups(report)
+    served = report.served()
     if served:
         lines += ["", "### Servers: buckets, largest first, and the start-up bill", ""]
         for bill, buckets in served:

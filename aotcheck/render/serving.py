@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aotcheck.figures.table import fit_max
-from aotcheck.gate.bill import Bill, served
+from aotcheck.gate.bill import Bill
 from aotcheck.gate.boot import Boot, Start
 from aotcheck.targets.usable import Usable
 from aotcheck.gate.compare import Change
@@ -53,14 +53,9 @@ def memory_spaces(outcome: Outcome) -> str:
 
 
 def bucket_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
-    """One row per bucket: programs in the order they came, each's buckets largest first."""
-    order: dict[str, int] = {}
-    keyed = []
-    for o in outcomes:
-        order.setdefault(o.case.program, len(order))
-        keyed.append(((order[o.case.program], tuple(-size for size in o.case.bucket.values())), o))
+    """One row per bucket, in the order given (:meth:`aotcheck.gate.report.Report.served`'s)."""
     rows = []
-    for _, o in sorted(keyed, key=lambda pair: pair[0]):
+    for o in outcomes:
         figures = o.figures or {}
         pages = figures.get(fit_max(KV_KNOB))
         rows.append([o.case.program_id, fmt_bytes(figures.get("peak_bytes")) if figures else "-", fmt_share(hbm_fraction(o)),
@@ -142,17 +137,11 @@ def boot_line(bill: Bill) -> str | None:
     return f"  {lost}WILL NOT START: {parts}; {tips}; {largest}"
 
 
-def groups(report: Report) -> list[tuple[Bill, list[Outcome]]]:
-    """Each bill with its buckets' outcomes."""
-    return [(bill, [o for o in report.outcomes if served(o) and o.case.config == bill.config
-                    and o.case.target.name == bill.target]) for bill in report.bills]
-
-
 def serving_lines(report: Report, *, accept_args: Sequence[str] = ()) -> list[str]:
     """The terminal's serving section: per server and target, the bill's line and the bucket table
     (``accept_args``: the run's options an accept command repeats)."""
     lines: list[str] = []
-    for bill, outcomes in groups(report):
+    for bill, outcomes in report.served():
         accept = accept_all_command([o.case for o in outcomes],
                                     extra=[*golden_dir_option(report.golden_dir), *accept_args])
         boot = boot_line(bill)

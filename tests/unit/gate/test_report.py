@@ -435,3 +435,19 @@ def test_a_report_read_back_has_its_servers_from_its_bills(tmp_path):
     doc["startup_bills"][0].update(load_order=[], pages=None)  # A bill that knew neither: a server by name only.
     (tmp_path / "old.json").write_text(json.dumps(doc))
     assert load_report(tmp_path / "old.json").servers == {"llm": Server("llm", ())}
+
+
+def test_a_servers_buckets_are_listed_in_its_load_order_each_programs_largest_first():
+    """The serving table's order is the report's (Report.served), from values: a server's programs in the order
+    it loads them, each's buckets by their sizes (128 above 32 above 16: not by their ids' text)."""
+    from aotcheck.gate.bill import Bill
+
+    ids = ("step[tokens=16]", "sample[tokens=16,seqs=8]", "step[tokens=128]", "step[tokens=32]",
+           "sample[tokens=16,seqs=16]")
+    outcomes = [Outcome(Case.of("llm", p, "v5e-8"), Verdict.PASS) for p in ids]
+    bill = Bill("llm", "v5e-8x1", 5, 1.0, False, load_order=("step", "sample"))
+    [(found, listed)] = Report(outcomes, bills=[bill]).served()
+    assert found is bill and [o.case.program_id for o in listed] == [
+        "step[tokens=128]", "step[tokens=32]", "step[tokens=16]", "sample[tokens=16,seqs=16]", "sample[tokens=16,seqs=8]"]
+    [(_, by_appearance)] = Report(outcomes, bills=[Bill("llm", "v5e-8x1", 5, 1.0, False)]).served()
+    assert [o.case.program for o in by_appearance][0] == "sample"  # No load order known: the report's order.

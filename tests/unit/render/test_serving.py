@@ -19,14 +19,6 @@ def bucket(program, peak=2**30):
                                                             {}, 1.0))
 
 
-def test_buckets_are_ordered_by_their_values_largest_first_within_each_program():
-    outcomes = [bucket(p) for p in ("step[tokens=16]", "sample[tokens=16,seqs=8]", "step[tokens=128]",
-                                    "step[tokens=32]", "sample[tokens=16,seqs=16]")]
-    assert [row[0] for row in bucket_rows(outcomes)] == [  # 128 above 32 above 16: by size, not by text.
-        "step[tokens=128]", "step[tokens=32]", "step[tokens=16]", "sample[tokens=16,seqs=16]",
-        "sample[tokens=16,seqs=8]"]
-
-
 def test_a_grown_bill_ends_with_the_command_that_accepts_it_and_an_unjudged_one_with_none():
     grown = Row("compile_cpu_seconds", 1.0, 10.0, Tolerance(0.1), Change.REGRESSION)
     report = Report([bucket("step[tokens=16]")], bills=[Bill("llm", "v5e-8x1", 1, 10.0, True, grown, Tolerance(0.1))])
