@@ -42,25 +42,35 @@ Example:
 """
 
 from __future__ import annotations
-from aotcheck.records import Record, field
 
 import builtins
 import dataclasses
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
+
+from aotcheck.records import Record, field
 
 
 class AotcheckError(Exception):
-    """aotcheck's errors that carry fields beyond their message; each says how it crosses as JSON."""
+    """aotcheck's errors; one that carries fields beyond its message declares them as a record
+    (``FIELDS``: a dataclass over :mod:`aotcheck.records` whose fields are the error's attributes and its
+    constructor's keywords), which is how it crosses as JSON."""
+
+    FIELDS: ClassVar[type[Record] | None] = None
 
     def fields(self) -> dict[str, Any]:
         """What the error carries besides its message, as JSON (none by default)."""
-        return {}
+        if self.FIELDS is None:
+            return {}
+        return self.FIELDS(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self.FIELDS)}).to_json()
 
     @classmethod
     def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "AotcheckError":
-        return cls(message)
+        if cls.FIELDS is None:
+            return cls(message)
+        record = cls.FIELDS.from_json(fields)
+        return cls(message, **{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
 
 
 class ConfigError(AotcheckError, ValueError):
@@ -71,16 +81,13 @@ class UserCodeError(AotcheckError, RuntimeError):
     """An error of a class not rebuilt on this side of the worker's pipe (user code's, a library's):
     ``type_name`` names it."""
 
+    @dataclasses.dataclass(frozen=True)
+    class FIELDS(Record):
+        type_name: str = "UserCodeError"
+
     def __init__(self, message: str, *, type_name: str = "UserCodeError") -> None:
         super().__init__(message)
         self.type_name = type_name
-
-    def fields(self) -> dict[str, Any]:
-        return {"type_name": self.type_name}
-
-    @classmethod
-    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "UserCodeError":
-        return cls(message, type_name=str(fields.get("type_name") or "UserCodeError"))
 
 
 class CompileError(AotcheckError, RuntimeError):
@@ -161,6 +168,11 @@ class OutOfMemory(CompileError):
     what filled the memory (the JSON form of :class:`aotcheck.figures.program.Details`), when XLA's
     dump said; after a fit search, the search too."""
 
+    @dataclasses.dataclass(frozen=True)
+    class FIELDS(Record):
+        details: dict[str, Any] | None = field(default=None, omit="none")
+        overflow: Overflow | None = field(default=None, omit="none")
+
     def __init__(self, message: str, *, details: Mapping[str, Any] | None = None,
                  overflow: Overflow | None = None) -> None:
         super().__init__(message)
@@ -178,14 +190,6 @@ class OutOfMemory(CompileError):
         return type(self).from_fields(str(self), {**self.fields(), "overflow": dataclasses.replace(
             self.overflow, source=source).to_json()})
 
-    def fields(self) -> dict[str, Any]:
-        return {**({"details": self.details} if self.details is not None else {}),
-                **({"overflow": self.overflow.to_json()} if self.overflow is not None else {})}
-
-    @classmethod
-    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "OutOfMemory":
-        overflow = fields.get("overflow")
-        return cls(message, details=fields.get("details"), overflow=Overflow.from_json(overflow) if overflow else None)
 
 
 class OutOfMemorySpace(OutOfMemory):
@@ -212,6 +216,13 @@ def out_of_memory(message: str) -> bool:
 class WorkerCrashed(AotcheckError, RuntimeError):
     """A compile process died (a signal, an abort, the host's OOM killer) while measuring a case."""
 
+    @dataclasses.dataclass(frozen=True)
+    class FIELDS(Record):
+        signal_name: str | None = None
+        tail: tuple[str, ...] = ()
+        log: tuple[str, ...] = ()
+        small_vmem_limit: dict[str, int] | None = field(default=None, omit="empty")
+
     def __init__(self, message: str, *, signal_name: str | None = None, tail: tuple[str, ...] = (),
                  log: tuple[str, ...] = (), small_vmem_limit: Mapping[str, int] | None = None) -> None:
         super().__init__(message)
@@ -222,14 +233,6 @@ class WorkerCrashed(AotcheckError, RuntimeError):
         # libtpu dies compiling collectives under a limit of about 1 MiB, so that is the cause to name.
         self.small_vmem_limit = dict(small_vmem_limit) if small_vmem_limit else None
 
-    def fields(self) -> dict[str, Any]:
-        return {"signal_name": self.signal_name, "tail": list(self.tail), "log": list(self.log),
-                **({"small_vmem_limit": self.small_vmem_limit} if self.small_vmem_limit else {})}
-
-    @classmethod
-    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "WorkerCrashed":
-        return cls(message, signal_name=fields.get("signal_name"), tail=tuple(fields.get("tail") or ()),
-                   log=tuple(fields.get("log") or ()), small_vmem_limit=fields.get("small_vmem_limit"))
 
 
 def error_type(error: BaseException) -> str:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aotcheck.errors import AotcheckError
+from aotcheck.records import Record
 from aotcheck.targets.platform import TPU
 
 _E0101 = re.compile(r"Error loading program '(?P<program>[^']+)'(?:.*?reserve (?P<asked>[\d.]+[KMGT]?i?B?) at the bottom"
@@ -85,16 +86,13 @@ class Runtime(Protocol):
 class RuntimeRefused(AotcheckError, RuntimeError):
     """The runtime refused to compile or run a program: its message, and where (``compile``, ``run``)."""
 
+    @dataclasses.dataclass(frozen=True)
+    class FIELDS(Record):
+        where: str = "run"
+
     def __init__(self, message: str, *, where: str = "run") -> None:
         super().__init__(message)
         self.where, self.message = where, message
-
-    def fields(self) -> dict[str, Any]:
-        return {"where": self.where}
-
-    @classmethod
-    def from_fields(cls, message: str, fields: Mapping[str, Any]) -> "RuntimeRefused":
-        return cls(message, where=str(fields.get("where") or "run"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,12 +59,13 @@ class ExportError(AotcheckError, OSError):
 class ExportMismatch(AotcheckError, ValueError):
     """A manifest that does not match this process: loading would run another program than was gated."""
 
+    @dataclasses.dataclass(frozen=True)
+    class FIELDS(Record):
+        mismatches: tuple[Mismatch, ...] = ()
+
     def __init__(self, message: str, *, mismatches: Sequence["Mismatch"] = ()) -> None:
         super().__init__(message)
         self.mismatches = tuple(mismatches)
-
-    def fields(self) -> dict[str, Any]:
-        return {"mismatches": [m.to_json() for m in self.mismatches]}
 
 
 @dataclasses.dataclass(frozen=True)

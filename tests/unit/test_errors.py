@@ -7,6 +7,8 @@ import pkgutil
 import pytest
 
 import aotcheck
+from aotcheck.pipeline.chip import RuntimeRefused
+from aotcheck.pipeline.export import ExportMismatch, Mismatch
 from aotcheck.errors import (AotcheckError, Overflow, OutOfMemory, OutOfMemorySpace, UserCodeError, WorkerCrashed,
                              error_from_json, error_to_json, error_type, out_of_memory)
 
@@ -26,8 +28,11 @@ VMEM = Overflow("vmem", 2**27, 2**24, "scoped", op_name="jit(f)/pallas_call", ke
 SAMPLES = {
     OutOfMemory: OutOfMemory("RESOURCE_EXHAUSTED: Ran out of memory", details={"peak_buffers": [{"bytes": 1}]}),
     OutOfMemorySpace: OutOfMemorySpace("E1001: CompileTimeScopedVmemOom", overflow=VMEM, details={"x": 1}),
-    WorkerCrashed: WorkerCrashed("the compile process died", signal_name="SIGKILL", tail=("last words",)),
+    WorkerCrashed: WorkerCrashed("the compile process died", signal_name="SIGKILL", tail=("last words",),
+                                 log=("a", "b"), small_vmem_limit={"kib": 64, "default_kib": 16384}),
     UserCodeError: UserCodeError("mylib.Oops: no", type_name="Oops"),
+    RuntimeRefused: RuntimeRefused("the runtime said no", where="compile"),
+    ExportMismatch: ExportMismatch("another chip", mismatches=(Mismatch("device_kind", "TPU v5 lite", "cpu"),)),
 }
 CLASSES = sorted({AotcheckError, *_subclasses(AotcheckError)}, key=lambda c: f"{c.__module__}.{c.__qualname__}")
 
@@ -37,6 +42,7 @@ def test_every_error_of_aotchecks_crosses_the_pipe_as_itself(cls):
     error = SAMPLES.get(cls) or cls("the message, which names the input and the fix")
     again = error_from_json(error_to_json(error))
     assert type(again) is cls and str(again) == str(error) and again.fields() == error.fields()
+    assert bool(error.fields()) == (cls in SAMPLES)  # Each declared field crosses (FIELDS, records.py).
     assert error_type(again) == error_type(error)
 
 
