@@ -21,7 +21,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
-from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE
+from aotcheck.figures.attribution import CLASSES, PEAK_FIGURE, PeakBuffer
+from aotcheck.figures.fit import Fit
+from aotcheck.figures.loops import CollectiveOp
+from aotcheck.figures.table import parse
+from aotcheck.gate.compare import Change
+from aotcheck.gate.outcome import Outcome
 
 T = TypeVar("T")
 
@@ -54,3 +59,54 @@ def class_growth(golden: Mapping[str, float], now: Mapping[str, float]) -> list[
         if name in golden and name in now and now[name] > golden[name]:
             out.append((kind, int(now[name] - golden[name])))
     return sorted(out, key=lambda pair: -pair[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Headroom:
+    """A fit search's answer that fell: the knob's kind, its largest fitting size then and now, and the search."""
+
+    kind: str
+    before: int
+    now: int
+    fit: Fit | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Why:
+    """Why a case's figures moved, as its details and its golden's show it (:mod:`aotcheck.render.text` words
+    it): the peak's classes that grew, the buffers at the peak and the collectives new or grown, and the
+    fit searches whose answer fell."""
+
+    peak_growth: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    buffers: list[Grown[PeakBuffer]] = dataclasses.field(default_factory=list)
+    headroom: list[Headroom] = dataclasses.field(default_factory=list)
+    collectives: list[Grown[CollectiveOp]] = dataclasses.field(default_factory=list)
+
+
+_PEAK = {"peak_bytes", "total_bytes", "temp_bytes", "argument_bytes", "output_bytes"}
+
+
+def _family(metric: str) -> str | None:
+    """The family of a figure's name (``peak``, ``comm``, ``fit_max``), or None for a figure of its own."""
+    name = parse(metric)
+    return name.family if name is not None else None
+
+
+def why(outcome: Outcome) -> Why:
+    """What moved a case's regressed figures (nothing for figures that did not regress)."""
+    moved = {r.metric for r in outcome.changes if r.change is Change.REGRESSION}
+    now, before = outcome.details, outcome.golden_details
+    growth: list[tuple[str, int]] = []
+    buffers: list[Grown[PeakBuffer]] = []
+    if moved & _PEAK or any(_family(m) == "peak" for m in moved):
+        growth = class_growth(outcome.golden_figures or {}, outcome.figures or {})
+        if now is not None and before is not None:
+            # An argument entering the top of the list is not news unless its class grew.
+            grew = {kind for kind, _ in growth} | {"outputs", "temp", "other"}
+            buffers = grown(before.peak_buffers, [b for b in now.peak_buffers if b.kind in grew])
+    headroom = [Headroom(parse(m).kind, int((outcome.golden_figures or {}).get(m, 0)),
+                         int((outcome.figures or {}).get(m, 0)), now.fit if now is not None else None)
+                for m in sorted(m for m in moved if _family(m) == "fit_max")]
+    collectives = grown(before.collectives, now.collectives) if any(_family(m) == "comm" for m in moved) \
+        and now is not None and before is not None else []
+    return Why(growth, buffers, headroom, collectives)

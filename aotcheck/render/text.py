@@ -33,7 +33,7 @@ from aotcheck.gate.golden import NEWER_GOLDEN
 from aotcheck.gate.outcome import Accept, Failure, Outcome, Reason
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.export import mismatch_words
-from aotcheck.gate.why import class_growth, grown
+from aotcheck.gate.why import why
 from aotcheck.render.accept import accept_case_command
 from aotcheck.render.memory import oom_words, overflow_phrase
 from aotcheck.render.serving import usable_words
@@ -314,39 +314,20 @@ def _collective_line(g) -> str:
     return f"  {op.kind} +{fmt_bytes(g.added)} ({op.count} per step): '{clip(op.name, 100)}'{where} ({status})"
 
 
-def _family(metric: str) -> str | None:
-    """The family of a figure's name (``peak``, ``comm``, ``fit_max``), or None for a figure of its own."""
-    name = parse(metric)
-    return name.family if name is not None else None
-
-
 def why_lines(outcome: Outcome) -> list[str]:
-    """Why the figures moved: the peak's classes that grew, the buffers and collectives new or grown."""
-    moved = {r.metric for r in outcome.changes if r.change is Change.REGRESSION}
-    now, before = outcome.details, outcome.golden_details
+    """Why the figures moved (:func:`aotcheck.gate.why.why`), worded."""
+    found = why(outcome)
     lines = []
-    if moved & {"peak_bytes", "total_bytes", "temp_bytes", "argument_bytes", "output_bytes"} | {
-            m for m in moved if _family(m) == "peak"}:
-        growth = class_growth(outcome.golden_figures or {}, outcome.figures or {})
-        if growth:
-            lines.append("The peak grew in: " + ", ".join(f"{kind} +{fmt_bytes(b)}" for kind, b in growth))
-        if now is not None and before is not None:
-            # An argument entering the top of the list is not news unless its class grew.
-            grew = {kind for kind, _ in growth} | {"outputs", "temp", "other"}
-            buffers = grown(before.peak_buffers, [b for b in now.peak_buffers if b.kind in grew])
-            if buffers:
-                lines += ["Buffers at the peak that are new or grew:", *map(_buffer_line, buffers)]
-    for metric in sorted(m for m in moved if _family(m) == "fit_max"):
-        fit = now.fit if now is not None else None
-        configured = (f"; the configured {fit.knob} ({fit.configured}) still fits, peak "
-                      f"{fmt_bytes(fit.peak_at_configured)}" if fit and fit.peak_at_configured else "")
-        lines.append(f"Headroom lost: the largest {parse(metric).kind} that fits fell from "
-                     f"{int((outcome.golden_figures or {}).get(metric, 0))} to {int((outcome.figures or {}).get(metric, 0))}"
-                     f"{configured}.")
-    if any(_family(m) == "comm" for m in moved) and now is not None and before is not None:
-        ops = grown(before.collectives, now.collectives)
-        if ops:
-            lines += ["Collectives that are new or grew:", *map(_collective_line, ops)]
+    if found.peak_growth:
+        lines.append("The peak grew in: " + ", ".join(f"{kind} +{fmt_bytes(b)}" for kind, b in found.peak_growth))
+    if found.buffers:
+        lines += ["Buffers at the peak that are new or grew:", *map(_buffer_line, found.buffers)]
+    for h in found.headroom:
+        configured = (f"; the configured {h.fit.knob} ({h.fit.configured}) still fits, peak "
+                      f"{fmt_bytes(h.fit.peak_at_configured)}" if h.fit and h.fit.peak_at_configured else "")
+        lines.append(f"Headroom lost: the largest {h.kind} that fits fell from {h.before} to {h.now}{configured}.")
+    if found.collectives:
+        lines += ["Collectives that are new or grew:", *map(_collective_line, found.collectives)]
     return lines
 
 
