@@ -11,6 +11,7 @@ Examples::
     python -m aotcheck fit lm-tiny --topology v5e-16 --program train_step
     python -m aotcheck report aot-report-*.json --format markdown --output summary.md
     python -m aotcheck shards 1024 --json
+    python -m aotcheck shards 1000 --format buildkite
     python -m aotcheck init --model nnx --topologies v5e-16
 
 Example:
@@ -43,7 +44,6 @@ from aotcheck.gate.check import failure_of
 from aotcheck.gate.isolation import Measurer
 from aotcheck.gate.outcome import Outcome, Reason
 from aotcheck.gate.report import merge_reports
-from aotcheck.gate.shard import MAX_JOBS, github_layout, job_spans
 from aotcheck.ini import find_ini
 from aotcheck.programs.loader import LoaderError, load_config_modules, note_loaded
 from aotcheck.programs.registry import REGISTRY, RegistryError, registrations
@@ -52,13 +52,14 @@ from aotcheck.render.chart import svg_chart
 from aotcheck.render.markdown import annotations, markdown
 from aotcheck.programs.knobs import check_knob, default_knob
 from aotcheck.render.explain import compile_table, explain
-from aotcheck.render.summary import case_line, header_lines, layout_lines, pooled_lines, session_summary, summary_table
+from aotcheck.render.summary import case_line, header_lines, pooled_lines, session_summary, summary_table
 from aotcheck.render.tables import table, topologies_table
 from aotcheck.render.serving import serving_lines
 from aotcheck.render.text import crash_words, fit_lines, hbm_words, outcome_message, pools_lines
 from aotcheck.units import clip_runs
 from aotcheck.calibrate import add_command as calibrate_command
 from aotcheck.shipping import add_commands as shipping_commands
+from aotcheck.matrix import add_command as shards_command
 from aotcheck.interruption import Interruption
 from aotcheck.session import GateSession, exit_status
 from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings
@@ -310,14 +311,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 2 if merged.problems else 1 if merged.failed else 0
 
 
-def cmd_shards(args: argparse.Namespace) -> int:
-    """The CI matrix for N shards (refused past what ``--aot-shard`` takes), as ``--aot-shard`` deals them."""
-    layout = github_layout(args.shards)
-    matrix = {"include": [{"shards": s} for s in job_spans(layout)]}  # For `matrix: ${{ fromJSON(...) }}`.
-    print(json.dumps(matrix, separators=(",", ":")) if args.json else "\n".join(layout_lines(layout)))
-    return 0
-
-
 def cmd_init(args: argparse.Namespace) -> int:
     plan = plan_init(Path(args.dir), model=args.model, topologies=args.topologies)
     write_init(plan)
@@ -391,10 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate_command(sub, _load)
     shipping_commands(sub, _load, lambda argv: main(["check", *argv]))
 
-    p = sub.add_parser("shards", help=f"the CI matrix for N shards: past {MAX_JOBS} jobs, several shards a job")
-    p.add_argument("shards", type=positive, help="how many shards (--aot-shard=K/N's N)")
-    p.add_argument("--json", action="store_true", help='for fromJSON: {"include": [{"shards": "1-4"}, ...]}')
-    p.set_defaults(func=cmd_shards)
+    shards_command(sub)
 
     p = sub.add_parser("report", help="render (and merge) JSON reports from --aot-report")
     p.add_argument("reports", nargs="+", help="report files, e.g. one per CI shard")

@@ -28,7 +28,7 @@ LAYERS = [
     ("aotcheck.settings", "aotcheck.readers", "aotcheck.ini", "aotcheck.scaffold", "aotcheck.usage"),
     ("aotcheck.plan",),
     ("aotcheck.session", "aotcheck.calibrate", "aotcheck.interruption"),
-    ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline", "aotcheck.shipping"),
+    ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline", "aotcheck.shipping", "aotcheck.matrix"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]
 
@@ -303,6 +303,7 @@ TESTED_ELSEWHERE = {
     "aotcheck._runtime": ("tests/e2e/test_plugin.py", "the environment libtpu loads in: what a real run prints"),
     "aotcheck.session": ("tests/e2e/test_gate.py", "one run of the gate: the end-to-end runs"),
     "aotcheck.shipping": ("tests/e2e/test_export.py", "aotcheck export and load: real exports, loads in fresh processes"),
+    "aotcheck.matrix": ("tests/unit/gate/test_engines.py", "aotcheck shards: each format run as a command and validated"),
     "aotcheck.interruption": ("tests/e2e/test_interruptions.py", "signals against real runs"),
     "aotcheck.gate.ship": ("tests/e2e/test_export.py", "a passing case ships, a failing one does not: real runs"),
     "aotcheck.targets.tpu": ("tests/unit/targets/test_topology.py", "the TPU table, row by row against its names"),

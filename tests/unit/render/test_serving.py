@@ -10,7 +10,7 @@ from aotcheck.gate.report import Report
 from aotcheck.gate.verdict import Verdict
 from aotcheck.pipeline.case import Case
 from aotcheck.pipeline.measurement import Measurement
-from aotcheck.render.serving import bucket_rows, serving_lines
+from aotcheck.render.serving import serving_lines
 
 
 def bucket(program, peak=2**30):
