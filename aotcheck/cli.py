@@ -12,6 +12,7 @@ Examples::
     python -m aotcheck report aot-report-*.json --format markdown --output summary.md
     python -m aotcheck shards 1024 --json
     python -m aotcheck shards 1000 --format buildkite
+    python -m aotcheck bisect 'lm-tiny/train_step@v5e-16x1' --figure peak_bytes --good v1.2
     python -m aotcheck init --model nnx --topologies v5e-16
 
 Example:
@@ -60,6 +61,7 @@ from aotcheck.units import clip_runs
 from aotcheck.calibrate import add_command as calibrate_command
 from aotcheck.shipping import add_commands as shipping_commands
 from aotcheck.matrix import add_command as shards_command
+from aotcheck.bisect import add_command as bisect_command
 from aotcheck.interruption import Interruption
 from aotcheck.session import GateSession, exit_status
 from aotcheck.settings import GateSettings, SettingsError, add_cli_arguments, read_settings
@@ -385,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     shipping_commands(sub, _load, lambda argv: main(["check", *argv]))
 
     shards_command(sub)
+    bisect_command(sub)
 
     p = sub.add_parser("report", help="render (and merge) JSON reports from --aot-report")
     p.add_argument("reports", nargs="+", help="report files, e.g. one per CI shard")

@@ -28,7 +28,8 @@ LAYERS = [
     ("aotcheck.settings", "aotcheck.readers", "aotcheck.ini", "aotcheck.scaffold", "aotcheck.usage"),
     ("aotcheck.plan",),
     ("aotcheck.session", "aotcheck.calibrate", "aotcheck.interruption"),
-    ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline", "aotcheck.shipping", "aotcheck.matrix"),
+    ("aotcheck.plugin", "aotcheck.cli", "aotcheck.cmdline", "aotcheck.shipping", "aotcheck.matrix",
+     "aotcheck.bisect"),
     ("aotcheck", "aotcheck.__main__"),  # The public surface re-exports from everywhere.
 ]
 
@@ -225,6 +226,7 @@ ID_HOMES = {
     "aotcheck.cmdline": "aotcheck's own --topology, as the user wrote it",
     "aotcheck.scaffold": "aotcheck init's targets, as the user wrote them",
     "aotcheck.targets.globs": "--aot-topologies' globs, as the user wrote them",
+    "aotcheck.bisect": "aotcheck bisect's CASE, as the user wrote it",
     "aotcheck.gate.golden": "a golden file's case, as stored",
     "aotcheck.gate.calibration": "a calibration record's case (a server's ``*`` is no Case), as stored",
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ID_READERS = {"Case.parse", "Target.parse", "split_case_id", "split_target", "parse_program_id"}
 GRAMMAR = ("programs/names.py", "targets/topology.py", "pipeline/case.py")
-USER_TEXT = ("readers.py", "cmdline.py", "scaffold.py", "targets/globs.py", "settings.py")
+USER_TEXT = ("readers.py", "cmdline.py", "scaffold.py", "targets/globs.py", "settings.py", "bisect.py")
 
 
 def _id_reads(tree: ast.AST) -> int:
