@@ -140,9 +140,11 @@ def _capacity(found: re.Match[str], message: str) -> Overflow:
         return Overflow("hbm", size, limit, "capacity", excess, breakdown=breakdown, allocations=found_allocations)
     first = after.split("\n\n  2.")[0]  # The largest allocation XLA lists: the op that overflows.
     top = found_allocations[0] if found_allocations else None
+    tag = re.search(r"Tag: ([^\n]+)", first)  # What the op's buffer is ("scratch operand"), not its allocation type.
     return Overflow(
         found["space"], size, limit, "capacity", excess, instruction=top.instruction if top else None,
-        op_name=_op_name(first), allocation_shape=top.shape if top else None, tag=top.kind if top else None,
+        op_name=_op_name(first), allocation_shape=top.shape if top else None,
+        tag=tag[1].strip() if tag else top.kind if top else None,
         kernel='custom_call_target="tpu_custom_call"' in first, breakdown=breakdown, allocations=found_allocations)
 
 
