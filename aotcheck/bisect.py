@@ -34,7 +34,9 @@ from aotcheck.gate.golden import GoldenStore
 from aotcheck.gate.report import ReportError, load_report
 from aotcheck.ini import find_ini
 from aotcheck.cmdline import ini_values
+from aotcheck.figures.table import parse
 from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.measurement import figure_names
 from aotcheck.render.tables import fmt_value
 from aotcheck.settings import GateSettings, read_settings
 
@@ -66,8 +68,10 @@ def _git(repo: Path, *args: str) -> str:
 
 def commits_between(repo: Path, good: str, bad: str) -> list[tuple[str, str]]:
     """``(sha, subject)`` of each first-parent commit after ``good`` up to ``bad``, oldest first."""
-    for rev in (good, bad):
-        _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    for flag, rev in (("--good", good), ("--bad", bad)):
+        if subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                          capture_output=True).returncode != 0:
+            raise BisectError(f"{flag} {rev}: not a commit of the git repository {repo} (a branch, tag or sha)")
     lines = _git(repo, "log", "--first-parent", "--reverse", "--format=%H %s", f"{good}..{bad}").splitlines()
     if not lines:
         raise BisectError(f"no commit after --good {good} up to --bad {bad}: is --good an ancestor of --bad?")
@@ -100,6 +104,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     settings = GateSettings.parse(rootdir=ini.rootdir, front_end="cli", **read_settings(
         option=lambda s: None, ini=ini_values(ini)))
     case, repo = Case.parse(args.case), Path(args.repo).resolve()
+    if args.figure not in figure_names() and parse(args.figure) is None:
+        raise BisectError(f"--figure {args.figure}: not a figure aotcheck measures (e.g. peak_bytes, temp_bytes, flops; "
+                          "docs/figures.md lists them)")
     commits = commits_between(repo, args.good, args.bad)
     tolerance = tolerance_for(args.figure, settings.tolerances)
     golden = GoldenStore(settings.golden_dir).read(case)

@@ -70,7 +70,7 @@ def cmd_shards(args: argparse.Namespace) -> int:
                              "(e.g. --image ghcr.io/me/ci:1)")
         jobs = kubernetes_jobs(args.shards, image=args.image, jobs=args.jobs, parallelism=args.parallelism,
                                claim=args.claim, select=select)
-        print(yaml.safe_dump_all([_blocks(job) for job in jobs], sort_keys=False, width=1000), end="")
+        print(yaml.dump_all([_blocks(job) for job in jobs], Dumper=_Dumper, sort_keys=False, width=1000), end="")
     else:
         spans = github_layout(args.shards) if args.jobs is None else layout(args.shards, args.jobs)
         matrix = {"include": [{"shards": s} for s in job_spans(spans)]}  # For `matrix: ${{ fromJSON(...) }}`.
@@ -82,8 +82,12 @@ class _Literal(str):
     """A command of several lines, written as YAML's literal block (``|``), as a person would."""
 
 
-yaml.SafeDumper.add_representer(_Literal, lambda dumper, text: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", text, style="|"))
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, with commands as literal blocks (its own class: yaml's is left as it is)."""
+
+
+_Dumper.add_representer(_Literal, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
+                                                                                style="|"))
 
 
 def _blocks(value: Any) -> Any:
@@ -95,5 +99,5 @@ def _blocks(value: Any) -> Any:
 
 
 def _yaml(document: Any) -> str:
-    return yaml.safe_dump(_blocks(document), sort_keys=False, width=1000)
+    return yaml.dump(_blocks(document), Dumper=_Dumper, sort_keys=False, width=1000)
 

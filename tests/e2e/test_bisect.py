@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.heavy
 
 CONFTEST = '''
 import jax, jax.numpy as jnp
@@ -44,6 +43,7 @@ def git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
+@pytest.mark.heavy
 def test_bisect_finds_the_commit_that_added_a_buffer_in_six_compiles(tmp_path):
     repo = tmp_path / "project"
     repo.mkdir()
@@ -79,3 +79,16 @@ def test_bisect_finds_the_commit_that_added_a_buffer_in_six_compiles(tmp_path):
     assert "63 commits, at most 6 to compile" in out.stdout
     assert git(repo, "worktree", "list").count("\n") == 1  # Every worktree it made is gone.
     assert git(repo, "status", "--porcelain") == ""  # The checkout in use is untouched.
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--figure", "peak_bytes", "--good", "nosuch"], "--good nosuch: not a commit of the git repository"),
+    (["--figure", "peak_bites", "--good", "HEAD"], "--figure peak_bites: not a figure aotcheck measures"),
+    (["--figure", "peak_bytes", "--good", "HEAD"], "no commit after --good HEAD up to --bad HEAD"),
+])
+def test_bisect_refuses_bad_input_in_one_line_before_compiling(tmp_path, args, said):
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-q", "--allow-empty", "-m", "one")
+    out = subprocess.run([sys.executable, "-m", "aotcheck", "bisect", "bis/step@cpu-4x1", *args], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
