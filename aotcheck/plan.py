@@ -77,6 +77,8 @@ class Plan:
             topologies do not list: it is compiled there too (:func:`aotcheck.targets.globs.declared_targets`).
         servers: Config name -> its :class:`~aotcheck.programs.serving.Server` (its programs' order, its KV
             pool's knob and pages, its memory fraction), for each selected config that is a server.
+        no_eval: The selected configs with a train step and no eval step (``eval_step=None``, or a train
+            step given as a function of its own): the run's header says so once for each.
     """
 
     matrix: tuple[Planned, ...]
@@ -90,6 +92,7 @@ class Plan:
     complete: bool = True
     declared: Mapping[str, tuple[Target, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     servers: Mapping[str, Server] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    no_eval: tuple[str, ...] = ()
 
     def knob(self, case: Case) -> str | None:
         """The knob the plan searches on ``case`` (None: no search)."""
@@ -137,6 +140,7 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
     twins = registry.case_twins()
     declared: dict[str, tuple[Target, ...]] = {}
     servers: dict[str, Server] = {}
+    no_eval: list[str] = []
     for entry in selected:
         try:
             if entry.name in twins:
@@ -145,6 +149,8 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
         except RegistryError as e:
             broken[entry.name] = str(e)
             continue
+        if "train_step" in programs and "eval_step" not in programs:
+            no_eval.append(entry.name)
         server = server_of(entry.name, programs.values())
         if server is not None:
             servers[entry.name] = server
@@ -175,14 +181,14 @@ def make_plan(settings: GateSettings, registry: Registry, store: GoldenStore) ->
     complete = not broken and len(selected) == len(registry) and not wanted and not named
     if not settings.shard:
         return Plan(tuple(matrix), tuple(matrix), MappingProxyType(broken), empty, complete=complete,
-                    declared=MappingProxyType(declared), servers=MappingProxyType(servers))
+                    declared=MappingProxyType(declared), servers=MappingProxyType(servers), no_eval=tuple(no_eval))
     k, n = settings.shard
     seconds = recorded_seconds([p.case for p in matrix], store)
     shard_of = assign_shards([p.case for p in matrix], n, seconds=seconds)
     return Plan(tuple(matrix), tuple(p for p in matrix if shard_of[p.case.id] == k),
                 MappingProxyType(broken if k == 1 else {}),  # A broken config fails once, in the first shard.
                 empty, settings.shard, MappingProxyType(seconds), MappingProxyType(shard_of), complete,
-                MappingProxyType(declared), MappingProxyType(servers))
+                MappingProxyType(declared), MappingProxyType(servers), tuple(no_eval))
 
 
 def recorded_seconds(cases: Sequence[Case], store: GoldenStore) -> dict[str, float]:

@@ -307,7 +307,8 @@ class GateSession:
             fit=s.fit, golden_dir_missing=not s.update and not self.store.root.is_dir(), rootdir=str(s.rootdir),
             golden_dir_state=golden_dir_state(self.store.root),
             front_end=s.front_end,
-            declared=tuple((config, tuple(t.name for t in own)) for config, own in plan.declared.items()))
+            declared=tuple((config, tuple(t.name for t in own)) for config, own in plan.declared.items()),
+            no_eval=plan.no_eval)
 
     def targets(self) -> tuple[Target, ...]:
         """The run's targets, then those its configs declare beyond them (:attr:`aotcheck.plan.Plan.declared`)."""

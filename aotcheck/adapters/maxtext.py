@@ -45,11 +45,13 @@ Example (no MaxText needed to describe a config; it is imported when a program i
     >>> adapted = adapt(base, per_device_batch_size=2, base_num_decoder_layers=2)
     >>> adapted.argv("v5e-16", 1)[2:4], adapted.argv("7x-8", 2)[2:4]
     (['compile_topology=v5e-16', 'compile_topology_num_slices=1'], ['compile_topology=tpu7x-8', 'compile_topology_num_slices=2'])
-    >>> config = adapted.trainer(fit="per_device_batch_size")
+    >>> config, = adapted.trainer(fit="per_device_batch_size")  # No eval: MaxText's eval_interval is -1 by default.
     >>> config.program, config.fit, config.knobs["per_device_batch_size"].size
     ('train_step', 'per_device_batch_size', 2)
     >>> config.knobs["per_device_batch_size"].rebuild(8).make_program.__self__.overrides
     (('per_device_batch_size', 8), ('base_num_decoder_layers', 2))
+    >>> [c.program for c in adapt(base, eval_interval=100, per_device_batch_size=2).trainer()]
+    ['train_step', 'eval_step']
     >>> adapted.trainer(knobs=("base_emb_dim",))
     Traceback (most recent call last):
     ...
@@ -124,12 +126,16 @@ class MaxText:
 
     def trainer(self, *, knobs: Sequence[str] | None = None, fit: str | None = None,
                 fit_upper: int | None = None, fit_targets: tuple[str, ...] = ("*",),
-                compiler_options: Mapping[str, Any] | None = None) -> FunctionConfig:
-        """aotcheck's config of MaxText's train step (program ``train_step``), made per target.
+                compiler_options: Mapping[str, Any] | None = None,
+                eval_step: bool | None = None) -> list[FunctionConfig]:
+        """aotcheck's configs of MaxText's train step (program ``train_step``) and, where the job runs
+        one, its eval step (``eval_step``, MaxText's own ``train.eval_step`` at its eval batch), made per target.
 
         ``knobs``: integer overrides a fit search may move, each given to :func:`adapt` (None: the
         per-device batch, where it is an int); ``fit``, ``fit_upper``,
-        ``fit_targets``: as on every config. ``compiler_options`` go over MaxText's own flags.
+        ``fit_targets``: as on every config (the train step's). ``compiler_options`` go over MaxText's own
+        flags. ``eval_step``: None compiles the eval step where the config evaluates (``eval_interval > 0``
+        given to :func:`adapt` or in its config file), as the job does; True or False decide.
         """
         given = dict(self.overrides)
         sizes: dict[str, int] = {}
@@ -147,18 +153,44 @@ class MaxText:
                 f"maxtext.adapt as an int ({fit}=<int>) and name it in knobs=.")
         options = dict(compiler_options or {})
 
-        def rebuild(name: str) -> Any:
-            return lambda size: dataclasses.replace(self, overrides=tuple(
-                (k, size if k == name else v) for k, v in self.overrides)).trainer(
-                    knobs=knobs, fit=fit, fit_upper=fit_upper, fit_targets=fit_targets, compiler_options=options)
+        def rebuild(name: str, program: str) -> Any:
+            def at(size: int) -> FunctionConfig:
+                moved = dataclasses.replace(self, overrides=tuple(
+                    (k, size if k == name else v) for k, v in self.overrides))
+                return next(f for f in moved.trainer(knobs=knobs, fit=fit, fit_upper=fit_upper, fit_targets=fit_targets,
+                                                     compiler_options=options, eval_step=True) if f.program == program)
+            return at
 
-        return FunctionConfig(
-            make_program=self.train_program, program="train_step", platforms=(TPU.name,),
-            arg_kinds=(STATE_KINDS, "batch"), trace_in_mesh=False,  # MaxText traces under its own mesh.
-            libtpu_init_args=f"{_flags_text(given.get('compile_xla_flags', ''))} {RNG_FLAG}".strip(),
-            compiler_options=options,
-            knobs={name: Knob(size, rebuild(name)) for name, size in sizes.items()},
-            fit=fit, fit_upper=fit_upper, fit_targets=fit_targets)
+        def config(program: str, make_program: Any, **search: Any) -> FunctionConfig:
+            return FunctionConfig(
+                make_program=make_program, program=program, platforms=(TPU.name,),
+                arg_kinds=(STATE_KINDS, "batch"), trace_in_mesh=False,  # MaxText traces under its own mesh.
+                libtpu_init_args=f"{_flags_text(given.get('compile_xla_flags', ''))} {RNG_FLAG}".strip(),
+                compiler_options=options,
+                knobs={name: Knob(size, rebuild(name, program)) for name, size in sizes.items()}, **search)
+
+        train = config("train_step", self.train_program, fit=fit, fit_upper=fit_upper, fit_targets=fit_targets)
+        evaluates = self.evaluates() if eval_step is None else eval_step
+        return [train, config("eval_step", self.eval_program)] if evaluates else [train]
+
+    def evaluates(self) -> bool:
+        """Whether the job runs an eval step: ``eval_interval > 0`` in the overrides, else in the config file
+        or the files it names as ``base_config`` (MaxText's default, -1, runs none)."""
+        given = dict(self.overrides)
+        if "eval_interval" in given:
+            return int(given["eval_interval"]) > 0
+        path, seen = self.config_file, set()
+        while path and path not in seen and os.path.isfile(path):
+            seen.add(path)
+            import yaml  # noqa: PLC0415 (MaxText reads its configs with PyYAML, which it depends on)
+
+            with open(path, encoding="utf-8") as f:
+                data = yaml.safe_load(f) or {}
+            if "eval_interval" in data:
+                return int(data["eval_interval"]) > 0
+            base = data.get("base_config")
+            path = os.path.join(os.path.dirname(path), base) if isinstance(base, str) else None
+        return False
 
     def inference(self, **_: Any) -> FunctionConfig:
         """Not offered: MaxText 0.2.5's engine makes its prefill and decode programs from concrete
@@ -174,42 +206,83 @@ class MaxText:
     def train_program(self, mesh: jax.sharding.Mesh, target: Any) -> tuple["_Step", tuple[Any, Any]]:
         """``(step, (state, batch))`` for ``target``, as ``train_compile`` makes them, on ``mesh``'s devices."""
         with _maxtext_flags() as flags, _quiet():  # MaxText prints as it is imported.
-            require("maxtext", extra="maxtext", library="MaxText")
-            from flax.core.spmd import logical_axis_rules  # noqa: PLC0415 (MaxText's extra brings flax)
-            from jax.sharding import AxisType, Mesh  # noqa: PLC0415
-            from maxtext.common.common_types import ShardMode  # noqa: PLC0415
-            from maxtext.configs import pyconfig  # noqa: PLC0415
-            from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
+            made = self._made(mesh, target, flags)
+            from maxtext.trainers.pre_train import train  # noqa: PLC0415
             from maxtext.utils import maxtext_utils, sharding  # noqa: PLC0415
 
-            config = pyconfig.initialize(self.argv(target.topology.name, target.num_slices))
-            train_compile.validate_config(config)
-            if _flags_text(config.compile_xla_flags) != _flags_text(dict(self.overrides).get("compile_xla_flags", "")):
-                raise AdapterError(
-                    f"MaxText's config sets compile_xla_flags={config.compile_xla_flags!r} (from its file or "
-                    "M_COMPILE_XLA_FLAGS), which aotcheck sends as compiler options only when given to "
-                    "maxtext.adapt: pass compile_xla_flags=... to adapt, or to aotcheck as launch flags "
-                    "(aot_libtpu_init_args).")
-            if config.enable_diloco:  # train_compile wraps DiLoCo's step its own way: not built here.
-                raise AdapterError("maxtext adapter: enable_diloco=true configs are not supported (train_compile "
-                                   "builds DiLoCo's outer step another way); compile them with train_compile.")
-            flags["jax_remove_size_one_mesh_axis_from_type"] = config.remove_size_one_mesh_axis_from_type
-            jax.config.update("jax_remove_size_one_mesh_axis_from_type", config.remove_size_one_mesh_axis_from_type)
-            # MaxText's mesh over the target's devices (train_compile.get_topology_mesh, from aotcheck's devices).
-            devices = sorted(mesh.devices.flat, key=lambda d: d.id)
-            axis_type = AxisType.Explicit if config.shard_mode == ShardMode.EXPLICIT else AxisType.Auto
-            own = Mesh(maxtext_utils.create_device_mesh(config, devices), config.mesh_axes,
-                       axis_types=(axis_type,) * len(config.mesh_axes))
-            args, _, state_shardings, _, model = train_compile.get_shaped_inputs(own, config)
-            params_shardings, state_shardings = sharding.maybe_update_params_sharding_with_opt(config, state_shardings)
+            config, own = made.config, made.mesh
+            params_shardings, state_shardings = sharding.maybe_update_params_sharding_with_opt(
+                config, made.state_shardings)
             input_shardings = sharding.build_zero1_input_state_mesh_shardings(config, state_shardings,
                                                                               params_shardings)
             data_sharding = sharding.get_input_data_sharding(config, own)
             fn, in_shardings, out_shardings, static, donate = maxtext_utils.get_functional_train_with_signature(
-                train.train_step, data_sharding, input_shardings, model, config, params_shardings)
+                train.train_step, data_sharding, input_shardings, made.model, config, params_shardings)
         jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static,
                          donate_argnums=donate)
-        return _Step(jitted, own, logical_axis_rules(config.logical_axis_rules), dict(flags)), tuple(args)
+        return _Step(jitted, own, made.rules(config.logical_axis_rules), dict(flags)), tuple(made.args)
+
+    def eval_program(self, mesh: jax.sharding.Mesh, target: Any) -> tuple["_Step", tuple[Any, Any]]:
+        """``(step, (state, eval batch))`` for ``target``, as MaxText's ``train_utils.jit_eval_step`` makes them:
+        its ``eval_step`` over the state's shardings (nothing donated) and the eval batch
+        (``eval_per_device_batch_size``) sharded by ``logical_axis_rules_for_eval``."""
+        with _maxtext_flags() as flags, _quiet():
+            made = self._made(mesh, target, flags)
+            from maxtext.trainers.pre_train import train  # noqa: PLC0415
+            from maxtext.utils import maxtext_utils, sharding  # noqa: PLC0415
+
+            config, own = made.config, made.mesh
+            data_sharding = sharding.get_input_data_sharding(config, own, rules=config.logical_axis_rules_for_eval)
+            batch = maxtext_utils.get_shaped_batch(config, batch_sharding=data_sharding, is_eval=True)
+            fn, in_shardings, out_shardings, static, donate = maxtext_utils.get_functional_eval_with_signature(
+                train.eval_step, data_sharding, made.state_shardings, made.model, config)
+        jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static,
+                         donate_argnums=donate)
+        return _Step(jitted, own, made.rules(config.logical_axis_rules_for_eval), dict(flags)), (made.args[0], batch)
+
+    def _made(self, mesh: jax.sharding.Mesh, target: Any, flags: dict[str, Any]) -> "_Made":
+        """MaxText's config, mesh and shaped train state for ``target`` (``train_compile``'s own steps), inside
+        :func:`_maxtext_flags` and :func:`_quiet`."""
+        require("maxtext", extra="maxtext", library="MaxText")
+        from flax.core.spmd import logical_axis_rules  # noqa: PLC0415 (MaxText's extra brings flax)
+        from jax.sharding import AxisType, Mesh  # noqa: PLC0415
+        from maxtext.common.common_types import ShardMode  # noqa: PLC0415
+        from maxtext.configs import pyconfig  # noqa: PLC0415
+        from maxtext.trainers.pre_train import train_compile  # noqa: PLC0415
+        from maxtext.utils import maxtext_utils  # noqa: PLC0415
+
+        config = pyconfig.initialize(self.argv(target.topology.name, target.num_slices))
+        train_compile.validate_config(config)
+        if _flags_text(config.compile_xla_flags) != _flags_text(dict(self.overrides).get("compile_xla_flags", "")):
+            raise AdapterError(
+                f"MaxText's config sets compile_xla_flags={config.compile_xla_flags!r} (from its file or "
+                "M_COMPILE_XLA_FLAGS), which aotcheck sends as compiler options only when given to "
+                "maxtext.adapt: pass compile_xla_flags=... to adapt, or to aotcheck as launch flags "
+                "(aot_libtpu_init_args).")
+        if config.enable_diloco:  # train_compile wraps DiLoCo's step its own way: not built here.
+            raise AdapterError("maxtext adapter: enable_diloco=true configs are not supported (train_compile "
+                               "builds DiLoCo's outer step another way); compile them with train_compile.")
+        flags["jax_remove_size_one_mesh_axis_from_type"] = config.remove_size_one_mesh_axis_from_type
+        jax.config.update("jax_remove_size_one_mesh_axis_from_type", config.remove_size_one_mesh_axis_from_type)
+        # MaxText's mesh over the target's devices (train_compile.get_topology_mesh, from aotcheck's devices).
+        devices = sorted(mesh.devices.flat, key=lambda d: d.id)
+        axis_type = AxisType.Explicit if config.shard_mode == ShardMode.EXPLICIT else AxisType.Auto
+        own = Mesh(maxtext_utils.create_device_mesh(config, devices), config.mesh_axes,
+                   axis_types=(axis_type,) * len(config.mesh_axes))
+        args, _, state_shardings, _, model = train_compile.get_shaped_inputs(own, config)
+        return _Made(config, own, args, state_shardings, model, logical_axis_rules)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Made:
+    """What MaxText made for one target, that its train and eval steps share."""
+
+    config: Any
+    mesh: jax.sharding.Mesh
+    args: Any
+    state_shardings: Any
+    model: Any
+    rules: Any  # flax's logical_axis_rules context manager
 
 
 def _flags_text(flags: Any) -> str:

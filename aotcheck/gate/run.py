@@ -51,6 +51,7 @@ class RunHeader:
             its value, the name of the setting that makes it moot).
         fit: The knob searched on every config that offers it.
         front_end: ``"pytest"`` or ``"cli"``: how a hint spells a setting.
+        no_eval: Configs with a train step and no eval step: said once each.
     """
 
     targets: tuple[str, ...]
@@ -73,3 +74,4 @@ class RunHeader:
     golden_dir_state: str | None = None
     rootdir: str = ""
     front_end: str = "pytest"
+    no_eval: tuple[str, ...] = ()

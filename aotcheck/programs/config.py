@@ -7,7 +7,9 @@ is cheap and never touches a device.
 Example:
     >>> from aotcheck.models import lm
     >>> lm.trainer_config(lm.TINY).programs, lm.inference_config(lm.TINY).programs
-    (('train_step',), ('prefill', 'sample_decode'))
+    (('train_step', 'eval_step'), ('prefill', 'sample_decode'))
+    >>> lm.trainer_config(lm.TINY, eval_step=None).programs
+    ('train_step',)
     >>> TrainerConfig(lm.TINY)
     Traceback (most recent call last):
     ...
@@ -268,13 +270,33 @@ class TrainerConfig(_Model):
         optimizer: The optax transformation whose state the train step carries;
             its moments follow their parameters' shardings.
         batch_spec: Global batch shapes and dtypes, by input name.
+        eval_step: The eval step, compiled and gated as a second program (``eval_step``): ``"loss"``
+            (the default) is ``loss_fn`` forward, no gradients, no optimizer; a function
+            ``(params, batch) -> metrics`` is the job's own (one that runs its kernels in f32, say,
+            as an eval often does); None: no eval step (the run's header says so once).
+            A job whose first eval fails to compile fails hours in; this compiles it before launch.
+        eval_batch_spec: The eval batch's global shapes and dtypes (None: ``batch_spec``).
     """
 
     loss_fn: Callable[[Any, Mapping[str, jax.Array]], jax.Array]
     optimizer: Any
     batch_spec: BatchSpec
+    eval_step: Callable[[Any, Mapping[str, jax.Array]], Any] | str | None = "loss"
+    eval_batch_spec: BatchSpec | None = None
 
-    programs = ("train_step",)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.eval_step is not None and self.eval_step != "loss":
+            _check_callable("TrainerConfig.eval_step", self.eval_step, forms=[("params", "batch")],
+                            gives="metrics (or 'loss': loss_fn forward; None: no eval step)")
+        if self.eval_batch_spec is not None and not isinstance(self.eval_batch_spec, Mapping):
+            raise ConfigError(f"TrainerConfig.eval_batch_spec={self.eval_batch_spec!r}: give the eval batch's "
+                              "ShapeDtypeStructs by input name, as batch_spec, or None for batch_spec.")
+
+    @property
+    def programs(self) -> tuple[str, ...]:
+        """``train_step``, then ``eval_step`` unless ``eval_step=None``."""
+        return ("train_step",) if self.eval_step is None else ("train_step", "eval_step")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

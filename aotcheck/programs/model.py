@@ -1,7 +1,8 @@
 """Trainer and inference configs as the one compiled kind: each program a :class:`FunctionConfig`.
 
-A :class:`~aotcheck.programs.config.TrainerConfig` is one function, the train step aotcheck builds
-from its loss and optimizer (the state donated, its shardings from the partition rules); an
+A :class:`~aotcheck.programs.config.TrainerConfig` is two functions: the train step aotcheck builds
+from its loss and optimizer (the state donated, its shardings from the partition rules), and its eval
+step (the loss forward, or the job's own eval function, at the eval batch; none with ``eval_step=None``); an
 :class:`~aotcheck.programs.config.InferenceConfig` is one function per method. Each carries its
 argument kinds, its names in reports (``params/embed``, ``batch/tokens``), its ``batch`` knob
 and the fit search's fields, so everything past :mod:`aotcheck.programs` knows one kind. A
@@ -14,9 +15,11 @@ Example:
     >>> from aotcheck.models import lm
     >>> [(f.program, f.arg_kinds[1], list(f.knobs)) for f in as_functions(lm.inference_config(lm.TINY))]
     [('prefill', 'batch', ['batch']), ('sample_decode', 'batch', ['batch'])]
-    >>> step, = as_functions(lm.trainer_config(lm.TINY))
+    >>> step, evaluate = as_functions(lm.trainer_config(lm.TINY))
     >>> step.program, step.arg_names, step.knobs["batch"].size
     ('train_step', ('', 'batch'), 32)
+    >>> evaluate.program, evaluate.arg_kinds, evaluate.fit  # Gated; the train step's search bounds the batch.
+    ('eval_step', ('params', 'batch'), None)
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def as_functions(config: Config, *, input_batch_spec: BatchSpec | None = None) -
     """The config's programs, each as the one compiled kind (a FunctionConfig is itself).
     ``input_batch_spec``: an inference config's inputs at other shapes than its own."""
     if isinstance(config, TrainerConfig):
-        return [_trainer_function(config)]
+        return [_trainer_function(config), *([] if config.eval_step is None else [_eval_function(config)])]
     if isinstance(config, InferenceConfig):
         spec = input_batch_spec if input_batch_spec is not None else config.input_batch_spec
         return [_inference_function(config, method, spec) for method in config.methods]
@@ -156,7 +159,35 @@ def _trainer_function(config: TrainerConfig) -> FunctionConfig:
 
     return FunctionConfig(**_common(config), make_program=make_program, program="train_step",
                           arg_kinds=(TRAIN_STATE_KINDS, "batch"), arg_names=("", "batch"),
-                          knobs=_with_batch_knob(config, "batch_spec"))
+                          knobs=_with_batch_knob(config, "batch_spec", method="train_step"))
+
+
+def make_eval_step(config: TrainerConfig) -> Callable[[Any, Any], Any]:
+    """The eval step aotcheck compiles: the config's own, or its loss forward (no gradients, no update)."""
+    if config.eval_step != "loss":
+        return config.eval_step
+
+    def eval_step(params: Any, batch: Any) -> Any:
+        return {"loss": config.loss_fn(params, batch)}
+
+    return eval_step
+
+
+def _eval_function(config: TrainerConfig) -> FunctionConfig:
+    """The eval step: ``(params, batch) -> metrics`` at the eval batch, nothing donated (the train state
+    lives on). Gated, never searched: its batch is the eval's, and the train step's search bounds the job."""
+    at = config if config.eval_batch_spec is not None else dataclasses.replace(config, eval_batch_spec=config.batch_spec)
+
+    def make_program(mesh: jax.sharding.Mesh, target: Target) -> tuple[Any, tuple[Any, Any]]:
+        params = abstract_params(at)
+        shardings = param_shardings(at, params, mesh)
+        batch = batch_args(at.eval_batch_spec, at.batch_partition, mesh)
+        fn = jax.jit(make_eval_step(at), in_shardings=(shardings, _shardings(batch)))
+        return fn, (with_shardings(params, shardings), batch)
+
+    return FunctionConfig(**{**_common(at), "fit": None, "fit_upper": None}, make_program=make_program,
+                          program="eval_step", arg_kinds=("params", "batch"), arg_names=("params", "batch"),
+                          knobs=_with_batch_knob(at, "eval_batch_spec", method="eval_step"))
 
 
 def _inference_function(config: InferenceConfig, method: str, spec: BatchSpec) -> FunctionConfig:
@@ -175,7 +206,7 @@ def _inference_function(config: InferenceConfig, method: str, spec: BatchSpec) -
                           knobs=_with_batch_knob(at, "input_batch_spec", method=method))
 
 
-def _with_batch_knob(config: TrainerConfig | InferenceConfig, field: str, *, method: str | None = None) -> dict:
+def _with_batch_knob(config: TrainerConfig | InferenceConfig, field: str, *, method: str) -> dict:
     """The config's knobs with ``batch`` first: the batch inputs' shared leading size, the function
     rebuilt at another, stepped by the devices the batch is split over on a target. No ``batch`` knob
     where the inputs share no leading size (a search then names the knobs offered)."""
@@ -187,7 +218,7 @@ def _with_batch_knob(config: TrainerConfig | InferenceConfig, field: str, *, met
     def rebuild(size: int) -> FunctionConfig:
         at = dataclasses.replace(config, **{field: {
             k: jax.ShapeDtypeStruct((size, *leaf.shape[1:]), leaf.dtype) for k, leaf in spec.items()}})
-        return next(f for f in as_functions(at) if method is None or f.program == method)
+        return next(f for f in as_functions(at) if f.program == method)
 
     def step_on(target: Target) -> int:
         devices, _ = get_devices_for_topology(target.topology, target.num_slices)

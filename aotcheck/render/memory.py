@@ -20,6 +20,7 @@ from aotcheck.units import fmt_bytes
 # How the spaces read, and which scoped limits a launch flag raises (libtpu's flag, in KiB).
 _SPACE_NAMES = {"vmem": "VMEM", "smem": "SMEM", "cmem": "CMEM", "sflag": "sync flags"}
 _SCOPED_FLAG = {"vmem": "xla_tpu_scoped_vmem_limit_kib"}
+_ROOM = 4 * 2**20  # A scoped limit advised is a multiple of this (see explain_overflow).
 
 
 def space_name(space: str) -> str:
@@ -89,7 +90,10 @@ def explain_overflow(overflow: Overflow, topology: str | Topology, *, fit: Fit |
                if overflow.space.lower() == "smem" else
                f"Give the {noun} " + ("smaller blocks or scratch." if overflow.kernel else f"less {space}."))
     if overflow.limit == "scoped" and flag and overflow.size_bytes:
-        kib = math.ceil(overflow.size_bytes / 1024)
+        # XLA's size is what it had placed when it stopped: at a limit of exactly that, a kernel may place
+        # more (megablox's gmm: 22.00 MiB at a 16 MiB limit, 22.82 MiB at a 22 MiB one; libtpu 0.0.50.1).
+        # So the limit advised is rounded up to 4 MiB.
+        kib = math.ceil(overflow.size_bytes / _ROOM) * _ROOM // 1024
         capacity = topo.vmem_bytes if overflow.space.lower() == "vmem" else None
         chip = f"A core of {topo.name} has {fmt_bytes(capacity)} of {space}" if capacity else ""
         if capacity and overflow.size_bytes > capacity:
@@ -98,8 +102,10 @@ def explain_overflow(overflow: Overflow, topology: str | Topology, *, fit: Fit |
             kernel = "" if not overflow.kernel else (
                 f"for this kernel alone, pl.pallas_call(..., compiler_params=pltpu.CompilerParams("
                 f"vmem_limit_bytes={kib * 1024})); for every kernel that sets no limit of its own, ")
+            room = "" if kib * 1024 == overflow.size_bytes else \
+                " (XLA's figure rounded up to 4 MiB: at a limit of exactly that, a kernel may place more)"
             lines.append(
-                f"To raise the limit to {fmt_bytes(kib * 1024)}: {kernel}--{flag}={kib} in the job's launch flags "
+                f"To raise the limit to {fmt_bytes(kib * 1024)}{room}: {kernel}--{flag}={kib} in the job's launch flags "
                 "(LIBTPU_INIT_ARGS; aotcheck reads them from aot_libtpu_init_args, --aot-libtpu-init-args or a "
                 "config's libtpu_init_args)." + (f" {chip}: no limit goes past that." if chip else "")
                 + f" Or g{smaller[1:]}")

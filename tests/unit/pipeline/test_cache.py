@@ -22,7 +22,7 @@ CONFTEST = '''
 import aotcheck
 import mylm
 
-aotcheck.register("mylm", lambda: mylm.trainer_config(mylm.TINY))
+aotcheck.register("mylm", lambda: mylm.trainer_config(mylm.TINY, eval_step=None))  # The train step alone.
 '''
 
 

@@ -47,3 +47,17 @@ def test_no_record_shows_xlas_text_as_it_came():
     text = oom_words(None, "v5e-1", text="RESOURCE_EXHAUSTED: something new\n\n  details")
     assert text == "does not fit in HBM on v5e-1; XLA says:\nRESOURCE_EXHAUSTED: something new\n  details"
     assert hbm_words(Overflow("hbm", None, None), "v5e-1") == "does not fit in HBM on v5e-1"
+
+
+def test_a_scoped_limit_is_advised_with_room_where_xlas_figure_is_not_a_multiple_of_4_mib():
+    """XLA's scoped size is what it had placed when it stopped: megablox's gmm reported 22.00 MiB at the
+    16 MiB default and 22.82 MiB at a 22 MiB limit (libtpu 0.0.50.1, tests/e2e/test_eval_step.py), so
+    the limit advised is rounded up to 4 MiB and says why; an exact multiple is advised as it is."""
+    from aotcheck.render.memory import explain_overflow
+
+    gmm = Overflow("vmem", 22 * 2**20, 16 * 2**20, "scoped", op_name="jit(gmm)/pallas_call", kernel=True)
+    text = explain_overflow(gmm, "v5e-1")
+    assert "To raise the limit to 24.00 MiB (XLA's figure rounded up to 4 MiB" in text
+    assert "vmem_limit_bytes=25165824" in text and "--xla_tpu_scoped_vmem_limit_kib=24576" in text
+    exact = explain_overflow(Overflow("vmem", 32 * 2**20, 16 * 2**20, "scoped", kernel=True), "v5e-1")
+    assert "To raise the limit to 32.00 MiB:" in exact and "rounded up" not in exact
