@@ -11,6 +11,11 @@ figure moved beyond the tolerance this checkout's settings give it against this 
 without one, against the figure at ``--good``), or where the case does not compile at all. Like ``git
 bisect``, it takes ``--good`` as good and ``--bad`` as bad without compiling them.
 
+``--toolchains PY,PY,...`` searches a list of toolchains instead (jax and libtpu releases, oldest
+first), each a venv's python (or the venv's directory) as the toolchain leg builds them: this checkout
+is checked by each, in a fresh process. The first toolchain's figure is the baseline and the last's is
+compiled too (the one that must have crossed); those between are bisected.
+
 Example (the search alone: a figure that grew at the fifth of 64 commits, found in 6 visits):
     >>> first, visited = search(64, lambda i: i >= 4)
     >>> first, visited
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -81,22 +87,44 @@ def commits_between(repo: Path, good: str, bad: str) -> list[tuple[str, str]]:
 def figure_at(repo: Path, sha: str, case: Case, figure: str, cache_dir: Path | None) -> tuple[float | None, str]:
     """The figure the case has at commit ``sha`` (None where it did not compile there), with why not."""
     with tempfile.TemporaryDirectory(prefix="aotcheck-bisect-") as tmp:
-        tree, report = Path(tmp) / "tree", Path(tmp) / "report.json"
+        tree = Path(tmp) / "tree"
         _git(repo, "worktree", "add", "--detach", "--quiet", str(tree), sha)
         try:
-            cache = ["--cache-dir", str(cache_dir)] if cache_dir else ["--no-cache"]
-            done = subprocess.run([sys.executable, "-m", "aotcheck", "check", "--case", case.id, "--report",
-                                   str(report), "--golden-dir", str(Path(tmp) / "golden"), *cache],
-                                  cwd=tree, capture_output=True, text=True)
-            try:
-                [outcome] = [o for o in load_report(report).outcomes if o.case == case]
-            except (ReportError, ValueError):
-                return None, (done.stderr.strip().splitlines() or ["no report"])[-1]
-            if outcome.figures is None or figure not in outcome.figures:
-                return None, f"{outcome.verdict.value}: no {figure}"
-            return float(outcome.figures[figure]), ""
+            return checked(sys.executable, tree, case, figure, cache_dir, Path(tmp))[:2]
         finally:
             _git(repo, "worktree", "remove", "--force", str(tree))
+
+
+def checked(python: str, tree: Path, case: Case, figure: str, cache_dir: Path | None,
+            tmp: Path) -> tuple[float | None, str, dict[str, str | None]]:
+    """``python -m aotcheck check --case`` in ``tree`` (goldens of its own, so none is judged or written):
+    the figure (None where the case did not compile), why not, and the toolchain it ran."""
+    report = tmp / "report.json"
+    cache = ["--cache-dir", str(cache_dir)] if cache_dir else ["--no-cache"]
+    # Each python loads its own libtpu: jax sets TPU_LIBRARY_PATH to the libtpu.so it loaded here, and a
+    # child's jax would load that one whatever its venv holds (the oldest toolchain would compile with ours).
+    environ = {k: v for k, v in os.environ.items() if k != "TPU_LIBRARY_PATH"}
+    done = subprocess.run([python, "-m", "aotcheck", "check", "--case", case.id, "--report", str(report),
+                           "--golden-dir", str(tmp / "golden"), *cache], cwd=tree, capture_output=True, text=True,
+                          env=environ)
+    try:
+        loaded = load_report(report)
+        [outcome] = [o for o in loaded.outcomes if o.case == case]
+    except (ReportError, ValueError):
+        return None, (done.stderr.strip().splitlines() or ["no report"])[-1], {}
+    if outcome.figures is None or figure not in outcome.figures:
+        return None, f"{outcome.verdict.value}: no {figure}", dict(loaded.toolchain)
+    return float(outcome.figures[figure]), "", dict(loaded.toolchain)
+
+
+def toolchain_python(given: str) -> str:
+    """A toolchain's python: the path given, or a venv directory's ``bin/python``."""
+    path = Path(given).expanduser()
+    python = path / "bin" / "python" if path.is_dir() else path
+    if not python.is_file():
+        raise BisectError(f"--toolchains {given}: no such python (give a venv's python, or its directory, as the "
+                          "toolchain leg builds them; oldest first)")
+    return str(python)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -107,6 +135,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if args.figure not in figure_names() and parse(args.figure) is None:
         raise BisectError(f"--figure {args.figure}: not a figure aotcheck measures (e.g. peak_bytes, temp_bytes, flops; "
                           "docs/figures.md lists them)")
+    if args.toolchains:
+        return bisect_toolchains(args, settings, case, repo)
+    if not args.good:
+        raise BisectError("--good: give a revision where the figure was within its tolerance (or --toolchains)")
     commits = commits_between(repo, args.good, args.bad)
     tolerance = tolerance_for(args.figure, settings.tolerances)
     golden = GoldenStore(settings.golden_dir).read(case)
@@ -136,12 +168,51 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return 0
 
 
+def bisect_toolchains(args: argparse.Namespace, settings: GateSettings, case: Case, repo: Path) -> int:
+    """The first toolchain of ``--toolchains`` (oldest first) at which the figure crossed the tolerance
+    against the first one's: the first and the last compiled, those between bisected."""
+    pythons = [toolchain_python(t) for t in args.toolchains.split(",") if t]
+    if len(pythons) < 2:
+        raise BisectError(f"--toolchains {args.toolchains}: give two toolchains or more, oldest first")
+    tolerance = tolerance_for(args.figure, settings.tolerances)
+
+    def visit(i: int) -> tuple[float | None, str]:
+        with tempfile.TemporaryDirectory(prefix="aotcheck-bisect-") as tmp:
+            value, why, toolchain = checked(pythons[i], repo, case, args.figure, settings.cache_dir, Path(tmp))
+        versions = ", ".join(f"{k} {v}" for k, v in toolchain.items() if v) or pythons[i]
+        print(f"  {versions}: {fmt_value(args.figure, value) if value is not None else f'does not compile ({why})'}",
+              flush=True)
+        return value, versions
+
+    print(f"aotcheck bisect: {case.id}'s {args.figure} over {len(pythons)} toolchains (tolerance {tolerance})")
+    baseline, first_said = visit(0)
+    if baseline is None:
+        raise BisectError(f"{case.id} does not compile with the first toolchain ({first_said}): nothing to compare with")
+    said: dict[int, str] = {}
+
+    def bad(i: int) -> bool:
+        value, said[i] = visit(i)
+        row = compare_metric(args.figure, baseline, value, tolerance) if value is not None else None
+        return row is None or row.change in (Change.REGRESSION, Change.IMPROVEMENT)
+
+    if not bad(len(pythons) - 1):
+        print(f"aotcheck bisect: {args.figure} is within its tolerance of {first_said}'s with every toolchain "
+              f"({len(said) + 1} compiles)")
+        return 0
+    found, visited = search(len(pythons) - 1, lambda i: bad(i + 1))
+    print(f"aotcheck bisect: the first toolchain past the tolerance is {said[found + 1]}, found in "
+          f"{len(visited) + 2} compiles")
+    return 0
+
+
 def add_command(sub: Any) -> None:
     """``aotcheck bisect``'s parser."""
     p = sub.add_parser("bisect", help="the first commit where a case's figure crossed its golden's tolerance")
     p.add_argument("case", help="the case's id, e.g. 'lm/train_step@v5e-16x1'")
     p.add_argument("--figure", required=True, help="the figure to follow, e.g. peak_bytes")
-    p.add_argument("--good", required=True, help="a revision where the figure was within its tolerance")
+    p.add_argument("--good", help="a revision where the figure was within its tolerance")
     p.add_argument("--bad", default="HEAD", help="a revision where it is not (default: HEAD)")
     p.add_argument("--repo", default=".", help="the git repository (default: here)")
+    p.add_argument("--toolchains", help="toolchains to search instead of commits, oldest first: venvs' pythons "
+                                        "(or their directories), comma-separated")
     p.set_defaults(func=cmd_bisect)

@@ -301,6 +301,7 @@ TESTS = PACKAGE.parent / "tests"
 # their own. A module not here has tests/unit/<package>/test_<module>.py (tests/unit/test_<module>.py at
 # the top); every module also runs its docstring examples (tests/test_doctests.py).
 TESTED_ELSEWHERE = {
+    "aotcheck.models.canary": ("tests/e2e/test_eval_step.py", "a TPU kernel's VMEM: only a real v5e compile shows it"),
     "aotcheck.__main__": ("tests/e2e/test_cli.py", "two lines: `python -m aotcheck`, run by every CLI test"),
     "aotcheck._runtime": ("tests/e2e/test_plugin.py", "the environment libtpu loads in: what a real run prints"),
     "aotcheck.session": ("tests/e2e/test_gate.py", "one run of the gate: the end-to-end runs"),

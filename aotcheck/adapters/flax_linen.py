@@ -22,7 +22,7 @@ Example:
     >>> config = adapted.trainer(batch_spec={"x": x}, optimizer=optax.sgd(0.1),
     ...                          loss_fn=lambda model, batch: model(batch["x"]).mean())
     >>> config.programs
-    ('train_step',)
+    ('train_step', 'eval_step')
 """
 
 from __future__ import annotations

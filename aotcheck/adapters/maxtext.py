@@ -166,7 +166,7 @@ class MaxText:
                 make_program=make_program, program=program, platforms=(TPU.name,),
                 arg_kinds=(STATE_KINDS, "batch"), trace_in_mesh=False,  # MaxText traces under its own mesh.
                 libtpu_init_args=f"{_flags_text(given.get('compile_xla_flags', ''))} {RNG_FLAG}".strip(),
-                compiler_options=options,
+                compiler_options=options, settings=given,  # Recorded in each golden: a no-op override is said.
                 knobs={name: Knob(size, rebuild(name, program)) for name, size in sizes.items()}, **search)
 
         train = config("train_step", self.train_program, fit=fit, fit_upper=fit_upper, fit_targets=fit_targets)

@@ -47,7 +47,7 @@ from aotcheck.figures.hbm import hbm_verdict
 from aotcheck.figures.program import RAW_COST_FIGURES
 from aotcheck.pipeline.case import Case
 from aotcheck.gate.compare import DEFAULT_TOLERANCES, Change, Tolerance, compare, settle_noisy, verdict
-from aotcheck.gate.golden import GoldenError, GoldenStore, toolchain_note
+from aotcheck.gate.golden import Golden, GoldenError, GoldenStore, toolchain_note
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.gate.outcome import Failure, Outcome, Reason
 from aotcheck.gate.verdict import Verdict
@@ -154,7 +154,8 @@ def _decide(
         try:
             # The golden keeps a view of the measurement (its figures settled against the last golden's).
             action = store.write(case, written, toolchain=case.topology.platform.toolchain(),
-                                 usable=usable, **result.view("compiler_options", "details"))
+                                 usable=usable, settings=result.settings, program=result.program,
+                                 **result.view("compiler_options", "details"))
         except OSError as e:  # Its strerror is the words to keep (its str repeats the path).
             return Outcome(case, Verdict.ERROR, error=Failure.of(Reason.GOLDEN_UNWRITABLE, e, text=e.strerror or str(e),
                                                                  path=str(store.path(case))), **measured)
@@ -173,4 +174,43 @@ def _decide(
     found = verdict(rows)
     if found is Verdict.PASS and any(r.change in (Change.NEW, Change.GONE) for r in rows):
         found = Verdict.METRICS_CHANGED
+    unread = unread_settings(golden, result)
+    if unread:
+        measured["notes"] = [*measured["notes"], f"{case.id}: {unread}"]
     return Outcome(case, found, golden=golden, changes=[r for r in rows if r.change is not Change.OK], **measured)
+
+
+def unread_settings(golden: Golden, result: Measurement) -> str | None:
+    """Where settings differ from the golden's and the lowered module is the golden's, those settings and
+    what they were (Hunyuan3's MaxText notes: two remat knobs and 18 tiles tuned for a day changed nothing:
+    the code never read them); None where none differs, the program changed, or either digest is unknown.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from aotcheck.pipeline.case import Case
+        >>> golden = Golden({}, {}, {}, Path("g.json"), settings={"batch": 8, "mlpwi": "remat"}, program="ab12")
+        >>> now = Measurement(Case.of("m", "train_step", "v5e-1"), {}, {}, 1.0,
+        ...                   settings={"batch": 8, "mlpwi": "device"}, program="ab12")
+        >>> unread_settings(golden, now)
+        "mlpwi ('remat' -> 'device') changed, and the program did not: the lowered module is the golden's, so the code never read it"
+        >>> unread_settings(golden, dataclasses.replace(now, program="cd34")) is None  # It did change the program.
+        True
+    """
+    if golden.program is None or result.program is None or golden.program != result.program:
+        return None
+    names = sorted(set(golden.settings) | set(result.settings))
+    moved = [n for n in names if golden.settings.get(n, _UNSET) != result.settings.get(n, _UNSET)]
+    if not moved:
+        return None
+    said = ", ".join(f"{n} ({_said(golden.settings.get(n, _UNSET))} -> {_said(result.settings.get(n, _UNSET))})"
+                     for n in moved)
+    which = "it" if len(moved) == 1 else "them"
+    return (f"{said} changed, and the program did not: the lowered module is the golden's, so the code never "
+            f"read {which}")
+
+
+_UNSET = object()
+
+
+def _said(value: Any) -> str:
+    return "unset" if value is _UNSET else repr(value)

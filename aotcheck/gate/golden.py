@@ -61,6 +61,9 @@ class Golden(Record):
     # A server's bucket: what a device could hold when it was made (targets.usable.Usable's JSON), so that its
     # start-up is judged then as it was (a memory fraction lowered since is a start lost, not a start never had).
     usable: dict[str, Any] | None = field(default=None, omit="none", decode=lambda value, _: _usable(value))
+    # How the config was built (its knobs' sizes and declared settings) and its lowered module's digest.
+    settings: dict[str, Any] = field(default_factory=dict, omit="empty")
+    program: str | None = field(default=None, omit="none")
 
     @classmethod
     def __json_read__(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -137,6 +140,7 @@ def toolchain_note(golden_toolchain: dict[str, Any], *, platform: Platform) -> s
 def golden_document(
     case: Case, figures: dict[str, int | float], *, toolchain: dict[str, Any], compiler_options: dict[str, str],
     details: dict[str, Any] | None = None, usable: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None, program: str | None = None,
 ) -> dict[str, Any]:
     """The JSON document stored for ``case``: figures (gated) and ``details`` (the peak's largest
     buffers and the largest collectives, which explain a change but are not gated one by one); a
@@ -149,6 +153,8 @@ def golden_document(
         "compiler_options": dict(compiler_options),
         "details": dict(details or {}),
         **({"usable": dict(usable)} if usable is not None else {}),
+        **({"settings": dict(settings)} if settings else {}),
+        **({"program": program} if program else {}),
     }
 
 
@@ -224,8 +230,10 @@ def parse_document(text: str, path: Path, *, case: Case | None = None) -> Golden
             + (" (their names differ only in letter case, and this filesystem keeps one file for both; rename "
                "one config or program)" if str(said).casefold() == case.id.casefold() else "")
             + ". Regenerate it with --update-golden.")
+    settings, program = doc.get("settings"), doc.get("program")
     return Golden(doc["figures"], doc["toolchain"], doc["compiler_options"], path, details or {},
-                  _usable(doc.get("usable")))
+                  _usable(doc.get("usable")), settings=dict(settings) if isinstance(settings, dict) else {},
+                  program=program if isinstance(program, str) else None)
 
 
 def unreadable_golden(path: Path, error: OSError | UnicodeDecodeError) -> str:
@@ -280,11 +288,13 @@ class GoldenStore:
         compiler_options: dict[str, str],
         details: dict[str, Any] | None = None,
         usable: dict[str, Any] | None = None,
+        settings: dict[str, Any] | None = None,
+        program: str | None = None,
     ) -> GoldenAction:
         """Writes the case's golden (atomically) and says what that did."""
         path = self.path(case)
         text = dumps(golden_document(case, figures, toolchain=toolchain, compiler_options=compiler_options,
-                                     details=details, usable=usable))
+                                     details=details, usable=usable, settings=settings, program=program))
         try:
             old = path.read_text()
         except FileNotFoundError:

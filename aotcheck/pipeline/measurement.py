@@ -67,6 +67,11 @@ class Measurement(Record):
     hlo_text: str | None = field(default=None, repr=False, compare=False)
     # Where a cached answer came from when another runner wrote it: the shared store's entry (its URL).
     cached_from: str | None = field(default=None, omit="empty")
+    # What the config was built with (its knobs' sizes, its declared settings: MaxText's overrides) and a
+    # digest of the lowered module (None where it was answered without lowering): a golden records both,
+    # so a setting that changed while the program did not is said (programs.settings).
+    settings: dict[str, Any] = field(default_factory=dict, omit="empty")
+    program: str | None = field(default=None, omit="none")
 
     def view(self, *fields: str) -> dict[str, Any]:
         """Some fields of :meth:`to_json`, in the order asked: what a cache entry or a golden keeps."""

@@ -33,6 +33,7 @@ Example (host CPU devices; a TPU topology name works the same, through libtpu):
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -100,10 +101,20 @@ class LoweredCase:
         self.entry: dict[str, Any] = {}  # The details and anchors those lines were mapped from, as the entry holds them.
 
     @functools.cached_property
+    def module_text(self) -> str:
+        """The lowered module as StableHLO, without locations (a moved line is the same program)."""
+        return self.lowered.as_text()
+
+    @functools.cached_property
+    def program_digest(self) -> str:
+        """A digest of the lowered module: equal for two builds of a config that lower to one program."""
+        return hashlib.sha256(self.module_text.encode()).hexdigest()[:16]
+
+    @functools.cached_property
     def key(self) -> str:
         """The figures cache's key: the lowered program (with a FunctionConfig's argument kinds, which
         split its peak), the options, the target and the toolchain."""
-        return cache_key(module_text=self.lowered.as_text() + argument_kinds_key(self.lowered, self.config),
+        return cache_key(module_text=self.module_text + argument_kinds_key(self.lowered, self.config),
                          compiler_options=self.options, topology=self.case.topology.name,
                          num_slices=self.case.num_slices, wraparound=self.case.topology.wraparound,
                          toolchain=self.case.topology.platform.toolchain())

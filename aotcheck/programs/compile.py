@@ -2,7 +2,7 @@
 
 The entry points mirror axlearn's ``aot_compilation`` module::
 
-    compile_trainer_programs(cfg, topology="v5e-16")            # {"train_step": Compiled}
+    compile_trainer_programs(cfg, topology="v5e-16")            # {"train_step": Compiled, "eval_step": ...}
     compile_inference_programs(cfg, input_batch_spec=None, topology="v4-8")  # {"sample_decode": ...}
 
 and :func:`compile_function` takes any function with abstract sharded
@@ -13,7 +13,7 @@ Example:
     >>> from aotcheck.models import lm
     >>> lowered = lower_trainer_programs(lm.trainer_config(lm.TINY), topology="v5e-16", topology_num_slices=2)
     >>> list(lowered), lowered["train_step"].args_info[0][0]["step"].donated
-    (['train_step'], True)
+    (['train_step', 'eval_step'], True)
 """
 
 from __future__ import annotations

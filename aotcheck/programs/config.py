@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +27,7 @@ import jax
 from jax.sharding import PartitionSpec
 
 from aotcheck.errors import ConfigError
-from aotcheck.programs.knob import Knob, check_knobs
+from aotcheck.programs.knob import Knob, check_callable, check_knobs
 from aotcheck.programs.names import Bucket, program_id
 from aotcheck.programs.options import parse_libtpu_init_args
 from aotcheck.targets import platform as platforms
@@ -44,28 +43,6 @@ PLATFORMS = tuple(platforms.PLATFORMS)
 
 ARGUMENT_KINDS = ("params", "opt_state", "batch", "kv_cache", "other")
 """What an argument of a program holds (:attr:`FunctionConfig.arg_kinds`, ``Argument.kind``)."""
-
-
-def _check_callable(field: str, fn: Any, *, forms: Sequence[tuple[str, ...]], gives: str) -> None:
-    """ConfigError, when the config is built, for a function aotcheck cannot call in one of ``forms``
-    (the positional parameters it passes): named with the forms allowed, not Python's TypeError from
-    inside a lowering. A callable whose signature cannot be read is left to its call."""
-    allowed = " or ".join(f"({', '.join(f)}) -> {gives}" for f in forms)
-    if not callable(fn):
-        raise ConfigError(f"{field}={fn!r} is not callable; give a function {allowed}.")
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    for form in forms:
-        try:
-            signature.bind(*form)
-            return
-        except TypeError:
-            continue
-    raise ConfigError(f"{field} takes {signature}, which cannot be called as {allowed}; aotcheck calls it with "
-                      f"{' or '.join(f'({len(f)} argument' + ('s)' if len(f) > 1 else ')') for f in forms)}.")
-
 
 
 def _check_globs(field: str, globs: Sequence[str]) -> None:
@@ -109,6 +86,10 @@ class _Common:
             ``jax.devices()[0].device_kind`` (jax's ragged paged attention), or model code that takes
             its TPU path only on a TPU backend, traces as it would on the target. What runs eagerly
             while tracing still runs on this host.
+        settings: What the config was built with that a person tunes and the code may never read
+            (MaxText's overrides, a tile size, a remat policy), by name: recorded in each golden with the
+            knobs' sizes and a digest of the lowered module, so that a setting that changed while the
+            program did not is said ("changed, and the program did not").
     """
 
     mesh: MeshSpec = MeshSpec()
@@ -120,8 +101,12 @@ class _Common:
     memory_fraction: float | None = None
     trace_in_mesh: bool = True
     trace_as_target: bool = True
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.settings, Mapping) or not all(isinstance(k, str) for k in self.settings):
+            raise ConfigError(f"settings={self.settings!r}: give what the config was built with by name, e.g. "
+                              "settings={'remat_policy': 'full'}.")
         parse_libtpu_init_args(self.libtpu_init_args, what="libtpu_init_args")  # Bad flags fail at build time.
         if isinstance(self.platforms, str) or any(p not in PLATFORMS for p in self.platforms):
             raise ConfigError(f"platforms={self.platforms!r}: give a tuple of {', '.join(map(repr, PLATFORMS))}, "
@@ -287,7 +272,7 @@ class TrainerConfig(_Model):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.eval_step is not None and self.eval_step != "loss":
-            _check_callable("TrainerConfig.eval_step", self.eval_step, forms=[("params", "batch")],
+            check_callable("TrainerConfig.eval_step", self.eval_step, forms=[("params", "batch")],
                             gives="metrics (or 'loss': loss_fn forward; None: no eval step)")
         if self.eval_batch_spec is not None and not isinstance(self.eval_batch_spec, Mapping):
             raise ConfigError(f"TrainerConfig.eval_batch_spec={self.eval_batch_spec!r}: give the eval batch's "
@@ -435,11 +420,11 @@ class FunctionConfig(_Searchable):
         """ConfigError unless the program is given one way: ``make_program``, or ``fn`` with ``make_args``."""
         given = [name for name in ("fn", "make_args", "make_program") if getattr(self, name) is not None]
         if given == ["fn", "make_args"]:
-            _check_callable("FunctionConfig.make_args", self.make_args, forms=[("mesh",), ("mesh", "target")],
+            check_callable("FunctionConfig.make_args", self.make_args, forms=[("mesh",), ("mesh", "target")],
                             gives="its abstract arguments")
             return
         if given == ["make_program"]:
-            _check_callable("FunctionConfig.make_program", self.make_program, forms=[("mesh", "target")],
+            check_callable("FunctionConfig.make_program", self.make_program, forms=[("mesh", "target")],
                             gives="(fn, args)")
             return
         how = ("give fn=<the function> and make_args=<mesh -> its abstract arguments>, or make_program="
@@ -456,3 +441,4 @@ class FunctionConfig(_Searchable):
 
 
 Config = TrainerConfig | InferenceConfig | FunctionConfig
+

@@ -8,7 +8,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from aotcheck.errors import ConfigError
@@ -64,6 +65,27 @@ def knob_problem(knob: Any) -> str | None:
     return None
 
 
+def check_callable(field: str, fn: Any, *, forms: Sequence[tuple[str, ...]], gives: str) -> None:
+    """ConfigError, when the config is built, for a function aotcheck cannot call in one of ``forms``
+    (the positional parameters it passes): named with the forms allowed, not Python's TypeError from
+    inside a lowering. A callable whose signature cannot be read is left to its call."""
+    allowed = " or ".join(f"({', '.join(f)}) -> {gives}" for f in forms)
+    if not callable(fn):
+        raise ConfigError(f"{field}={fn!r} is not callable; give a function {allowed}.")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    for form in forms:
+        try:
+            signature.bind(*form)
+            return
+        except TypeError:
+            continue
+    raise ConfigError(f"{field} takes {signature}, which cannot be called as {allowed}; aotcheck calls it with "
+                      f"{' or '.join(f'({len(f)} argument' + ('s)' if len(f) > 1 else ')') for f in forms)}.")
+
+
 def check_knobs(knobs: Any, field: str) -> None:
     """ConfigError naming the knob and the fix for knobs a fit search would misread (checked when the
     config is built, not when it is lowered)."""
@@ -76,3 +98,21 @@ def check_knobs(knobs: Any, field: str) -> None:
             raise ConfigError(f"{field}[{name!r}]: {problem}. Give Knob(size, rebuild, step): the configured size "
                               f"(an int >= 1), size -> the config rebuilt at it, and the search's step (an int >= 1), "
                               f"e.g. knobs={{{name!r}: Knob(32, lambda n: make({name}=n))}}.")
+
+
+def settings_of(config: Any) -> dict[str, Any]:
+    """What a golden records of how ``config`` (a FunctionConfig) was built: its knobs' sizes, then the settings it declares,
+    as JSON values (a value JSON has no form for, as its repr).
+
+    Example:
+        >>> from aotcheck.programs.config import FunctionConfig
+        >>> f = FunctionConfig(fn=abs, make_args=lambda mesh: (), settings={"remat": "full", "tile": (8, 128)},
+        ...                    knobs={"seq": Knob(512, lambda n: None)})
+        >>> settings_of(f)
+        {'seq': 512, 'remat': 'full', 'tile': '(8, 128)'}
+    """
+    def plain(value: Any) -> Any:
+        return value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
+
+    knobs = {name: knob.size for name, knob in config.knobs.items() if isinstance(knob, Knob)}
+    return {**knobs, **{name: plain(value) for name, value in config.settings.items()}}

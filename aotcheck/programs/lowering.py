@@ -172,7 +172,7 @@ def arguments(lowered: jax.stages.Lowered, config: FunctionConfig) -> list[Argum
 
     Example:
         >>> from aotcheck.models import lm
-        >>> step, = as_functions(lm.trainer_config(lm.TINY))
+        >>> step = as_functions(lm.trainer_config(lm.TINY))[0]
         >>> found = arguments(lower_function(step, Target.of("cpu-4"))["train_step"], step)
         >>> [a for a in found if a.path in ("params/embed", "batch/tokens")]
         [Argument(path='params/embed', kind='params'), Argument(path='batch/tokens', kind='batch')]

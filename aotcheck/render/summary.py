@@ -62,8 +62,9 @@ def header_lines(header: RunHeader) -> list[str]:
         lines.append(f"aotcheck: {config} also on {', '.join(own)}: the targets it declares (its targets=), "
                      f"whatever {flags['topologies']} lists")
     for config in h.no_eval:  # A job's first eval is a program too (marin #6378 failed there, three days in).
-        lines.append(f"aotcheck: {config} has a train step and no eval step (eval_step=None, or a train step of "
-                     "its own): its eval is not compiled here; give the trainer eval_step= to gate it")
+        lines.append(f"aotcheck: {config} has a train step and no eval step (a TrainerConfig's eval_step=None, "
+                     "MaxText's eval_interval <= 0, or a train step given as a function): a job that evaluates "
+                     "runs a program not compiled here")
     for setting, name, value, moot in h.unused_cache:  # A setting that changes nothing is said, not dropped.
         lines.append(f"aotcheck: {name} {value} is not used: {moot} turns every figures cache off, the shared one "
                      "too" if setting == "cache_url" else

@@ -85,6 +85,9 @@ def test_bisect_finds_the_commit_that_added_a_buffer_in_six_compiles(tmp_path):
     (["--figure", "peak_bytes", "--good", "nosuch"], "--good nosuch: not a commit of the git repository"),
     (["--figure", "peak_bites", "--good", "HEAD"], "--figure peak_bites: not a figure aotcheck measures"),
     (["--figure", "peak_bytes", "--good", "HEAD"], "no commit after --good HEAD up to --bad HEAD"),
+    (["--figure", "peak_bytes"], "--good: give a revision where the figure was within its tolerance (or --toolchains)"),
+    (["--figure", "peak_bytes", "--toolchains", "no/such/venv"], "--toolchains no/such/venv: no such python"),
+    (["--figure", "peak_bytes", "--toolchains", sys.executable], "give two toolchains or more, oldest first"),
 ])
 def test_bisect_refuses_bad_input_in_one_line_before_compiling(tmp_path, args, said):
     git(tmp_path, "init", "-q", "-b", "main")

@@ -45,9 +45,15 @@ MOE = dict(model_name="mixtral-8x7b", override_model_config=True, base_emb_dim=1
            num_experts=8, num_experts_per_tok=2, vocab_size=32000, max_target_length=1024, sparse_matmul=True)
 
 # The user's module: what docs/adapters.md's MaxText section shows.
-CONFTEST = f'''import aotcheck
+CONFTEST = f'''import json, os
+import aotcheck
 from aotcheck.adapters import maxtext
 SMALL, LONG, MOE, MID, KIMI = {SMALL!r}, {LONG!r}, {MOE!r}, {MID!r}, {KIMI!r}
+# A job that evaluates (MaxText's own eval step too), and overrides a test gives through the environment.
+aotcheck.register("llama-eval", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, eval_interval=100,
+                                                      **SMALL).trainer())
+aotcheck.register("llama-knobs", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **SMALL,
+                                                       **json.loads(os.environ.get("AOT_TEST_OVERRIDES", "{{}}"))).trainer())
 aotcheck.register("kimi", lambda: maxtext.adapt(maxtext.packaged(), **KIMI).trainer())
 aotcheck.register("llama-small", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **SMALL).trainer())
 aotcheck.register("llama-mid", lambda: maxtext.adapt(maxtext.packaged(), per_device_batch_size=2, **MID).trainer())
@@ -83,8 +89,9 @@ def maxtext_env(tmp_path_factory) -> dict[str, str]:
     return {"py": py, "project": str(project), "home": str(home)}
 
 
-def run(env: dict[str, str], *args: str, home: str | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:
-    environment = {**clean_env(), "HOME": home or env["home"]}
+def run(env: dict[str, str], *args: str, home: str | None = None, timeout: int = 1200,
+        extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environment = {**clean_env(), "HOME": home or env["home"], **(extra or {})}
     return subprocess.run([env["py"], *args], cwd=env["project"], capture_output=True, text=True, timeout=timeout,
                           env=environment)
 
@@ -287,3 +294,37 @@ def test_the_fit_is_maxtexts_own_oom_boundary(maxtext_env):
                 str(found), *(f"{k}={v}" for k, v in LONG.items()), home=str(Path(maxtext_env["home"]).parent))
     assert check.returncode == 0, check.stderr[-3000:]
     assert re.findall(r"^OOM (\d+) (\w+)$", check.stdout, re.M) == [(str(found), "False"), (str(found + 1), "True")]
+
+
+def test_maxtexts_eval_step_where_the_job_evaluates_and_overrides_its_code_never_reads(maxtext_env, tmp_path):
+    """MaxText's own eval_step (train_utils.jit_eval_step's: nothing donated, the eval batch) where the config
+    evaluates (eval_interval > 0): its FLOPs the forward's, a quarter of the train step's under
+    remat_policy full (forward, its recompute, the backward's two). Then Hunyuan3's case: with remat_policy
+    full, mlpwi and qkv_proj (read only by remat_policy custom) leave the lowered module as it was, and the
+    case says so by name; remat_policy minimal changes it, and no such note is said."""
+    def check(configs: str, *args: str, overrides: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+        out = run(maxtext_env, "-m", "aotcheck", "check", "--configs", configs, "--topologies", "v5e-16", "--slices", "1",
+                  "--no-cache", "--golden-dir", str(tmp_path / "golden"), "--report", str(tmp_path / "r.json"),
+                  *args, extra={"AOT_TEST_OVERRIDES": json.dumps(overrides or {})})
+        assert out.returncode in (0, 1), out.stdout[-3000:] + out.stderr[-3000:]
+        return out, {c["case"]: c for c in json.loads((tmp_path / "r.json").read_text())["cases"]}
+
+    out, cases = check("llama-eval,llama-knobs", "--update-golden")
+    assert out.returncode == 0 and set(cases) == {"llama-eval/train_step@v5e-16x1", "llama-eval/eval_step@v5e-16x1",
+                                                  "llama-knobs/train_step@v5e-16x1"}, out.stdout[-3000:]
+    assert out.stdout.count("llama-knobs has a train step and no eval step") == 1 and "llama-eval has" not in out.stdout
+    train, evaluate = (cases[f"llama-eval/{p}@v5e-16x1"]["measured"]["figures"] for p in ("train_step", "eval_step"))
+    assert evaluate["alias_bytes"] == 0 and train["alias_bytes"] > 0  # The eval keeps the state; the train donates it.
+    assert 0.24 < evaluate["flops"] / train["flops"] < 0.27, (evaluate["flops"], train["flops"])  # 0.2545 measured.
+    golden = json.loads((tmp_path / "golden/llama-knobs/train_step@v5e-16x1.json").read_text())
+    assert golden["settings"]["per_device_batch_size"] == 2 and len(golden["program"]) == 16
+
+    out, cases = check("llama-knobs", overrides={"mlpwi": "device", "qkv_proj": "device"})
+    (case,) = cases.values()
+    note = ("llama-knobs/train_step@v5e-16x1: mlpwi (unset -> 'device'), qkv_proj (unset -> 'device') changed, and "
+            "the program did not: the lowered module is the golden's, so the code never read them")
+    assert case["verdict"] == "pass" and note in case["notes"] and note in out.stdout, out.stdout[-3000:]
+
+    out, cases = check("llama-knobs", overrides={"remat_policy": "minimal"})
+    (case,) = cases.values()
+    assert case["verdict"] != "pass" and "the program did not" not in out.stdout, out.stdout[-3000:]

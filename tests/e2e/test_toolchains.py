@@ -95,6 +95,26 @@ def test_the_oldest_toolchain_runs_the_whole_gate(oldest, tmp_path):
     assert len(found) == 3 * 5 + 5
 
 
+def test_bisect_searches_two_jax_releases_on_lm_tiny(oldest):
+    """aotcheck bisect --toolchains over the oldest lock's venv and this one (jax 0.10.2 / libtpu 0.0.42.1, then
+    the current lock): each compiles this checkout's case with its own libtpu (never the parent's, which jax's
+    TPU_LIBRARY_PATH would hand down), each visit says its versions and figure. lm-tiny's train step on v5e-16:
+    its peak holds within tolerance (3.12 MiB, then 3.11 MiB); XLA's temporaries do not (0 B, then 4.58 MiB)."""
+    def bisect(figure: str) -> list[str]:
+        out = aotcheck(sys.executable, "bisect", "lm-tiny/train_step@v5e-16x1", "--figure", figure,
+                       "--toolchains", f"{oldest},{sys.executable}")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return out.stdout.splitlines()
+
+    lock = dict(line.split("==") for line in (ROOT / "requirements.lock").read_text().split() if "==" in line)
+    current = f"jax {lock['jax']}, jaxlib {lock['jaxlib']}, libtpu {lock['libtpu']}"
+    lines = bisect("peak_bytes")
+    assert lines[1].startswith("  jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1: ") and lines[2].startswith(f"  {current}: ")
+    assert lines[3].startswith("aotcheck bisect: peak_bytes is within its tolerance of jax 0.10.2") and "(2 compiles)" in lines[3]
+    lines = bisect("temp_bytes")
+    assert lines[-1] == f"aotcheck bisect: the first toolchain past the tolerance is {current}, found in 2 compiles"
+
+
 def test_an_older_toolchain_than_the_goldens_explains_itself(oldest, tmp_path):
     # The committed goldens were made with the current lock; the oldest toolchain is behind them: a
     # downgrade, said as such, with the goldens' toolchain to install and no command that accepts it.

@@ -364,10 +364,17 @@ def test_maxtext_adapter_refuses_bad_input_by_name(tmp_path):
     with pytest.raises(AdapterError, match=r"fit='max_target_length' is not a knob of this config \(knobs: "
                                            r"per_device_batch_size\)"):
         adapted.trainer(fit="max_target_length")
-    config = adapted.trainer(knobs=("per_device_batch_size", "max_target_length"), fit="max_target_length")
+    config, = adapted.trainer(knobs=("per_device_batch_size", "max_target_length"), fit="max_target_length")
     assert {k: v.size for k, v in config.knobs.items()} == {"per_device_batch_size": 2, "max_target_length": 2048}
     assert config.knobs["max_target_length"].rebuild(4096).knobs["max_target_length"].size == 4096
-    assert not maxtext.adapt(base, per_device_batch_size=0.5).trainer().knobs  # A fraction is no knob, silently.
+    assert not maxtext.adapt(base, per_device_batch_size=0.5).trainer()[0].knobs  # A fraction is no knob, silently.
+    # The eval step where the job evaluates: eval_interval > 0 given, or in the file or the base_config it names.
+    (tmp_path / "evals.yml").write_text("base_config: base.yml\neval_interval: 500\n")
+    assert [c.program for c in maxtext.adapt(tmp_path / "evals.yml").trainer()] == ["train_step", "eval_step"]
+    assert [c.program for c in maxtext.adapt(tmp_path / "evals.yml", eval_interval=-1).trainer()] == ["train_step"]
+    assert [c.program for c in adapted.trainer(eval_step=True)] == ["train_step", "eval_step"]
+    moved = adapted.trainer(eval_step=True)[1].knobs["per_device_batch_size"].rebuild(4)
+    assert moved.program == "eval_step" and moved.make_program.__self__.overrides[0] == ("per_device_batch_size", 4)
     with pytest.raises(AdapterError, match=r"inference\(\) is not available: MaxText 0\.2\.5's MaxEngine"):
         adapted.inference()
     if importlib.util.find_spec("maxtext") is None:  # Where the extra is not installed, each entry says so.

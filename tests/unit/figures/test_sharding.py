@@ -389,4 +389,11 @@ def test_the_lint_over_every_committed_golden_flags_esm2_alone():
                                              "f32[64,5,256,256]"},
         "esm2-8m/train_step@v5e-16x2.json": {"bf16[6,64,5,256,256]", "f32[6,64,5,256,256]", "f32[64,256,320]",
                                              "f32[64,5,256,256]"},
+        # Its eval step (the forward alone) keeps the same attention weights whole, and no other model's does.
+        "esm2-8m/eval_step@h100-8x1.json": {"f32[64,5,256,16]", "f32[64,5,256,256]"},
+        "esm2-8m/eval_step@h100-8x2.json": {"f32[64,5,256,16]", "f32[64,5,256,256]"},
+        "esm2-8m/eval_step@v4-8x1.json": {"bf16[64,256,320]"},
+        "esm2-8m/eval_step@v4-8x2.json": {"f32[64,5,256,256]", "f32[64,5,256,8]"},
+        "esm2-8m/eval_step@v5e-16x1.json": {"f32[64,256,80]", "f32[64,5,256,256]", "f32[64,5,256,8]"},
+        "esm2-8m/eval_step@v5e-16x2.json": {"f32[64,5,256,256]", "f32[64,5,256,8]"},
     }

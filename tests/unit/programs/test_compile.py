@@ -26,7 +26,11 @@ def v4_train():
 
 
 def test_trainer_returns_train_step_with_donated_sharded_state(v4_train):
-    assert list(v4_train) == ["train_step"]
+    assert list(v4_train) == ["train_step", "eval_step"]
+    # The eval step keeps the parameters (nothing donated) and takes them as the train state holds them.
+    evaluated = v4_train["eval_step"]
+    assert aotcheck.program_figures(evaluated)["alias_bytes"] == 0
+    assert evaluated.input_shardings[0][0]["layers"]["attn"]["wq"].spec == P(None, "data", "model")
     compiled = v4_train["train_step"]
     assert isinstance(compiled, jax.stages.Compiled)
     figures = aotcheck.program_figures(compiled)

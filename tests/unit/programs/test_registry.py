@@ -32,7 +32,7 @@ def test_a_model_builds_into_one_function_per_program_and_is_found_by_glob():
     registry.register("other", double())
     assert registrations() == before + 2 and registry.names() == ["lm-tiny", "other"]
     entry = registry.get("lm-tiny")
-    assert sorted(entry.programs()) == ["prefill", "sample_decode", "train_step"]
+    assert sorted(entry.programs()) == ["eval_step", "prefill", "sample_decode", "train_step"]
     assert all(type(c) is aotcheck.FunctionConfig for c in entry.configs())  # The one compiled kind.
     assert entry.description == "The tiny LM." and home_of(tiny)[0] == __name__
     assert [e.name for e in registry.select(["lm-*"])] == ["lm-tiny"] and len(registry) == 2
