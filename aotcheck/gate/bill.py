@@ -208,7 +208,8 @@ def accept_bills(outcomes: Sequence[Outcome], store: GoldenStore,
             for o, golden, seconds in zip(group, goldens, now):
                 assert golden is not None
                 store.write(o.case, {**golden.figures, FIGURE: seconds}, toolchain=golden.toolchain,
-                            compiler_options=golden.compiler_options, details=golden.details, usable=golden.usable)
+                            compiler_options=golden.compiler_options, details=golden.details, usable=golden.usable,
+                            settings=golden.settings, program=golden.program)
         except OSError:  # The cases' own writes succeeded a moment ago; a bill not accepted fails the next check.
             out.append(bill)
             continue

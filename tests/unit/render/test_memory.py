@@ -61,3 +61,32 @@ def test_a_scoped_limit_is_advised_with_room_where_xlas_figure_is_not_a_multiple
     assert "vmem_limit_bytes=25165824" in text and "--xla_tpu_scoped_vmem_limit_kib=24576" in text
     exact = explain_overflow(Overflow("vmem", 32 * 2**20, 16 * 2**20, "scoped", kernel=True), "v5e-1")
     assert "To raise the limit to 32.00 MiB:" in exact and "rounded up" not in exact
+
+
+def test_the_limit_advised_for_the_canary_is_one_the_chip_compiled_and_ran():
+    """calibration/vmem/: the canary's eval step on a real v5e chip and deviceless with the same toolchain
+    (jax 0.10.2, libtpu 0.0.42.1; calibration/vmem/canary_vmem.py). The chip refused it at 22.00M of a 16M
+    limit, and at 22.82M of a 22M one (XLA's first figure, advised as it is, would not have done); the limit
+    aotcheck advises from the first refusal, rounded up to 4 MiB, is one the chip compiled and ran. The
+    deviceless compile said everything the chip said, to the byte of each program's temporaries."""
+    import json
+
+    from aotcheck.render.memory import explain_overflow
+
+    def parse_bytes(said: str) -> int:  # XLA's "22.00M": MiB, as its scoped-VMEM line writes sizes.
+        return round(float(said[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[said[-1]])
+
+    vmem = Path(__file__).resolve().parents[3] / "calibration" / "vmem"
+    chip, deviceless = (json.loads((vmem / f"canary@v5e-1x1@libtpu-0.0.42.1.{m}.json").read_text())
+                        for m in ("chip", "deviceless"))
+    programs = ("train_step", "eval_step", "eval_step@22528", "eval_step@23552", "eval_step@24576")
+    for name in programs:
+        assert {k: v for k, v in chip[name].items() if k != "seconds"} == \
+            {k: v for k, v in deviceless[name].items() if k != "seconds"}, name
+    refused = chip["eval_step"]
+    overflow = Overflow("vmem", parse_bytes(refused["size"]), parse_bytes(refused["limit"]), "scoped", kernel=True)
+    advised = int(explain_overflow(overflow, "v5e-1").split("--xla_tpu_scoped_vmem_limit_kib=")[1].split()[0])
+    assert advised == 24576 and chip[f"eval_step@{advised}"]["compiled"] and chip["runs"][f"eval_step@{advised}"]["ran"]
+    exact = round(parse_bytes(refused["size"]) / 1024)
+    assert not chip[f"eval_step@{exact}"]["compiled"]  # XLA's figure as the limit: refused, for 22.82M.
+    assert chip["train_step"]["compiled"] and chip["runs"]["train_step"]["ran"]
