@@ -98,7 +98,8 @@ def small_llama_config(shard, *, mesh: tuple[int, int] = (4, 4), nested: bool = 
     # Traced as this host: a helper that asks jax.devices() (by_platform) skips its constraints, as the
     # lint's tests want; traced as the target it would not (llama-as-target).
     return dataclasses.replace(adapted.trainer(batch_spec={"tokens": tokens}, optimizer=optax.adamw(3e-4), loss_fn=loss,
-                                               mesh=aotcheck.MeshSpec(("fsdp", "tp"), mesh)), trace_as_target=False)
+                                               mesh=aotcheck.MeshSpec(("fsdp", "tp"), mesh), eval_step=None),
+                               trace_as_target=False)
 
 
 aotcheck.register("llama-legacy", lambda: llama_config(shard=by_legacy_mesh))

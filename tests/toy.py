@@ -63,7 +63,7 @@ if $lm:
 
     rules = ((".*", P()),) if $lm == "replicated" else lm.PARTITION_RULES
     model = dataclasses.replace(lm.TINY, remat=$lm != "noremat")  # noremat: a regressed edit
-    aotcheck.register("lm", lambda: lm.trainer_config(model, partition_rules=rules))
+    aotcheck.register("lm", lambda: lm.trainer_config(model, partition_rules=rules, eval_step=None))  # The train step.
 ''')
 
 _FIT = string.Template('''
@@ -94,7 +94,7 @@ aotcheck.register("fit", aotcheck.TrainerConfig(
     init_fn=init, loss_fn=loss, optimizer=optax.sgd(0.1),
     partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
     batch_spec={"tokens": jax.ShapeDtypeStruct((16, 128), jnp.int32)},
-    mesh=aotcheck.MeshSpec(("data",), (-1,)),
+    mesh=aotcheck.MeshSpec(("data",), (-1,)), eval_step=None,  # Its train step alone.
     fit=$fit_field,  # None: the gate's --aot-fit asks
     fit_targets=$fit_targets))
 ''')

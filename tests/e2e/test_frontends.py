@@ -17,7 +17,7 @@ LM_TINY = '''
 import aotcheck
 from aotcheck.models import lm
 
-aotcheck.register("lm-tiny", lambda: [lm.trainer_config(lm.TINY), lm.inference_config(lm.TINY)])
+aotcheck.register("lm-tiny", lambda: [lm.trainer_config(lm.TINY, eval_step=None), lm.inference_config(lm.TINY)])
 '''
 MATRIX = "[pytest]\naot_topologies = v4-8 v5e-16\naot_slices = 1 2\naot_golden_dir = golden\n"
 

@@ -52,7 +52,7 @@ def test_any_change_to_a_key_input_changes_the_key(name, data):
 
 def _registry(cfg):
     registry = Registry()
-    registry.register("lm", lambda: lm.trainer_config(cfg))
+    registry.register("lm", lambda: lm.trainer_config(cfg, eval_step=None))
     return registry
 
 

@@ -42,7 +42,7 @@ KNOBBED = '''
 import dataclasses
 from aotcheck.models import lm
 
-aotcheck.register("knobbed", lambda: lm.trainer_config(lm.TINY, knobs={"seq": aotcheck.Knob(
+aotcheck.register("knobbed", lambda: lm.trainer_config(lm.TINY, eval_step=None, knobs={"seq": aotcheck.Knob(
     lm.TINY.seq_len, lambda n: lm.trainer_config(dataclasses.replace(lm.TINY, seq_len=n)), step=128)}))
 '''
 
@@ -72,7 +72,8 @@ import os
 import aotcheck
 from aotcheck.models import lm
 
-aotcheck.register("capped", lambda: lm.trainer_config(lm.TINY, fit="batch", fit_upper=int(os.environ["CAP"])))
+aotcheck.register("capped", lambda: lm.trainer_config(lm.TINY, fit="batch", fit_upper=int(os.environ["CAP"]),
+                                                     eval_step=None))
 '''
 
 

@@ -139,7 +139,7 @@ LM = textwrap.dedent('''
     import aotcheck
     from aotcheck.models import lm
 
-    aotcheck.register("lm-tiny", lambda: lm.trainer_config(lm.TINY))
+    aotcheck.register("lm-tiny", lambda: lm.trainer_config(lm.TINY, eval_step=None))
 ''')
 
 

@@ -45,7 +45,7 @@ def test_readmes_pytest_free_script_runs_the_gate_with_real_workers(tmp_path):
     out = subprocess.run([sys.executable, "gate.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     found = eval(out.stdout.strip().splitlines()[-1])  # The script prints a list of (id, verdict, failed).
-    ids = {f"lm-tiny/{p}@{t}x{n}" for p in ("train_step", "prefill", "sample_decode") for t in ("v4-8", "v5e-16")
+    ids = {f"lm-tiny/{p}@{t}x{n}" for p in ("train_step", "eval_step", "prefill", "sample_decode") for t in ("v4-8", "v5e-16")
            for n in (1, 2)}
     assert {case for case, _, _ in found} == ids
     assert {(verdict, failed) for _, verdict, failed in found} == {("missing-golden", True)}
@@ -125,7 +125,7 @@ def config(seq):
         partition_rules=((r"^embed$", P("data", None)), (r"^unembed$", P(None, "data"))),
         # 512 sequences: 8 MiB of f32 logits per position on each of 4 devices, so about 1,900 fit.
         batch_spec={"tokens": jax.ShapeDtypeStruct((512, seq), jnp.int32)}, mesh=aotcheck.MeshSpec(("data",), (-1,)),
-        knobs={"seq": aotcheck.Knob(128, config, step=128)}, fit="seq")
+        knobs={"seq": aotcheck.Knob(128, config, step=128)}, fit="seq", eval_step=None)
 
 
 aotcheck.register("seqfit", lambda: config(128))

@@ -23,7 +23,7 @@ NO_REMAT = dataclasses.replace(lm.TINY, n_layers=4, remat=False)
 
 
 def train_figures(cfg, topology, **overrides):
-    compiled = aotcheck.compile_trainer_programs(lm.trainer_config(cfg, **overrides), topology=topology)
+    compiled = aotcheck.compile_trainer_programs(lm.trainer_config(cfg, eval_step=None, **overrides), topology=topology)
     return aotcheck.program_figures(compiled["train_step"])
 
 
@@ -42,7 +42,7 @@ def test_windowed_einsum_loops_are_counted():
     # while loops (windowed einsum) that XLA's raw figure counts once. (~30 s compile.)
     cfg = dataclasses.replace(lm.ONE_B, n_layers=2, remat=False, scan_layers=False,
                               mesh=aotcheck.MeshSpec(("data", "model"), (-1, 1)))
-    compiled = aotcheck.compile_trainer_programs(lm.trainer_config(cfg), topology="v5e-16")["train_step"]
+    compiled = aotcheck.compile_trainer_programs(lm.trainer_config(cfg, eval_step=None), topology="v5e-16")["train_step"]
     analysis = analyze_hlo(compiled.as_text())
     assert len(analysis.loops) > 10 and analysis.unknown_trip_counts == 0
     figures = aotcheck.program_figures(compiled)

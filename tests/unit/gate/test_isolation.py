@@ -64,9 +64,9 @@ def test_7x_compiles_with_the_locked_libtpu_and_passes_its_goldens(pytester):
     shutil.copytree(repo_goldens, pytester.path / "golden" / "lm-tiny")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--aot-topologies=tpu7x-8",
                                            "--aot-report=report.json")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     verdicts = {c["case"]: c["verdict"] for c in json.loads((pytester.path / "report.json").read_text())["cases"]}
-    assert verdicts == {f"lm-tiny/{p}@7x-8x1": "pass" for p in ("train_step", "prefill", "sample_decode")}
+    assert verdicts == {f"lm-tiny/{p}@7x-8x1": "pass" for p in ("train_step", "eval_step", "prefill", "sample_decode")}
     result.stdout.fnmatch_lines(["*aotcheck summary*"])
 
 

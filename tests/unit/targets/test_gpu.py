@@ -191,7 +191,7 @@ def test_the_committed_two_host_goldens_pass_uncached(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     cases = json.loads(report.read_text())["cases"]
     assert {c["case"]: c["verdict"] for c in cases} == {f"lm-tiny/{p}@h100-8x2": "pass"
-                                                       for p in ("train_step", "prefill", "sample_decode")}
+                                                       for p in ("train_step", "eval_step", "prefill", "sample_decode")}
 
 
 def test_a_project_package_named_jax_plugins_is_named_as_what_shadows_the_installed_plugin(tmp_path, monkeypatch):
