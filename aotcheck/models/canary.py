@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec as P
 
+from aotcheck.models.lm import _rms_norm  # The reference LM's norm, as its layers use it.
 from aotcheck.programs.config import TrainerConfig
 from aotcheck.targets.mesh import MeshSpec
 from aotcheck.targets.platform import TPU
@@ -62,11 +63,6 @@ def init_params(cfg: CanaryConfig, rng: jax.Array) -> dict[str, Any]:
     return {"embed": normal((cfg.vocab, d)), "unembed": normal((d, cfg.vocab)), "final_ln": jnp.ones((d,)),
             "layers": {"ln": jnp.ones((layers, d)), "router": normal((layers, d, e)),
                        "wi": normal((layers, e, d, f)), "wo": normal((layers, e, f, d))}}
-
-
-def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
-    variance = jnp.mean(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
-    return (x * jax.lax.rsqrt(variance + 1e-6).astype(x.dtype)) * scale.astype(x.dtype)
 
 
 def _experts(cfg: CanaryConfig, layer: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
