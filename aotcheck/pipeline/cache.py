@@ -77,7 +77,9 @@ from aotcheck.programs import reads
 #     as batch), arguments of kind kv_cache.
 # 19: each Pallas TPU kernel's scoped VMEM and SMEM against their limits (vmem_scoped_bytes, vmem_limit_bytes,
 #     smem_bytes, smem_limit_bytes; details.scoped); a server's buckets keep the weights they do not read.
-FIGURES_VERSION = 20
+# 21: entries keep the lowered module's digest (program), which goldens record with the config's settings,
+#     so that a cached answer is a fresh one's whole (gate.check.unread_settings reads it).
+FIGURES_VERSION = 21
 
 __all__ = ["FIGURES_VERSION", "FiguresCache", "REQUIRED_FIGURES", "cache_key", "entry_digest", "entry_problem"]
 

@@ -220,14 +220,14 @@ def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any]
     if cache is not None:
         inputs = inputs_key(case, function_for(config, case.program_id), options=options, registering=registering)
         answered = by_inputs(cache, inputs, case, options) if inputs is not None else None
-        if answered is not None:  # Unchanged inputs: its settings are the golden's, and no note needs the digest.
+        if answered is not None:  # Unchanged inputs: the entry's program digest, the config's settings.
             return dataclasses.replace(answered, settings=settings_of(function_for(config, case.program_id)))
     lowered = lower(case, config, options=options)
     result = lowered.measure(cache)
     read = reads.recorded()  # What the project's code read, lowering this case included.
     if inputs is not None and result.attribution_problem is None and read is not None:  # What the cache holds.
         cache.remember(inputs, lowered.key, lowered.lines, lowered.entry, read)
-    return dataclasses.replace(result, settings=settings_of(lowered.config), program=lowered.program_digest)
+    return dataclasses.replace(result, settings=settings_of(lowered.config))
 
 
 def _exported(case: Case, config: Config, options: dict[str, str], compiler_options: Mapping[str, Any] | None,

@@ -30,7 +30,7 @@ COST_FIGURES = ("compile_cpu_seconds", "lower_cpu_seconds")
 
 # What a figures cache entry keeps of a measurement: what a fresh compile would answer (the rest is
 # the run's: the options it resolved, the process's memory, whether it came from the cache).
-CACHED_FIELDS = ("figures", "compile_seconds", "details")
+CACHED_FIELDS = ("figures", "compile_seconds", "details", "program")
 
 
 def figure_names() -> tuple[str, ...]:
@@ -68,15 +68,16 @@ class Measurement(Record):
     # Where a cached answer came from when another runner wrote it: the shared store's entry (its URL).
     cached_from: str | None = field(default=None, omit="empty")
     # What the config was built with (its knobs' sizes, its declared settings: MaxText's overrides) and a
-    # digest of the lowered module (None where it was answered without lowering): a golden records both,
-    # so a setting that changed while the program did not is said (programs.settings).
+    # digest of the lowered module (a cache entry keeps it; None from an entry older than it): a golden
+    # records both, so a setting that changed while the program did not is said (gate.check.unread_settings).
     settings: dict[str, Any] = field(default_factory=dict, omit="empty")
     program: str | None = field(default=None, omit="none")
 
     def view(self, *fields: str) -> dict[str, Any]:
-        """Some fields of :meth:`to_json`, in the order asked: what a cache entry or a golden keeps."""
+        """Some fields of :meth:`to_json`, in the order asked: what a cache entry or a golden keeps (a field
+        its JSON leaves out, such as an unknown program digest, left out here too)."""
         whole = self.to_json()
-        return {name: whole[name] for name in fields}
+        return {name: whole[name] for name in fields if name in whole}
 
     def with_fit(self, fit: Fit) -> "Measurement":
         """This measurement with a fit search's result: the figure ``fit_max_<knob>`` and the search in its details."""

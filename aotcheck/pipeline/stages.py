@@ -32,6 +32,7 @@ Example (host CPU devices; a TPU topology name works the same, through libtpu):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import time
@@ -184,10 +185,10 @@ class LoweredCase:
         """The cached measurement if ``cache`` has one, else compiled and measured (and cached)."""
         if cache is not None:
             hit = self.cached(cache)
-            if hit is not None:
-                return hit
+            if hit is not None:  # Its key holds this module's text: its digest is this one's.
+                return dataclasses.replace(hit, program=self.program_digest)
         with self.compile() as compiled:
-            result = compiled.measure()
+            result = dataclasses.replace(compiled.measure(), program=self.program_digest)
         self.lines = {line: line for line in result.details.sources()}
         self.entry = {"details": result.view("details")["details"], "anchors": {}}
         # An entry whose peak could not be split is never cached: a fresh compile may split it (the cause

@@ -58,7 +58,7 @@ def test_the_canarys_eval_step_is_refused_for_vmem_while_its_train_step_fits(tmp
     assert "no-eval/eval_step" not in text
 
     # The cure named works: the eval step compiles with the limit raised.
-    cured = _check(tmp_path, "--configs", "canary", "--update-golden",
+    cured = _check(tmp_path, "--case", "canary/eval_step@v5e-1x1", "--update-golden",
                    "--libtpu-init-args=--xla_tpu_scoped_vmem_limit_kib=24576")
     assert cured.returncode == 0, cured.stdout[-3000:] + cured.stderr[-3000:]
     assert (tmp_path / "golden/canary/eval_step@v5e-1x1.json").is_file()

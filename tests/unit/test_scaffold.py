@@ -43,8 +43,11 @@ def test_init_makes_a_gate_that_compiles_and_passes(model, tmp_path):
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     golden = json.loads((tmp_path / "golden/my-model/train_step@v5e-16x1.json").read_text())
     assert golden["figures"]["peak_bytes"] > 0 and golden["figures"]["flops"] > 0
+    # Its eval step too (the trainer's loss forward): a job's first eval is a program of its own.
+    evaluated = json.loads((tmp_path / "golden/my-model/eval_step@v5e-16x1.json").read_text())
+    assert 0 < evaluated["figures"]["flops"] < golden["figures"]["flops"]
     again = pytest_in(tmp_path, "-m", "aotcheck")
-    assert again.returncode == 0 and "1 passed" in again.stdout, again.stdout[-3000:]
+    assert again.returncode == 0 and "2 passed" in again.stdout, again.stdout[-3000:]
 
 
 @pytest.mark.parametrize("topologies", [["v4-8", "v5e-16"], ["v5e-16", "h100-8"]])
@@ -72,7 +75,7 @@ def test_init_for_an_h100_host_makes_a_gate_that_compiles_and_passes(tmp_path):
         v for k, v in golden["figures"].items() if k.startswith("peak_") and k != "peak_bytes") \
         == golden["figures"]["peak_bytes"] > 0
     again = pytest_in(tmp_path, "-m", "aotcheck")
-    assert again.returncode == 0 and "1 passed" in again.stdout, again.stdout[-3000:]
+    assert again.returncode == 0 and "2 passed" in again.stdout, again.stdout[-3000:]
 
 
 def test_an_existing_pyproject_gets_the_settings_added_and_keeps_its_text(tmp_path):

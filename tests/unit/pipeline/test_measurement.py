@@ -16,7 +16,9 @@ records = st.builds(Measurement, st.sampled_from([Case.of("lm", "prefill", "v4-8
                                                   Case.of("llm", "step[tokens=64]", "v5e-16", 2)]),
                     figures, st.dictionaries(st.sampled_from(["xla_a", "xla_b"]), st.sampled_from(["true", "1"])),
                     st.floats(0, 1e4), cached=st.booleans(), host_peak_bytes=st.none() | st.integers(0, 2**40),
-                    attribution_problem=st.none() | st.text(max_size=20))
+                    attribution_problem=st.none() | st.text(max_size=20),
+                    settings=st.dictionaries(st.sampled_from(["batch", "remat"]), st.integers(1, 64) | st.text(max_size=8)),
+                    program=st.none() | st.text("0123456789abcdef", min_size=16, max_size=16))
 
 
 @given(records)
@@ -28,10 +30,10 @@ def test_a_record_reads_back_from_its_json_even_through_text(record):
 @given(records)
 def test_a_cache_entrys_view_plus_what_the_run_knows_is_the_record(record):
     view = record.view(*CACHED_FIELDS)
-    assert list(view) == list(CACHED_FIELDS)
+    assert list(view) == [f for f in CACHED_FIELDS if f != "program" or record.program is not None]
     again = Measurement.from_json(view, case=record.case, compiler_options=record.compiler_options,
                                   cached=record.cached, host_peak_bytes=record.host_peak_bytes,
-                                  attribution_problem=record.attribution_problem)
+                                  attribution_problem=record.attribution_problem, settings=record.settings)
     assert again == record
 
 
