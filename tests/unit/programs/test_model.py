@@ -93,3 +93,11 @@ def test_the_eval_step_is_the_loss_forward_or_the_jobs_own_at_its_eval_batch_and
         lm.trainer_config(lm.TINY, eval_step="los")
     with pytest.raises(ConfigError, match=r"TrainerConfig.eval_step takes \(params\), which cannot be called"):
         lm.trainer_config(lm.TINY, eval_step=lambda params: params)
+
+
+def test_an_eval_batch_or_settings_of_the_wrong_form_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"TrainerConfig.eval_batch_spec=\(8, 128\): give the eval batch's "
+                                          r"ShapeDtypeStructs by input name"):
+        lm.trainer_config(lm.TINY, eval_batch_spec=(8, 128))
+    with pytest.raises(ConfigError, match=r"settings=\['full'\]: give what the config was built with by name"):
+        lm.trainer_config(lm.TINY, settings=["full"])
