@@ -114,6 +114,7 @@ class GateSession:
                 self._measurer.locate()
             except RegistryError as e:
                 raise SettingsError(str(e)) from None
+            self._measurer.settle()  # The configs are registered: JAX's settings as a worker's will be.
         if self.cache is not None and not self.cache.usable():
             shared = self.cache.shared  # Hardening round 5, V21: the store went with it, unnamed.
             store = f" (the shared store {shared.url} behind it is not read or written either)" if shared else ""
@@ -209,18 +210,20 @@ class GateSession:
 
     def start_workers(self) -> None:
         """Starts the compile workers of the run's TPU topologies now, before the configs are built and
-        the cases selected, so their start-up (jax, libtpu, a warm-up compile) overlaps with that.
-        :meth:`prestart` later stops those no selected case needs. (A ``cpu-N`` worker waits for
-        :meth:`prepare`, which sets its device count.)"""
-        if self._measurer is not None:
+        the cases selected, so their start-up (jax, libtpu, a warm-up compile) overlaps with that, when
+        the run will compile: it has no figures cache that may answer (a warm run's cases are answered
+        here, and it starts no worker). :meth:`prestart` later stops those no selected case needs. (A
+        ``cpu-N`` worker waits for :meth:`prepare`, which sets its device count.)"""
+        if self._measurer is not None and not (self.cache is not None and self.cache.may_answer()):
             self._measurer.prestart(t.topology for t in self.settings.targets if not t.topology.platform.host_devices)
 
     def prestart(self, cases: Sequence[Case]) -> None:
-        """Starts the compile workers these cases need, in parallel, before the first case runs, and
-        stops any started early that none of them needs."""
+        """Starts the compile workers these cases need, in parallel, before the first case runs (with a
+        figures cache, those of families with a case it does not answer), and stops any started early
+        that none of them needs."""
         if self._measurer is not None:
             self._measurer.retain({c.topology.family for c in cases})
-            self._measurer.prestart(c.topology for c in cases)
+            self._measurer.start_for((c, self.plan().knob(c)) for c in cases)
 
     def record(self, outcome: Outcome) -> None:
         self.outcomes[outcome.case.id] = outcome

@@ -11,6 +11,10 @@ No libtpu compile runs in the process of the session (pytest's, or the CLI's):
   :mod:`aotcheck.targets.families`), and a golden must not depend on which cases
   happened to run before it: a worker compiles for one family only.
 
+A case the figures cache answers by its unchanged inputs needs no compiler: it is answered in the
+session's process (:func:`aotcheck.pipeline.measure.answered`: nothing traced, libtpu not loaded),
+and a family's worker starts only when one of its cases must be lowered. A warm run starts none.
+
 A worker (:mod:`aotcheck.gate.worker`) speaks JSON lines on a private pipe: a request names a case, the
 modules that register configs (imported in the worker exactly as the parent
 imported them) and the figures cache; a reply carries the figures and the
@@ -22,211 +26,25 @@ and the last lines kept for a crash report.
 
 from __future__ import annotations
 
-import collections
-import json
 import os
-import re
-import select
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from aotcheck import _runtime
 from aotcheck.errors import WorkerCrashed, error_from_json
+from aotcheck.gate.process import FamilyWorker, worker_environment
+from aotcheck.gate.worker import WorkerRequest
 from aotcheck.pipeline.cache import FiguresCache
 from aotcheck.pipeline.case import Case
+from aotcheck.pipeline.inputs import jax_settings
+from aotcheck.pipeline.measure import answered
 from aotcheck.pipeline.measurement import Measurement
 from aotcheck.programs.loader import LoaderError, loaded_sources, main_has_no_file, main_script
 from aotcheck.programs.options import SCOPED_VMEM_FLAG, OptionsError
 from aotcheck.programs.xla_flags import unknown_xla_flags
 from aotcheck.programs.registry import REGISTRY, ConfigNotFound, Registry, RegistryError
-from aotcheck.gate.worker import WorkerReply, WorkerRequest
 from aotcheck.targets.topology import Topology
-
-
-def describe_exit(code: int) -> str:
-    """``-11 -> 'SIGSEGV (signal 11)'``, ``1 -> 'exit status 1'``.
-
-    Example:
-        >>> describe_exit(-11), describe_exit(-9), describe_exit(1)
-        ('SIGSEGV (signal 11)', 'SIGKILL (signal 9)', 'exit status 1')
-    """
-    if code < 0:
-        try:
-            return f"{signal.Signals(-code).name} (signal {-code})"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
-
-
-def killed_by_host(code: int) -> str:
-    """What a worker's death by SIGKILL most likely means (nothing in aotcheck sends it mid-case).
-
-    Example:
-        >>> killed_by_host(-11)
-        ''
-        >>> print(killed_by_host(-9))  # doctest: +ELLIPSIS
-         (SIGKILL: most likely the host's OOM killer or a memory limit; this host has ... GiB of memory; ...)
-    """
-    if code != -signal.SIGKILL:
-        return ""
-    total = _runtime.host_memory_bytes()
-    memory = f"; this host has {total / 2**30:.1f} GiB of memory" if total else ""
-    return (f" (SIGKILL: most likely the host's OOM killer or a memory limit{memory}; the compile needs more "
-            "host memory than it had: run it on a larger machine, or alone with -n 0)")
-
-
-# What a crash handler prints after the fact (stack addresses, core-dump plumbing): kept off
-# the crash report, which shows the lines that say what happened.
-_CRASH_BOILERPLATE = re.compile(
-    r"^\s*(PC: )?@\s+0x|symbolize|coredump_hook\.cc|client\.cc:\d+\] RAW|process_state\.cc:\d+\] RAW"
-)
-
-
-class FamilyWorker:
-    """A child process that measures cases of one chip family."""
-
-    TAIL_LINES = 12
-
-    def __init__(self, topology: Topology) -> None:
-        self.family = family = topology.family
-        read_fd, write_fd = os.pipe()  # Replies come on their own pipe: stdout and stderr stay free for noise.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        env[_runtime.WORKER_ENV] = "1"
-        # The session took the environment's launch flags as compiler options (settings.ENVIRONMENT_FLAGS),
-        # which the cache key and goldens record; libtpu reading them too would compile what neither records.
-        env.pop("LIBTPU_INIT_ARGS", None)
-        env.update(topology.platform.environment)  # No runtime: JAX_PLATFORMS=cpu (targets/platform.py).
-        warm = None if topology.platform.host_devices else family  # What to warm up while the parent collects.
-        # Linux ends a child when the *thread* that started it ends: only a worker started by the main thread
-        # may ask for the parent-death signal (a session run from a pool's thread keeps the watchdog alone).
-        main = threading.current_thread() is threading.main_thread()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c",
-             f"from aotcheck.gate.worker import serve; serve({write_fd}, {warm!r}, parent={os.getpid()}, "
-             f"parent_death={main!r})"],
-            stdin=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(write_fd,),
-            text=True,
-            errors="replace",
-            env=env,
-            # Its own session: a signal to the terminal's or CI's process group (Ctrl-C, a cancel's
-            # SIGTERM) reaches the session process alone, which ends its workers; a worker whose
-            # parent is gone ends itself (the kernel's parent-death signal; serve's watchdog).
-            start_new_session=True,
-        )
-        os.close(write_fd)
-        self.replies = os.fdopen(read_fd, "r")
-        self.tail: collections.deque[str] = collections.deque(maxlen=self.TAIL_LINES)
-        self._tail_lock = threading.Lock()
-        # While a case runs, its output is held: passed on when the case ends, kept for the report
-        # (not the terminal) when the worker dies on it, with its crash handler's stack.
-        self._held: list[str] | None = None
-        self._pump = threading.Thread(target=self._forward_stderr, name=f"aotcheck-{family}-stderr", daemon=True)
-        try:
-            self._pump.start()
-        except BaseException:
-            self.proc.kill()
-            self.close()
-            raise
-
-    def _forward_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            if _runtime.is_compiler_noise(line):
-                continue
-            with self._tail_lock:
-                if not _CRASH_BOILERPLATE.search(line):
-                    self.tail.append(line.rstrip("\n"))
-                if self._held is not None:
-                    self._held.append(line)
-                    continue
-            _write_stderr(line)
-
-    def _release(self, *, show: bool) -> tuple[str, ...]:
-        """Ends holding a case's output: passes it on (``show``) and returns it."""
-        with self._tail_lock:
-            held, self._held = self._held or [], None
-        if show:
-            _write_stderr("".join(held))
-        return tuple(line.rstrip("\n") for line in held)
-
-    def request(self, request: WorkerRequest) -> WorkerReply:
-        """Sends one request and waits for its reply; WorkerCrashed if the worker dies first."""
-        assert self.proc.stdin is not None
-        with self._tail_lock:
-            self._held = []
-        try:
-            self.proc.stdin.write(json.dumps(request.to_json()) + "\n")
-            self.proc.stdin.flush()
-            line = self._reply()
-        except (BrokenPipeError, OSError):
-            line = ""
-        except BaseException:  # An interruption: what the case printed is still shown.
-            self._release(show=True)
-            raise
-        if line:
-            self._release(show=True)
-            return WorkerReply.from_json(json.loads(line))
-        code = self.proc.wait()
-        self._pump.join(timeout=5)
-        log = self._release(show=False)
-        _runtime.remove_dumps(pid=self.proc.pid)
-        how = describe_exit(code)
-        with self._tail_lock:
-            tail = tuple(self.tail)
-        text = "\n".join(f"  {t}" for t in tail) or "  (nothing)"
-        raise WorkerCrashed(
-            f"the {self.family} compile process died with {how} while compiling {request.case}"
-            f"{killed_by_host(code)}. Its last lines:\n{text}",
-            signal_name=how, tail=tail, log=log,
-        )
-
-    def _reply(self) -> str:
-        """The worker's reply line, waited for in short selects: the main thread comes back to Python between
-        them, so a Ctrl-C or SIGTERM the kernel handed to another thread (the stderr pump, blocked in its own
-        read) still raises here. A plain blocking read would wait for the worker's reply, minutes away."""
-        fd = self.replies.fileno()
-        while not select.select([fd], [], [], 0.25)[0]:
-            pass
-        return self.replies.readline()
-
-    STOP_SECONDS = 2.0  # An idle worker ends at once when its stdin closes; a busy one is killed.
-
-    def stop(self) -> None:
-        """Asks the worker to stop: closing its stdin ends an idle worker's loop."""
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        except OSError:  # A dead worker's pipe: nothing left to flush.
-            pass
-
-    def close(self, *, timeout: float = STOP_SECONDS) -> None:
-        """Ends the worker (asked first; one still compiling after ``timeout``, as at an
-        interruption, is killed) and every pipe to it, and removes its dump directories."""
-        self.stop()
-        try:
-            self.proc.wait(timeout=max(timeout, 0))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        _runtime.remove_dumps(pid=self.proc.pid)
-        self._pump.join(timeout=5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        self.replies.close()
-
-
-def _write_stderr(text: str) -> None:
-    try:
-        sys.stderr.write(text)
-    except (OSError, ValueError):  # Our stderr is gone (session shutting down): keep reading.
-        pass
 
 
 class Measurer:
@@ -263,6 +81,9 @@ class Measurer:
         self.presets = presets  # aotcheck's per-chip presets under them.
         self.notes: list[str] = []  # What workers had to say once (e.g. an unwritable cache).
         self._workers: dict[str, FamilyWorker] = {}
+        # Cases answered (or not: None) from the cache in this process while the workers were being decided.
+        self._answers: dict[tuple[Case, str | None], Measurement | None] = {}
+        self._jax_config: dict[str, str] | None = None  # JAX's settings once the configs were registered.
         # Why no worker can start in this environment (a TPU flag in XLA_FLAGS), once known: every case
         # is that error, and no worker is started to die of it.
         # XLA_FLAGS is judged by what XLA does with it (some --xla_tpu_* flags it knows): a worker that
@@ -286,6 +107,53 @@ class Measurer:
             if topology.family not in self._workers:
                 self._workers[topology.family] = FamilyWorker(topology)
 
+    def settle(self) -> None:
+        """Notes JAX's settings as the registering modules left them, which a worker's match: the session
+        answers a case itself only while its own still match (a test module may change them, and a key
+        digested under other settings than the worker's could find an answer the worker would not give)."""
+        self._jax_config = jax_settings()
+
+    def start_for(self, cases: Iterable[tuple[Case, str | None]]) -> None:
+        """Starts the workers these cases (with the knob each searches) need: with a cache that may answer,
+        only those of families with a case it does not (the cases before it answered here, kept); else
+        every family's, at once, so their start-up overlaps with each other's and the first cases'."""
+        cases = list(cases)
+        if not self._may_answer():
+            return self.prestart(c.topology for c, _ in cases)
+        for case, fit in cases:
+            if case.topology.family in self._workers or (case, fit) in self._answers:
+                continue
+            found = self._answers[(case, fit)] = self.answer(case, fit)
+            if found is None:
+                self.prestart([case.topology])
+
+    def _may_answer(self) -> bool:
+        return (self.cache is not None and self.export is None and not self._doomed and self.cache.may_answer()
+                and (self._jax_config is None or self._jax_config == jax_settings()))
+
+    def answer(self, case: Case, fit: str | None = None) -> Measurement | None:
+        """The case's measurement from the cache, answered in this process (no worker, no compiler), as its
+        worker would answer it; None where it must be lowered, or a worker must judge (its config builds
+        differently on each call, and the worker compares the programs).
+
+        Example (no figures cache: only a worker's compile answers):
+            >>> Measurer().answer(Case.parse("lm/train_step@v4-8x1")) is None
+            True
+        """
+        if not self._may_answer():
+            return None
+        seen = self._build_seen(case)
+        if seen is not None and seen["unstable"] is not None:
+            return None
+        found = answered(case, registry=self.registry, cache=self.cache, fit=fit if fit is not None else self.fit,
+                         hbm_headroom=self.hbm_headroom, memory_fraction=self.memory_fraction,
+                         compiler_options=self.compiler_options, presets=self.presets,
+                         environ=worker_environment(case.topology))
+        for note in self.cache.notes if self.cache is not None else ():
+            if note not in self.notes:
+                self.notes.append(note)
+        return found
+
     def retain(self, families: set[str] | frozenset[str]) -> None:
         """Stops the started workers of families not in ``families`` (started early for a target
         whose cases were all deselected)."""
@@ -296,7 +164,13 @@ class Measurer:
         """Measures ``case`` in its family's worker; ``fit``: search this knob (else :attr:`fit`, or the policy)."""
         if self._doomed:
             raise OptionsError(self._doomed)
-        family = case.topology.family
+        key, family = (case, fit), case.topology.family
+        # A family whose worker runs has a case to compile: its worker answers the rest (cached or not), so
+        # no case of a cold run is digested twice, here and there.
+        found = self._answers.pop(key) if key in self._answers else \
+            self.answer(case, fit) if family not in self._workers else None
+        if found is not None:
+            return found
         worker = self._workers.get(family) or self._workers.setdefault(family, FamilyWorker(case.topology))
         try:
             reply = worker.request(WorkerRequest(

@@ -1,6 +1,6 @@
 """The compile worker's side: a request read, the case measured in this process, a reply written.
 
-A worker (started by :class:`aotcheck.gate.isolation.FamilyWorker`) reads one
+A worker (started by :class:`aotcheck.gate.process.FamilyWorker`) reads one
 :class:`WorkerRequest` per line on stdin and writes one reply per line on its private pipe:
 the :class:`~aotcheck.pipeline.measurement.Measurement`'s JSON form, or the error's
 (:func:`aotcheck.errors.error_to_json`), with what its caches and probes had to say.

@@ -238,6 +238,11 @@ class FiguresCache:
         except OSError:
             return False
 
+    def may_answer(self) -> bool:
+        """Whether a case may be answered without lowering it: entries are read, and an index by inputs is
+        here or may be in the shared store behind (a cold cache's first run has none: its cases compile)."""
+        return self.enabled and self.read and (self.shared is not None or (self.root / "inputs").is_dir())
+
     @staticmethod
     def _name(key: str, kind: str = "") -> str:
         return f"{kind}{key[:2]}/{key}.json"

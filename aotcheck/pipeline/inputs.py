@@ -65,19 +65,20 @@ def registering_modules(registry: Registry) -> list[str]:
 
 
 def inputs_key(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
-               registering: Iterable[str] = ()) -> str | None:
+               registering: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> str | None:
     """The digest of a case's inputs (the module's docstring); ``config``: its program's function config,
     ``options``: the compiler options it compiles with, ``registering``: the modules that register configs
-    (:func:`~aotcheck.programs.closure.code_closure`). None when they cannot be known whole: a project
-    file changed while this process ran, or a config too large to walk."""
-    record = inputs(case, config, options=options, registering=registering)
+    (:func:`~aotcheck.programs.closure.code_closure`), ``environ``: the environment of the process that
+    lowers it (default: this one's). None when they cannot be known whole: a project file changed while
+    this process ran, or a config too large to walk."""
+    record = inputs(case, config, options=options, registering=registering, environ=environ)
     if CUT_SHORT in record["code"] or EDITED in record["code"].values():
         return None
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
 def inputs(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
-           registering: Iterable[str] = ()) -> dict[str, Any]:
+           registering: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What :func:`inputs_key` digests, as a record (a test's or a curious user's view). Project files
     are named as a report's source lines name them (relative to the working directory), so a run from
     another directory, whose details would name other paths, has other inputs."""
@@ -94,14 +95,15 @@ def inputs(case: Case, config: FunctionConfig, *, options: Mapping[str, str],
         "paths": {module: short_source(path, 0) for module, path in sorted(files.items())},
         "options": dict(sorted(options.items())),
         "toolchain": dict(sorted(case.topology.platform.toolchain().items())),
-        "environment": {k: v for k, v in sorted(os.environ.items()) if _compiles_with(k)},
-        "jax_config": _jax_config(),
+        "environment": {k: v for k, v in sorted((os.environ if environ is None else environ).items())
+                        if _compiles_with(k)},
+        "jax_config": jax_settings(),
         "python": sys.version,
         "figures_version": FIGURES_VERSION,
     }
 
 
-def _jax_config() -> dict[str, str]:
+def jax_settings() -> dict[str, str]:
     """JAX's configuration as it stands (flags set in code, not only the environment): values that
     read the same in every process (no object's address), less where and how the process runs."""
     out = {}
@@ -112,4 +114,4 @@ def _jax_config() -> dict[str, str]:
     return out
 
 
-__all__ = ["ENVIRONMENT_PREFIXES", "LOWERING_MODULES", "inputs", "inputs_key", "registering_modules"]
+__all__ = ["ENVIRONMENT_PREFIXES", "LOWERING_MODULES", "inputs", "inputs_key", "jax_settings", "registering_modules"]

@@ -41,6 +41,7 @@ from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.model import function_for
 from aotcheck.programs import reads
 from aotcheck.targets.globs import target_matches
+from aotcheck.targets.presets import answered_without_libtpu
 from aotcheck.targets.usable import first_share, usable_memory
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
@@ -57,6 +58,29 @@ def unsupported_reason(config: Config, case: Case) -> str | None:
     if not any(target_matches(case.target, glob) for glob in config.targets):
         return f"{case.config} is deployed on {', '.join(config.targets)} only (its targets); {case.target} is not one"
     return None
+
+
+class Uncached(Exception):
+    """A case (or a fit search's probe of it) the cache cannot answer by its inputs: it must be lowered."""
+
+
+def answered(case: Case, **how: Any) -> Measurement | None:
+    """The case's measurement as :func:`measure` would give it (``how``: its keyword arguments, a cache
+    among them), answered from the cache by its inputs alone, a fit search's every probe included; None
+    where any of it must be lowered or compiled, or where libtpu would have to be loaded to know which
+    presets it takes. Nothing is traced, and no compiler is loaded: a process that must stay free of
+    libtpu (the session's: :mod:`aotcheck.gate.isolation`) answers an unchanged case itself.
+
+    Example (no cache: nothing can be answered):
+        >>> answered(Case.parse("lm/train_step@v4-8x1"), cache=None) is None
+        True
+    """
+    if how.get("cache") is None:
+        return None
+    try:
+        return measure(case, **how, lowering=False)
+    except Exception:  # Uncached; or an error, which the process that would lower it says in its own words.
+        return None
 
 
 def fit_knob(config: Config, case: Case, *, fit: str | None = None, fit_default: str | None = None) -> str | None:
@@ -100,6 +124,8 @@ def measure(
     memory_fraction: tuple[float | None, str] | None = None,
     presets: bool = True,
     export: str | None = None,
+    lowering: bool = True,
+    environ: Mapping[str, str] | None = None,
 ) -> Measurement:
     """Lowers and compiles one case here and returns its figures (:mod:`aotcheck.pipeline.stages`).
 
@@ -121,6 +147,10 @@ def measure(
     ``export``: a directory where the case's executable is written with its manifest
     (:mod:`aotcheck.pipeline.export`); the case is then compiled whatever the cache holds.
 
+    ``lowering=False``: answer from the cache by the case's inputs alone, or raise :class:`Uncached`
+    (nothing is traced, and no compiler is loaded: see :func:`answered`); ``environ``: the environment
+    of the process that would lower it (its inputs read JAX's and XLA's variables from there).
+
     Raises what lowering and compiling raise: CompileError when XLA refuses (OutOfMemory when the
     program does not fit, what filled the memory and the fit search in its ``details``),
     the registry's, mesh's and partitioning's own errors when the config is wrong.
@@ -138,7 +168,7 @@ def measure(
     if knob:
         search_cap(config, case, knob)  # Before anything compiles.
     at = dict(compiler_options=compiler_options, cache=cache, presets=presets,
-              registering=registering_modules(registry))
+              registering=registering_modules(registry), lowering=lowering, environ=environ)
     try:
         result = _measured(case, config, **at, export=export)
     except OutOfMemory as e:
@@ -158,6 +188,7 @@ def fit_search(
     case: Case, config: Config, knob_name: str, *, first: Measurement | None = None,
     compiler_options: Mapping[str, Any] | None = None, cache: FiguresCache | None = None, hbm_headroom: float = 1.0,
     memory_fraction: tuple[float | None, str] | None = None, presets: bool = True, registering: Iterable[str] = (),
+    lowering: bool = True, environ: Mapping[str, str] | None = None,
 ) -> Fit:
     """The largest size of ``knob_name`` whose program compiles and fits (see :mod:`aotcheck.figures.fit`):
     each probe is the config rebuilt at that size, lowered, compiled and measured by the same stages.
@@ -185,7 +216,7 @@ def fit_search(
         else:
             try:
                 measured = _measured(case, knob.rebuild(size), compiler_options=compiler_options, cache=cache,
-                                     presets=presets, registering=registering)
+                                     presets=presets, registering=registering, lowering=lowering, environ=environ)
             except OutOfMemorySpace as e:  # Not HBM: a kernel's VMEM (say). Too large all the same, and said.
                 return Probe(size, None, False, refused=e.overflow)
             except OutOfMemory as e:  # What XLA says it needs (its record) is a point on the line too.
@@ -207,21 +238,29 @@ def fit_search(
 
 def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any] | None,
               cache: FiguresCache | None, presets: bool, registering: Iterable[str] = (),
-              export: str | None = None) -> Measurement:
+              export: str | None = None, lowering: bool = True,
+              environ: Mapping[str, str] | None = None) -> Measurement:
     """One program at one size: answered by its unchanged inputs, else lowered, then cached or compiled
-    and measured (``registering``: the modules that register configs, :mod:`aotcheck.pipeline.inputs`)."""
+    and measured (``registering``: the modules that register configs, :mod:`aotcheck.pipeline.inputs`;
+    ``lowering=False``: :class:`Uncached` instead of lowering)."""
     # A presets file is a cache too: an update run probes libtpu instead of reading one.
     store = cache.root if cache is not None and cache.read else None
+    if not lowering and (cache is None or export is not None or (
+            presets and not answered_without_libtpu(case.topology, case.num_slices, store=store))):
+        raise Uncached(case)
     options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
                                        presets=presets, store=store)
     if export is not None:  # The executable is the answer: compiled whatever the cache holds.
         return _exported(case, config, options, compiler_options, export)
     inputs = None
     if cache is not None:
-        inputs = inputs_key(case, function_for(config, case.program_id), options=options, registering=registering)
-        answered = by_inputs(cache, inputs, case, options) if inputs is not None else None
+        inputs = inputs_key(case, function_for(config, case.program_id), options=options, registering=registering,
+                            environ=environ)
+        answered = by_inputs(cache, inputs, case, options, environ=environ) if inputs is not None else None
         if answered is not None:  # Unchanged inputs: the entry's program digest, the config's settings.
             return dataclasses.replace(answered, settings=settings_of(function_for(config, case.program_id)))
+    if not lowering:
+        raise Uncached(case)
     lowered = lower(case, config, options=options)
     result = lowered.measure(cache)
     read = reads.recorded()  # What the project's code read, lowering this case included.
@@ -244,7 +283,8 @@ def _exported(case: Case, config: Config, options: dict[str, str], compiler_opti
     return result
 
 
-def by_inputs(cache: FiguresCache, inputs: str, case: Case, options: dict[str, str]) -> Measurement | None:
+def by_inputs(cache: FiguresCache, inputs: str, case: Case, options: dict[str, str], *,
+              environ: Mapping[str, str] | None = None) -> Measurement | None:
     """The measurement the cache holds for a case whose inputs digest to ``inputs``, not lowered; None
     when no run recorded them, what the project's code read then reads otherwise now, or the entry they
     point to is gone, was changed since (its details or
@@ -253,7 +293,7 @@ def by_inputs(cache: FiguresCache, inputs: str, case: Case, options: dict[str, s
     if found is None:
         return None
     key, lines, mapped_from, read = found
-    if reads.changed(read) is not None:  # A variable or a file the project's code read: lower it again.
+    if reads.changed(read, environ) is not None:  # A variable or a file the project's code read: lower it again.
         return None
     entry = cache.get(key, toolchain=case.topology.platform.toolchain())
     if entry is None or entry_digest(entry) != mapped_from:  # Changed since: lower it.

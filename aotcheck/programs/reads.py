@@ -168,10 +168,12 @@ def recorded() -> dict[str, dict[str, str]] | None:
     return {"environment": dict(sorted(_ENV.items())), "files": {p: _file_digest(p) for p in sorted(_FILES)}}
 
 
-def changed(reads: Mapping[str, Mapping[str, str]]) -> str | None:
-    """What differs now from ``reads`` (as :func:`recorded` gave it), in words; None when nothing does."""
+def changed(reads: Mapping[str, Mapping[str, str]], environ: Mapping[str, str] | None = None) -> str | None:
+    """What differs now from ``reads`` (as :func:`recorded` gave it), in words; None when nothing does
+    (``environ``: the environment of the process that would run the project's code; default: this one's)."""
+    environ = os.environ if environ is None else environ
     for name, value in reads.get("environment", {}).items():
-        if digest_value(name, os.environ.get(name)) != value:
+        if digest_value(name, environ.get(name)) != value:
             return f"the environment variable {name}, read by the project's code, changed since"
     for path, digest in reads.get("files", {}).items():
         if _file_digest(path) != digest:

@@ -180,6 +180,23 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     return found
 
 
+def answered_without_libtpu(topology: str | Topology, num_slices: int = 1, *, store: str | Path | None = None) -> bool:
+    """Whether :func:`refused_presets` answers for ``topology``'s chip without loading libtpu: by the
+    table, this process's own probe, or a presets file under ``store`` that says libtpu accepts them all.
+    A session that must not load a compiler (it answers cached cases in its own process) asks first.
+
+    Example:
+        >>> answered_without_libtpu("h100-8"), answered_without_libtpu("cpu-4")
+        (True, True)
+    """
+    topo = parse_topology(topology)
+    if not topo.platform.option_presets or known_refusal(topo.family) is not None:
+        return True
+    if (topo.family, num_slices > 1) in _probed:
+        return True
+    return store is not None and read_presets_file(presets_file(store, topo, num_slices), topo, num_slices)[0] == frozenset()
+
+
 def recheck_presets(topology: str | Topology, num_slices: int = 1) -> str | None:
     """After a compile with aotcheck's presets failed: when what this process knows of the presets libtpu
     refuses for the chip came from a presets file, probes libtpu again. If the probe refuses presets the

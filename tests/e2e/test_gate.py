@@ -215,13 +215,41 @@ def test_an_accept_command_runs_the_cases_it_names_and_nothing_else(project):
     assert "test_mine.py" not in result.stdout.str()
 
 
+# Appended to the toy's conftest: a compile worker (which imports the conftest to find the configs) says it
+# started; every other process says, at its session's end, whether libtpu was mapped into it.
+PROCESS_LOG = """
+import os
+if os.environ.get("AOTCHECK_COMPILE_WORKER"):
+    with open("workers.log", "a") as f:
+        f.write(f"{os.getpid()}\\n")
+
+
+def pytest_sessionfinish(session):
+    with open("/proc/self/maps") as maps, open("sessions.log", "a") as f:
+        f.write(f"{'libtpu' in maps.read()}\\n")
+"""
+
+
 @pytest.mark.heavy
-def test_cache_hits_are_shown_and_no_cache_bypasses(toy):
-    run(toy, "--aot-topologies=v4-8", "--update-golden")
-    result = run(toy, "--aot-topologies=v4-8")
-    result.stdout.fnmatch_lines(["*toy/step@v4-8x1*cached*pass*"])
+def test_cache_hits_are_shown_and_a_warm_run_starts_no_compile_process(toy):
+    """A case the cache answers by its inputs is answered in the session: a warm run, with xdist or without,
+    starts no compile worker and never loads libtpu; without the cache, workers compile again."""
+    conftest = toy.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + PROCESS_LOG)
+    workers, sessions = toy.path / "workers.log", toy.path / "sessions.log"
+    run(toy, "--aot-topologies=v4-8,v5e-4", "--update-golden")
+    assert workers.exists()  # The update run compiled, in its workers (and filled the cache).
+    for xdist in ([], ["-n", "2"]):
+        workers.unlink(missing_ok=True)
+        sessions.unlink(missing_ok=True)
+        result = run(toy, "--aot-topologies=v4-8,v5e-4", *xdist)
+        result.stdout.fnmatch_lines(["*toy/step@v4-8x1*cached*pass*", "*toy/step@v5e-4x1*cached*pass*"])
+        assert result.ret == 0, result.stdout.str()[-3000:]
+        assert not workers.exists(), (xdist, workers.read_text())
+        assert sessions.read_text().split() == ["False"] * (3 if xdist else 1), xdist
     result = run(toy, "--aot-topologies=v4-8", "--aot-no-cache")
     assert "cached" not in result.stdout.str().split("aotcheck summary")[1]
+    assert workers.exists()
 
 
 @pytest.mark.heavy  # A real run of 11 s or more (2 cores, -n 2): the default run's budget.
