@@ -135,6 +135,16 @@ def attribution_cost(configs: str, topologies: str, slices: str) -> None:
     print(plain, attributed)
 
 
+def pytest_alone() -> float:
+    """Seconds of a pytest run without aotcheck's plugin over the same directory (it collects nothing)."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "-p", "no:cacheprovider", "-p", "no:aotcheck",
+                             "-q", "-c", "/dev/null", "--rootdir", str(ROOT)], cwd=ROOT, capture_output=True, text=True)
+    if result.returncode not in (0, 5):  # 5: no test collected, as expected.
+        sys.exit(f"pytest without aotcheck failed:\n{result.stdout[-3000:]}")
+    return time.perf_counter() - start
+
+
 def timed(cmd: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -201,6 +211,7 @@ def main() -> None:
         gate(plain, "--aot-no-cache", "-n", "0", golden=goldens)
         cold_s, _ = gate(plain, f"--aot-cache-dir={cache}/figures", "-n", "0", golden=goldens, update=False)
         warm_s, warm = gate(plain, f"--aot-cache-dir={cache}/figures", "-n", "0", golden=goldens, update=False)
+        pytest_s = pytest_alone()
         start_s = timed([sys.executable, "-c", "pass"])[0]
         split: dict[str, float] = {"process start": start_s}
         for _, out in per_family(args, "--phases", "--cache-dir", f"{cache}/figures"):
@@ -229,6 +240,8 @@ def main() -> None:
         print(f"{name:40} {num / den:7.3f}  {num:9.1f}s {den:11.1f}s  {target}")
     print(f"bare: {bare_compile:.1f}s of lower+compile in {bare_wall:.1f}s of wall.")
     record(f"{args.configs} on {args.topologies} x {args.slices}", rows)
+    print(f"the warm run's {warm_s:.1f}s: pytest alone (no aotcheck, nothing collected) {pytest_s:.1f}s, "
+          f"aotcheck's own {warm_s - pytest_s:.1f}s")
     print(f"the warm run's {warm_s:.1f}s, phase by phase (measured alone, one process per family): "
           + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in split.items()))
 

@@ -152,8 +152,50 @@ def code_closure(roots: Iterable[str] | Mapping[str, Iterable[str]], *, register
     Example:
         >>> code_closure(["sys"])
         {'sys': 'builtin'}
+
+    A closure is walked once per process per roots: asked again, it is the same answer while every file
+    it read stands as it was read (same size and modification time), else walked afresh.
     """
-    registering = set(registering)
+    named = sorted((m, tuple(sorted(n))) for m, n in roots.items()) if isinstance(roots, Mapping) \
+        else [(m, ()) for m in sorted(set(roots))]
+    # A root by its name and the file it is now (two projects in one process may both have a `model`).
+    key = (tuple((m, n, _file_of(m)) for m, n in named), tuple(sorted(set(registering))))
+    memo = _CLOSURES.get(key)
+    if memo is not None and all(_stat(path) == seen for path, seen in memo[2].items()) \
+            and all(_file_of(module) in (None, file) for module, file in memo[1].items()):
+        if files is not None:
+            files.update(memo[1])
+        return dict(memo[0])
+    mine: dict[str, str] = {}
+    read_files: dict[str, tuple[int, int] | None] = {}
+    out = _walk(roots, set(registering), mine, read_files)
+    _CLOSURES[key] = (out, mine, read_files)
+    if files is not None:
+        files.update(mine)
+    return dict(out)
+
+
+# Closures already walked in this process: roots -> (the closure, its project files, every file read as
+# (size, mtime) when it was read).
+_CLOSURES: dict[tuple[Any, ...], tuple[dict[str, str], dict[str, str], dict[str, tuple[int, int] | None]]] = {}
+
+
+def _file_of(module: str) -> str | None:
+    """The file of the module ``module`` as imported here (None where it is not imported, or has none)."""
+    return getattr(sys.modules.get(module), "__file__", None)
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _walk(roots: Iterable[str] | Mapping[str, Iterable[str]], registering: set[str], files: dict[str, str],
+          read_files: dict[str, tuple[int, int] | None]) -> dict[str, str]:
+    """:func:`code_closure`'s walk; ``read_files``: filled with each file read, as it stood when read."""
     read = {m: set(n) for m, n in roots.items()} if isinstance(roots, Mapping) else {}
     out: dict[str, str] = {}
     stack = sorted(set(roots), reverse=True)
@@ -173,13 +215,13 @@ def code_closure(roots: Iterable[str] | Mapping[str, Iterable[str]], *, register
         if installed is not None:
             # A distribution's module by its version and, where it is source, its bytes: a package edited
             # in place (a model in site-packages patched by hand) is another input, on every runner alike.
-            source = _source_digest(file) if not installed.startswith("python ") else ""
+            source = _source_digest(file, read_files) if not installed.startswith("python ") else ""
             out[name] = f"{installed} {source}" if source else installed
             continue
-        digest, imports, bindings, mtime = _project_file(file, package=package, is_package=is_package)
+        digest, imports, bindings, mtime = _project_file(file, package=package, is_package=is_package,
+                                                         read_files=read_files)
         out[name] = EDITED if mtime > _STARTED_NS else f"sha256 {digest}"
-        if files is not None:
-            files[name] = file
+        files[name] = file
         parents = [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]
         if name in registering:  # What the config's code reads of what this module imported.
             follow = [*parents, *(m for bound in read.get(name, ()) for m in bindings.get(bound, ()))]
@@ -214,7 +256,7 @@ def _locate(name: str) -> tuple[str | None, str, bool] | None:
     return (spec.origin if spec.has_location else None), package, is_package
 
 
-def _project_file(file: str, *, package: str, is_package: bool
+def _project_file(file: str, *, package: str, is_package: bool, read_files: dict[str, tuple[int, int] | None]
                   ) -> tuple[str, list[str], dict[str, list[str]], int]:
     """A project file's digest, the modules it imports (absolute names, a ``from`` import's names as
     possible submodules), the names those imports bind (name -> modules), and its mtime; read once per
@@ -225,7 +267,9 @@ def _project_file(file: str, *, package: str, is_package: bool
     try:
         stat = path.stat()
     except OSError:
+        read_files[str(path)] = None
         return "unreadable", [], {}, 0
+    read_files[str(path)] = (stat.st_size, stat.st_mtime_ns)
     digest, imports, bindings = _read_project_file(str(path), stat.st_mtime_ns, stat.st_size, package, is_package)
     return digest, imports, bindings, stat.st_mtime_ns
 
@@ -290,15 +334,23 @@ def standard_library_file(file: str) -> bool:
     return (_installed(file) or "").startswith("python ")
 
 
-def _source_digest(file: str) -> str:
+def _source_digest(file: str, read_files: dict[str, tuple[int, int] | None]) -> str:
     """The first 16 hex digits of a ``.py`` file's sha256 (read once per version of it); "" for any other."""
     if not file.endswith(".py"):
         return ""
     try:
         stat = os.stat(file)
     except OSError:
+        read_files[file] = None
         return ""
-    return _read_project_file(file, stat.st_mtime_ns, stat.st_size, "", False)[0][:16]
+    read_files[file] = (stat.st_size, stat.st_mtime_ns)
+    return _file_digest(file, stat.st_mtime_ns, stat.st_size)[:16]
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_digest(path: str, _mtime: int, _size: int) -> str:
+    """A file's sha256, once per version of it (an installed module's: its bytes, not its imports)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _installed(file: str) -> str | None:
