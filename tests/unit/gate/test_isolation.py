@@ -195,3 +195,28 @@ def test_configs_registered_from_another_modules_code_reach_the_compile_workers(
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "2 passed" in out.stdout
     assert sorted(p.name for p in (tmp_path / "golden").iterdir()) == ["built", "imported"]
+
+
+def test_the_session_answers_from_the_cache_only_while_its_jax_settings_are_a_workers(tmp_path):
+    """A case is answered in the session only while JAX's settings are those the registering modules left
+    (a worker's): one a test module changed since would digest other inputs than the worker's. Pure logic
+    over a real (empty) cache directory: no case is measured."""
+    import jax
+
+    from aotcheck.gate.isolation import Measurer
+    from aotcheck.pipeline.cache import FiguresCache
+
+    cache = FiguresCache(tmp_path)
+    measurer = Measurer(cache=cache)
+    assert not measurer._may_answer()  # noqa: SLF001  (a cold cache: no index yet, its cases compile)
+    (tmp_path / "inputs").mkdir()
+    measurer.settle()
+    assert measurer._may_answer()  # noqa: SLF001
+    before = jax.config.jax_default_matmul_precision
+    jax.config.update("jax_default_matmul_precision", "highest")
+    try:
+        assert not measurer._may_answer()  # noqa: SLF001
+    finally:
+        jax.config.update("jax_default_matmul_precision", before)
+    assert measurer._may_answer()  # noqa: SLF001
+    assert not Measurer(cache=FiguresCache(tmp_path, read=False))._may_answer()  # noqa: SLF001  (an update run)
