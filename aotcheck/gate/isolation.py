@@ -26,6 +26,7 @@ and the last lines kept for a crash report.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterable
@@ -152,7 +153,8 @@ class Measurer:
         for note in self.cache.notes if self.cache is not None else ():
             if note not in self.notes:
                 self.notes.append(note)
-        return found
+        # Measured by this process: its peak memory, as a worker's answer carries the worker's.
+        return dataclasses.replace(found, host_peak_bytes=_runtime.peak_rss_bytes()) if found is not None else None
 
     def retain(self, families: set[str] | frozenset[str]) -> None:
         """Stops the started workers of families not in ``families`` (started early for a target
