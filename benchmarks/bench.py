@@ -13,8 +13,8 @@ without its fit search), so its work is each program lowered and compiled once:
   and libtpu start-up: what the gate adds (its dump and attribution, workers, bookkeeping);
   target <= 1.05;
 - warm figures cache / cold: target <= 0.10; what the warm run still spends, per phase (process
-  start, imports and libtpu, building configs, the inputs digest, cache reads: an unchanged case is
-  not lowered), measured alone;
+  start, imports, building configs, the inputs digest, cache reads: an unchanged case is not
+  lowered, and no libtpu loaded), measured alone, in one process as the session;
 - ``-n 2`` / ``-n 0`` (no cache);
 - the fit search: ``bench-<config>-fit`` against ``bench-<config>`` (its probes, from the report,
   and its seconds);
@@ -72,37 +72,37 @@ def bare(configs: str, topologies: str, slices: str) -> None:
 
 
 def phases(configs: str, topologies: str, slices: str, cache_dir: str) -> None:
-    """What a warm run does for each case, phase by phase, in one process; prints JSON seconds."""
+    """What a warm run's session does for each case, phase by phase, in one process (it starts no compile
+    worker and loads no libtpu: gate.isolation); prints JSON seconds."""
     out: dict[str, float] = {}
     start = time.perf_counter()
     import jax  # noqa: F401
 
+    from aotcheck.gate.process import worker_environment
     from aotcheck.pipeline.cache import FiguresCache
     from aotcheck.pipeline.case import Case
     from aotcheck.pipeline.inputs import inputs_key, registering_modules
     from aotcheck.pipeline.measure import by_inputs
     from aotcheck.programs.registry import REGISTRY
-    from aotcheck.targets.devices import get_devices_for_topology
-    from aotcheck.targets.topology import Target
 
-    for topology in topologies.split(","):
-        get_devices_for_topology(Target.of(topology).topology, 1)  # libtpu's start-up.
-    out["imports and libtpu"] = time.perf_counter() - start
+    out["imports"] = time.perf_counter() - start
     start = time.perf_counter()
     found = list(cases(configs, topologies, slices))
     entry_of = {id(c): e.name for e in REGISTRY for c in e.programs().values()}
     out["building configs"] = time.perf_counter() - start
-    # A warm run answers an unchanged case by its inputs (pipeline.inputs), as the worker does: the digest
-    # (the code closure, the config's fingerprint), then the cache's index and entry; nothing is lowered.
+    # A warm run answers an unchanged case by its inputs (pipeline.inputs) in the session, digested as its
+    # worker would see it: the digest (the code closure, the config's fingerprint), then the cache's index
+    # and entry; nothing is lowered.
     registering = registering_modules(REGISTRY)
     cache, digesting, reading, missed = FiguresCache(cache_dir), 0.0, 0.0, 0
     for config, program, target, options in found:
         start = time.perf_counter()
         case = Case.of(entry_of[id(config)], program, target.topology.name, target.num_slices)
-        key = inputs_key(case, config, options=options, registering=registering)
+        environ = worker_environment(case.topology)
+        key = inputs_key(case, config, options=options, registering=registering, environ=environ)
         digesting += time.perf_counter() - start
         start = time.perf_counter()
-        missed += key is None or by_inputs(cache, key, case, options) is None
+        missed += key is None or by_inputs(cache, key, case, options, environ=environ) is None
         reading += time.perf_counter() - start
     out["inputs digest"], out["cache reads"] = digesting, reading
     if missed:  # Then a warm run lowers those: this breakdown would not be what it does.
@@ -215,9 +215,9 @@ def main() -> None:
         pytest_s = pytest_alone()
         start_s = timed([sys.executable, "-c", "pass"])[0]
         split: dict[str, float] = {"process start": start_s}
-        for _, out in per_family(args, "--phases", "--cache-dir", f"{cache}/figures"):
-            for phase, seconds in json.loads(out.splitlines()[-1]).items():
-                split[phase] = split.get(phase, 0.0) + seconds
+        out = timed([sys.executable, __file__, "--phases", "--configs", args.configs, "--topologies",
+                     args.topologies, "--slices", args.slices, "--cache-dir", f"{cache}/figures"])[1]
+        split.update(json.loads(out.splitlines()[-1]))
     parallel_s, _ = gate(plain, "--aot-no-cache", "-n", "2")
     fit_s, probes = None, 0
     if not args.no_fit:
@@ -243,7 +243,7 @@ def main() -> None:
     record(f"{args.configs} on {args.topologies} x {args.slices}", rows)
     print(f"the warm run's {warm_s:.1f}s: pytest alone (no aotcheck, nothing collected) {pytest_s:.1f}s, "
           f"aotcheck's own {warm_s - pytest_s:.1f}s")
-    print(f"the warm run's {warm_s:.1f}s, phase by phase (measured alone, one process per family): "
+    print(f"the warm run's {warm_s:.1f}s, phase by phase (measured alone, in one process as the session): "
           + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in split.items()))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
 import json
 import subprocess
@@ -80,7 +81,6 @@ def family_worker(configs: str, topologies: str, slices: str) -> None:
     from aotcheck.pipeline.cache import FiguresCache
     from aotcheck.pipeline.case import Case
     from aotcheck.pipeline.measure import measure
-    from aotcheck.pipeline.measurement import Measurement
     from aotcheck.programs.compile import warm_up
     from aotcheck.programs.lowering import lower_config
     from aotcheck.programs.registry import REGISTRY
@@ -112,9 +112,8 @@ def family_worker(configs: str, topologies: str, slices: str) -> None:
             if i % 2 == 1:
                 bare_side()
             start = time.perf_counter()
-            line = json.dumps(WorkerReply(dataclasses_replace(result)).to_json())
-            WorkerReply.from_json(json.loads(line)).measurement
-            assert isinstance(result, Measurement)
+            reply = WorkerReply(dataclasses.replace(result, compiled=None))  # A reply carries no executable.
+            WorkerReply.from_json(json.loads(json.dumps(reply.to_json())))
             SPENT["worker reply (JSON both ways)"] += time.perf_counter() - start
             gate_total += time.perf_counter() - start
             start = time.perf_counter()
@@ -123,12 +122,6 @@ def family_worker(configs: str, topologies: str, slices: str) -> None:
             SPENT["golden I/O and verdict"] += time.perf_counter() - start
             gate_total += time.perf_counter() - start
     print(json.dumps({"bare": dict(bare), "gate": gate_total, "phases": dict(SPENT), "cases": len(found)}))
-
-
-def dataclasses_replace(result):
-    import dataclasses
-
-    return dataclasses.replace(result, compiled=None)  # A worker's reply carries no executable.
 
 
 def main() -> None:

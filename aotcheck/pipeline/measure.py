@@ -41,7 +41,7 @@ from aotcheck.programs.knobs import knob_of, knobs_offered
 from aotcheck.programs.model import function_for
 from aotcheck.programs import reads
 from aotcheck.targets.globs import target_matches
-from aotcheck.targets.presets import answered_without_libtpu
+from aotcheck.targets.presets import presets_without_libtpu
 from aotcheck.targets.usable import first_share, usable_memory
 from aotcheck.programs.options import resolve_compiler_options
 from aotcheck.programs.registry import REGISTRY, Registry
@@ -246,7 +246,7 @@ def _measured(case: Case, config: Config, *, compiler_options: Mapping[str, Any]
     # A presets file is a cache too: an update run probes libtpu instead of reading one.
     store = cache.root if cache is not None and cache.read else None
     if not lowering and (cache is None or export is not None or (
-            presets and not answered_without_libtpu(case.topology, case.num_slices, store=store))):
+            presets and presets_without_libtpu(case.topology, case.num_slices, store=store) is None)):
         raise Uncached(case)
     options = resolve_compiler_options(case.topology, case.num_slices, config.options, compiler_options,
                                        presets=presets, store=store)

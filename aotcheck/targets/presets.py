@@ -143,21 +143,14 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     (:func:`recheck_presets`); a file that refuses some is confirmed by a probe, as an edit of it (its
     check recomputed) would change the options sent and so the answer."""
     topo = parse_topology(topology)
-    if not topo.platform.option_presets:
-        return Refusal(frozenset(), "table")
     family, multi = topo.family, num_slices > 1
-    known = known_refusal(family)
-    if known is not None:
-        return Refusal(known, "table")
-    if (family, multi) in _probed:
-        return _probed[(family, multi)]
     path = presets_file(store, topo, num_slices) if store else None
-    found = None
-    if path is not None:
+    found = presets_without_libtpu(topo, num_slices, store=store)
+    if found is not None and found.how != "remembered":
+        return found
+    if found is None and path is not None:
         names, why = read_presets_file(path, topo, num_slices)
-        if names is not None and not names:  # "Accepts them all": every compile that sends them checks that.
-            found = Refusal(names, "remembered")
-        elif names:  # A refusal drops presets, which no compile would contradict: a probe confirms it.
+        if names:  # A refusal drops presets, which no compile would contradict: a probe confirms it.
             found = Refusal(probe_refused_presets(topo, num_slices), "probe")
             if found.names != names:
                 _note(f"aotcheck: the presets cache file {path} said libtpu refuses {', '.join(sorted(names))} on "
@@ -180,21 +173,28 @@ def refused_presets(topology: str | Topology, num_slices: int = 1, *, store: str
     return found
 
 
-def answered_without_libtpu(topology: str | Topology, num_slices: int = 1, *, store: str | Path | None = None) -> bool:
-    """Whether :func:`refused_presets` answers for ``topology``'s chip without loading libtpu: by the
-    table, this process's own probe, or a presets file under ``store`` that says libtpu accepts them all.
-    A session that must not load a compiler (it answers cached cases in its own process) asks first.
+def presets_without_libtpu(topology: str | Topology, num_slices: int = 1, *,
+                           store: str | Path | None = None) -> Refusal | None:
+    """What :func:`refused_presets` answers for ``topology``'s chip without loading libtpu: the table's,
+    this process's own probe's, or a presets file's under ``store`` that says libtpu accepts them all;
+    None where only a probe would answer. A session that must not load a compiler (it answers cached
+    cases in its own process) asks this first.
 
     Example:
-        >>> answered_without_libtpu("h100-8"), answered_without_libtpu("cpu-4")
-        (True, True)
+        >>> presets_without_libtpu("h100-8"), presets_without_libtpu("cpu-4").how
+        (Refusal(names=frozenset(), how='table'), 'table')
     """
     topo = parse_topology(topology)
-    if not topo.platform.option_presets or known_refusal(topo.family) is not None:
-        return True
+    if not topo.platform.option_presets:
+        return Refusal(frozenset(), "table")
+    known = known_refusal(topo.family)
+    if known is not None:
+        return Refusal(known, "table")
     if (topo.family, num_slices > 1) in _probed:
-        return True
-    return store is not None and read_presets_file(presets_file(store, topo, num_slices), topo, num_slices)[0] == frozenset()
+        return _probed[(topo.family, num_slices > 1)]
+    if store is not None and read_presets_file(presets_file(store, topo, num_slices), topo, num_slices)[0] == frozenset():
+        return Refusal(frozenset(), "remembered")  # "Accepts them all": every compile that sends them checks that.
+    return None
 
 
 def recheck_presets(topology: str | Topology, num_slices: int = 1) -> str | None:
